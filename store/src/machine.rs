@@ -1,0 +1,953 @@
+//! The operation state machine: a pure function from (projection, event) to
+//! the next projection and the effects the runtime must perform.
+//!
+//! [`apply`] never panics and never ignores an event: an event that is not
+//! legal in the current state is an [`IllegalTransition`]. The store runs
+//! every append through it inside the appending transaction, so no code path
+//! can write a state this module would refuse, and replaying an event log
+//! through it rebuilds exactly the projection stored beside the log.
+//!
+//! Legal transitions (every other pair is illegal):
+//!
+//! | from                              | event            | to        |
+//! |-----------------------------------|------------------|-----------|
+//! | (nothing)                         | `Created`        | pending   |
+//! | pending                           | `Started`        | running   |
+//! | running                           | `Started`        | running (another node took over an expired lease) |
+//! | running                           | `BatchPlanned`   | running   |
+//! | any but finished                  | `BatchSucceeded` | unchanged (a batch in flight records its outcome) |
+//! | any but finished                  | `BatchFailed`    | unchanged |
+//! | running                           | `Throttled`      | running   |
+//! | running                           | `Yielded`        | pending   |
+//! | pending, running                  | `Paused`         | paused    |
+//! | paused                            | `Resumed`        | pending   |
+//! | running (all planned batches done)| `Finished`       | finished  |
+//! | pending, running                  | `Failed`         | failed    |
+//! | pending, running, paused, failed  | `Cancelled`      | cancelled |
+//! | failed                            | `Retried`        | pending   |
+//!
+//! `finished` and `cancelled` are terminal; `failed` is terminal until an
+//! operator retries it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cursor::Cursor;
+use crate::event::Event;
+use crate::spec::{Limits, Origin};
+
+/// Where an operation is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OperationStatus {
+    /// Waiting for a node to run it.
+    Pending,
+    /// Held by a node that plans and runs its batches.
+    Running,
+    /// Stopped by an operator; nothing runs until it is resumed.
+    Paused,
+    /// Stopped by an error; an operator may retry it.
+    Failed,
+    /// Every batch is done.
+    Finished,
+    /// Stopped for good by an operator.
+    Cancelled,
+}
+
+/// The database health as last recorded for an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Health {
+    /// Full speed.
+    Normal,
+    /// Slowed to `percent` of full speed (smaller batches, longer pauses).
+    Throttled {
+        /// Speed as a percentage of normal, 1 to 99.
+        percent: u8,
+    },
+    /// No new sub-batch starts until the signal clears.
+    Stopped,
+}
+
+/// The current state of one operation: everything the `operations` table
+/// stores about it except its lease. It is a pure fold of the event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Projection {
+    /// The registered operation kind.
+    pub kind: String,
+    /// The table the operation walks.
+    pub table: String,
+    /// Batching columns, in walking order (empty for loop-based operations).
+    pub batching_columns: Vec<String>,
+    /// The kind's arguments, canonical JSON.
+    pub arguments: String,
+    /// Tenant, if any.
+    pub tenant_id: Option<String>,
+    /// User- or schedule-triggered.
+    pub origin: Origin,
+    /// Priority within the origin class.
+    pub priority: i32,
+    /// Lower bound of the walk, inclusive.
+    pub min_cursor: Option<Cursor>,
+    /// Upper bound of the walk, inclusive.
+    pub max_cursor: Option<Cursor>,
+    /// The upper bound of the last planned batch: the next batch starts after it.
+    pub cursor: Option<Cursor>,
+    /// Current rows per batch (adapted by the runtime).
+    pub batch_size: i64,
+    /// Current rows per sub-batch.
+    pub sub_batch_size: i64,
+    /// Pause between sub-batches, milliseconds.
+    pub pause_ms: i64,
+    /// Per-run limits.
+    pub limits: Limits,
+    /// Expected rows in total, when known.
+    pub estimated_rows: Option<i64>,
+    /// Persisted trace context of the operation's trace.
+    pub trace_context: Option<String>,
+    /// Where the operation is in its life.
+    pub status: OperationStatus,
+    /// Last recorded health signal.
+    pub health: Health,
+    /// Why the health signal is what it is.
+    pub health_reason: Option<String>,
+    /// Rows processed by succeeded batches.
+    pub rows_done: i64,
+    /// Batches planned so far (the last planned batch's ordinal).
+    pub batches_planned: i64,
+    /// Batches that succeeded.
+    pub batches_succeeded: i64,
+    /// Failed batch attempts, in all.
+    pub batch_failures: i64,
+    /// The last error recorded (a failed batch attempt or the operation's failure).
+    pub last_error: Option<String>,
+    /// The node named by the last `Started` event.
+    pub node: Option<String>,
+    /// When `Created` was recorded (epoch milliseconds).
+    pub created_at: i64,
+    /// When the operation first started.
+    pub started_at: Option<i64>,
+    /// When the last event was recorded.
+    pub updated_at: i64,
+    /// When it became finished, failed or cancelled.
+    pub finished_at: Option<i64>,
+    /// Sequence number of the last applied event (the log's length).
+    pub last_seq: i64,
+}
+
+/// Something the runtime must do because an event was applied. Effects are
+/// data so the state machine stays pure and its tests can assert on them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Plan and run the next batch.
+    PlanNextBatch,
+    /// Run the batch with this ordinal.
+    RunBatch {
+        /// The batch.
+        ordinal: i64,
+    },
+    /// Retry the batch with this ordinal (smaller sub-batches, after a backoff).
+    RetryBatch {
+        /// The batch.
+        ordinal: i64,
+    },
+    /// Start no new sub-batch; let in-flight ones finish.
+    HaltSubBatches,
+    /// Sub-batches may start again (at `percent` speed, 100 = normal).
+    ResumeSubBatches {
+        /// Speed as a percentage of normal.
+        percent: u8,
+    },
+    /// The holder gives up its lease: the operation is not running here any more.
+    ReleaseLease,
+    /// Failed batches go back to pending so they are run again.
+    RequeueFailedBatches,
+    /// The operation reached a terminal status; wake whoever waits for it.
+    NotifyTerminal(OperationStatus),
+}
+
+/// Why an event was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IllegalTransition {
+    /// The first event of a log must be `Created`.
+    #[error("the operation does not exist yet: its first event must be `created`, not `{event}`")]
+    NotCreated {
+        /// The refused event's kind.
+        event: &'static str,
+    },
+    /// `Created` on an operation that already exists.
+    #[error("the operation already exists")]
+    AlreadyCreated,
+    /// The event is not legal in the current status.
+    #[error("`{event}` is not allowed while the operation is {from:?}")]
+    WrongStatus {
+        /// The current status.
+        from: OperationStatus,
+        /// The refused event's kind.
+        event: &'static str,
+    },
+    /// A planned batch does not continue from the cursor, or does not move it forward.
+    #[error("batch {ordinal} breaks cursor order: {detail}")]
+    CursorOrder {
+        /// The batch.
+        ordinal: i64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A batch ordinal is out of sequence or names a batch that was never planned.
+    #[error("batch {ordinal} is out of sequence ({planned} planned)")]
+    BatchOrdinal {
+        /// The batch.
+        ordinal: i64,
+        /// Batches planned so far.
+        planned: i64,
+    },
+    /// More batches succeeded than were planned.
+    #[error("batch {ordinal} succeeded but all {planned} planned batches already had")]
+    TooManySuccesses {
+        /// The batch.
+        ordinal: i64,
+        /// Batches planned so far.
+        planned: i64,
+    },
+    /// `Finished` while planned batches are not all done.
+    #[error("cannot finish: {succeeded} of {planned} planned batches succeeded")]
+    UnfinishedBatches {
+        /// Succeeded batches.
+        succeeded: i64,
+        /// Planned batches.
+        planned: i64,
+    },
+    /// A number in the event is out of range.
+    #[error("invalid `{event}` event: {detail}")]
+    InvalidValue {
+        /// The event's kind.
+        event: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// Applies one event recorded at `at` (epoch milliseconds) to the current
+/// projection (`None` before `Created`), returning the next projection and
+/// the effects to perform. Pure: the same inputs always give the same output.
+pub fn apply(
+    state: Option<&Projection>,
+    event: &Event,
+    at: i64,
+) -> Result<(Projection, Vec<Effect>), IllegalTransition> {
+    let Some(current) = state else {
+        return match event {
+            Event::Created(spec) => Ok((created(spec, at), Vec::new())),
+            other => Err(IllegalTransition::NotCreated {
+                event: other.kind(),
+            }),
+        };
+    };
+    let mut next = current.clone();
+    let effects = transition(&mut next, event, at)?;
+    next.updated_at = at;
+    next.last_seq = current.last_seq + 1;
+    Ok((next, effects))
+}
+
+/// Folds a whole log (events with their recording times) into a projection.
+pub fn replay<'a>(
+    events: impl IntoIterator<Item = (&'a Event, i64)>,
+) -> Result<Option<Projection>, IllegalTransition> {
+    let mut state: Option<Projection> = None;
+    for (event, at) in events {
+        state = Some(apply(state.as_ref(), event, at)?.0);
+    }
+    Ok(state)
+}
+
+impl OperationStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [OperationStatus; 6] = [
+        OperationStatus::Pending,
+        OperationStatus::Running,
+        OperationStatus::Paused,
+        OperationStatus::Failed,
+        OperationStatus::Finished,
+        OperationStatus::Cancelled,
+    ];
+
+    /// The lower-case name stored in the database and shown to operators.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationStatus::Pending => "pending",
+            OperationStatus::Running => "running",
+            OperationStatus::Paused => "paused",
+            OperationStatus::Failed => "failed",
+            OperationStatus::Finished => "finished",
+            OperationStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses [`OperationStatus::as_str`]'s form.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// True while the operation still has work ahead without an operator:
+    /// pending, running or paused. Uniqueness holds among these.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            OperationStatus::Pending | OperationStatus::Running | OperationStatus::Paused
+        )
+    }
+
+    /// True for finished and cancelled, which nothing leaves.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, OperationStatus::Finished | OperationStatus::Cancelled)
+    }
+}
+
+impl Projection {
+    /// Estimated completion in percent (0–100), when a total is known.
+    pub fn percent_done(&self) -> Option<f64> {
+        if self.status == OperationStatus::Finished {
+            return Some(100.0);
+        }
+        let total = self.estimated_rows.filter(|t| *t > 0)?;
+        Some((self.rows_done as f64 / total as f64 * 100.0).min(100.0))
+    }
+}
+
+fn created(spec: &crate::spec::OperationSpec, at: i64) -> Projection {
+    Projection {
+        kind: spec.kind.clone(),
+        table: spec.table.clone(),
+        batching_columns: spec.batching_columns.clone(),
+        arguments: spec.arguments.clone(),
+        tenant_id: spec.tenant_id.clone(),
+        origin: spec.origin,
+        priority: spec.priority,
+        min_cursor: spec.min_cursor.clone(),
+        max_cursor: spec.max_cursor.clone(),
+        cursor: None,
+        batch_size: spec.batch_size,
+        sub_batch_size: spec.sub_batch_size,
+        pause_ms: spec.pause_ms,
+        limits: spec.limits,
+        estimated_rows: spec.estimated_rows,
+        trace_context: spec.trace_context.clone(),
+        status: OperationStatus::Pending,
+        health: Health::Normal,
+        health_reason: None,
+        rows_done: 0,
+        batches_planned: 0,
+        batches_succeeded: 0,
+        batch_failures: 0,
+        last_error: None,
+        node: None,
+        created_at: at,
+        started_at: None,
+        updated_at: at,
+        finished_at: None,
+        last_seq: 1,
+    }
+}
+
+fn transition(
+    next: &mut Projection,
+    event: &Event,
+    at: i64,
+) -> Result<Vec<Effect>, IllegalTransition> {
+    use OperationStatus::*;
+    let from = next.status;
+    let wrong = || IllegalTransition::WrongStatus {
+        from,
+        event: event.kind(),
+    };
+    match event {
+        Event::Created(_) => Err(IllegalTransition::AlreadyCreated),
+        Event::Started { node } => {
+            if !matches!(from, Pending | Running) {
+                return Err(wrong());
+            }
+            next.status = Running;
+            next.node = Some(node.clone());
+            next.started_at.get_or_insert(at);
+            Ok(vec![Effect::PlanNextBatch])
+        }
+        Event::BatchPlanned {
+            ordinal,
+            start,
+            end,
+            size,
+        } => {
+            if from != Running {
+                return Err(wrong());
+            }
+            plan_batch(next, *ordinal, start.as_ref(), end.as_ref(), *size)?;
+            Ok(vec![Effect::RunBatch { ordinal: *ordinal }])
+        }
+        Event::BatchSucceeded {
+            ordinal,
+            rows,
+            next_batch_size,
+            ..
+        } => {
+            if from == Finished {
+                return Err(wrong());
+            }
+            check_known_batch(next, *ordinal)?;
+            if next.batches_succeeded >= next.batches_planned {
+                return Err(IllegalTransition::TooManySuccesses {
+                    ordinal: *ordinal,
+                    planned: next.batches_planned,
+                });
+            }
+            non_negative("batch_succeeded", "rows", *rows)?;
+            next.rows_done += rows;
+            next.batches_succeeded += 1;
+            if let Some(size) = next_batch_size {
+                positive("batch_succeeded", "next_batch_size", *size)?;
+                next.batch_size = *size;
+            }
+            Ok(if from == Running {
+                vec![Effect::PlanNextBatch]
+            } else {
+                Vec::new()
+            })
+        }
+        Event::BatchFailed {
+            ordinal,
+            error,
+            next_sub_batch_size,
+            ..
+        } => {
+            if from == Finished {
+                return Err(wrong());
+            }
+            check_known_batch(next, *ordinal)?;
+            next.batch_failures += 1;
+            next.last_error = Some(error.clone());
+            if let Some(size) = next_sub_batch_size {
+                positive("batch_failed", "next_sub_batch_size", *size)?;
+                next.sub_batch_size = *size;
+            }
+            Ok(if from == Running {
+                vec![Effect::RetryBatch { ordinal: *ordinal }]
+            } else {
+                Vec::new()
+            })
+        }
+        Event::Throttled { health, reason } => {
+            if from != Running {
+                return Err(wrong());
+            }
+            if let Health::Throttled { percent } = health
+                && !(1..=99).contains(percent)
+            {
+                return Err(IllegalTransition::InvalidValue {
+                    event: event.kind(),
+                    detail: format!("throttle percent must be 1 to 99, got {percent}"),
+                });
+            }
+            next.health = *health;
+            next.health_reason = reason.clone();
+            Ok(vec![match health {
+                Health::Stopped => Effect::HaltSubBatches,
+                Health::Throttled { percent } => Effect::ResumeSubBatches { percent: *percent },
+                Health::Normal => Effect::ResumeSubBatches { percent: 100 },
+            }])
+        }
+        Event::Yielded { .. } => {
+            if from != Running {
+                return Err(wrong());
+            }
+            next.status = Pending;
+            Ok(vec![Effect::ReleaseLease])
+        }
+        Event::Paused { .. } => {
+            if !matches!(from, Pending | Running) {
+                return Err(wrong());
+            }
+            next.status = Paused;
+            Ok(vec![Effect::HaltSubBatches, Effect::ReleaseLease])
+        }
+        Event::Resumed => {
+            if from != Paused {
+                return Err(wrong());
+            }
+            next.status = Pending;
+            Ok(Vec::new())
+        }
+        Event::Finished => {
+            if from != Running {
+                return Err(wrong());
+            }
+            if next.batches_succeeded != next.batches_planned {
+                return Err(IllegalTransition::UnfinishedBatches {
+                    succeeded: next.batches_succeeded,
+                    planned: next.batches_planned,
+                });
+            }
+            terminate(next, Finished, at);
+            Ok(vec![Effect::ReleaseLease, Effect::NotifyTerminal(Finished)])
+        }
+        Event::Failed { error } => {
+            if !matches!(from, Pending | Running) {
+                return Err(wrong());
+            }
+            next.last_error = Some(error.clone());
+            terminate(next, Failed, at);
+            Ok(vec![
+                Effect::HaltSubBatches,
+                Effect::ReleaseLease,
+                Effect::NotifyTerminal(Failed),
+            ])
+        }
+        Event::Cancelled { .. } => {
+            if !matches!(from, Pending | Running | Paused | Failed) {
+                return Err(wrong());
+            }
+            terminate(next, Cancelled, at);
+            Ok(vec![
+                Effect::HaltSubBatches,
+                Effect::ReleaseLease,
+                Effect::NotifyTerminal(Cancelled),
+            ])
+        }
+        Event::Retried => {
+            if from != Failed {
+                return Err(wrong());
+            }
+            next.status = Pending;
+            next.finished_at = None;
+            Ok(vec![Effect::RequeueFailedBatches])
+        }
+    }
+}
+
+fn plan_batch(
+    next: &mut Projection,
+    ordinal: i64,
+    start: Option<&Cursor>,
+    end: Option<&Cursor>,
+    size: i64,
+) -> Result<(), IllegalTransition> {
+    if ordinal != next.batches_planned + 1 {
+        return Err(IllegalTransition::BatchOrdinal {
+            ordinal,
+            planned: next.batches_planned,
+        });
+    }
+    positive("batch_planned", "size", size)?;
+    let order = |detail: String| IllegalTransition::CursorOrder { ordinal, detail };
+    let width = next.batching_columns.len();
+    for bound in [start, end].into_iter().flatten() {
+        if bound.width() != width {
+            return Err(order(format!(
+                "cursor {bound} has {} value(s), expected {width}",
+                bound.width()
+            )));
+        }
+    }
+    match (&next.cursor, start, end) {
+        // Loop-based operations carry no cursor at all.
+        (None, None, None) if width == 0 => {}
+        (None, None, Some(_)) if width > 0 => {}
+        (Some(cursor), Some(start), Some(_)) if start == cursor => {}
+        (Some(cursor), start, _) => {
+            let shown = start.map_or("the beginning".to_owned(), Cursor::to_string);
+            return Err(order(format!(
+                "starts at {shown} but the cursor is at {cursor}"
+            )));
+        }
+        _ => {
+            return Err(order(
+                "a range batch needs an end cursor, a loop batch none".to_owned(),
+            ));
+        }
+    }
+    if let (Some(start), Some(end)) = (start, end)
+        && end <= start
+    {
+        return Err(order(format!("end {end} is not after start {start}")));
+    }
+    if let (Some(min), Some(end)) = (&next.min_cursor, end)
+        && end < min
+    {
+        return Err(order(format!("end {end} is below min_cursor {min}")));
+    }
+    if let (Some(max), Some(end)) = (&next.max_cursor, end)
+        && end > max
+    {
+        return Err(order(format!("end {end} is past max_cursor {max}")));
+    }
+    next.batches_planned = ordinal;
+    if let Some(end) = end {
+        next.cursor = Some(end.clone());
+    }
+    Ok(())
+}
+
+fn check_known_batch(next: &Projection, ordinal: i64) -> Result<(), IllegalTransition> {
+    if ordinal < 1 || ordinal > next.batches_planned {
+        return Err(IllegalTransition::BatchOrdinal {
+            ordinal,
+            planned: next.batches_planned,
+        });
+    }
+    Ok(())
+}
+
+fn terminate(next: &mut Projection, status: OperationStatus, at: i64) {
+    next.status = status;
+    next.finished_at = Some(at);
+}
+
+fn positive(event: &'static str, field: &str, value: i64) -> Result<(), IllegalTransition> {
+    if value <= 0 {
+        return Err(IllegalTransition::InvalidValue {
+            event,
+            detail: format!("{field} must be positive, got {value}"),
+        });
+    }
+    Ok(())
+}
+
+fn non_negative(event: &'static str, field: &str, value: i64) -> Result<(), IllegalTransition> {
+    if value < 0 {
+        return Err(IllegalTransition::InvalidValue {
+            event,
+            detail: format!("{field} must not be negative, got {value}"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cursor::CursorValue;
+    use crate::spec::OperationSpec;
+    use proptest::prelude::*;
+
+    /// One step of a random history: which event to try, and numbers to build it from.
+    /// Most steps build a plausible event from the current state, so deep states are
+    /// reached; the rest are arbitrary, so illegal events are tried everywhere.
+    #[derive(Debug, Clone)]
+    struct Step {
+        pick: u8,
+        plausible: bool,
+        n: i64,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        (0u8..13, prop::bool::weighted(0.8), -3i64..50).prop_map(|(pick, plausible, n)| Step {
+            pick,
+            plausible,
+            n,
+        })
+    }
+
+    fn spec(columns: usize, max: Option<i64>) -> OperationSpec {
+        let mut spec =
+            OperationSpec::new("k", "t", (0..columns).map(|i| format!("c{i}")).collect());
+        spec.max_cursor = max.map(Cursor::int);
+        spec
+    }
+
+    fn build(step: &Step, state: &Projection) -> Event {
+        let n = step.n;
+        let next_ordinal = if step.plausible {
+            state.batches_planned + 1
+        } else {
+            n
+        };
+        let known = if step.plausible {
+            state.batches_planned.max(1)
+        } else {
+            n
+        };
+        match step.pick {
+            0 => Event::Started {
+                node: format!("node-{n}"),
+            },
+            1 | 2 => {
+                let width = state.batching_columns.len();
+                let (start, end) = if width == 0 {
+                    (None, None)
+                } else {
+                    let from = state.cursor.as_ref().map(|c| match c.0[0] {
+                        CursorValue::Int(v) => v,
+                        CursorValue::Text(_) => 0,
+                    });
+                    let to = from.unwrap_or(0) + if step.plausible { n.abs() + 1 } else { n };
+                    (state.cursor.clone(), Some(Cursor::int(to)))
+                };
+                Event::BatchPlanned {
+                    ordinal: next_ordinal,
+                    start,
+                    end,
+                    size: n.max(1),
+                }
+            }
+            3 | 4 => Event::BatchSucceeded {
+                ordinal: known,
+                rows: if step.plausible { n.abs() } else { n },
+                duration_ms: 5,
+                next_batch_size: (n % 3 == 0).then_some(n),
+            },
+            5 => Event::BatchFailed {
+                ordinal: known,
+                attempt: 1,
+                error: "timeout".into(),
+                next_sub_batch_size: Some(n),
+            },
+            6 => Event::Throttled {
+                health: match n % 3 {
+                    0 => Health::Stopped,
+                    1 => Health::Throttled {
+                        percent: n.clamp(0, 120) as u8,
+                    },
+                    _ => Health::Normal,
+                },
+                reason: Some("lag".into()),
+            },
+            7 => Event::Yielded {
+                reason: "max rows".into(),
+            },
+            8 => Event::Paused {
+                reason: "operator".into(),
+            },
+            9 => Event::Resumed,
+            10 => {
+                if n % 2 == 0 {
+                    Event::Finished
+                } else {
+                    Event::Failed {
+                        error: "boom".into(),
+                    }
+                }
+            }
+            11 => Event::Cancelled {
+                reason: "operator".into(),
+            },
+            _ => {
+                if step.plausible {
+                    Event::Retried
+                } else {
+                    Event::Created(Box::new(spec(1, None)))
+                }
+            }
+        }
+    }
+
+    /// Invariants every reachable projection satisfies.
+    fn check_invariants(p: &Projection) -> Result<(), TestCaseError> {
+        prop_assert!(p.batches_succeeded <= p.batches_planned);
+        prop_assert!(p.rows_done >= 0 && p.batch_size > 0 && p.sub_batch_size > 0);
+        let ended = matches!(
+            p.status,
+            OperationStatus::Finished | OperationStatus::Failed | OperationStatus::Cancelled
+        );
+        prop_assert_eq!(p.finished_at.is_some(), ended);
+        if p.status == OperationStatus::Finished {
+            prop_assert_eq!(p.batches_succeeded, p.batches_planned);
+        }
+        if let (Some(c), Some(max)) = (&p.cursor, &p.max_cursor) {
+            prop_assert!(c <= max);
+        }
+        if p.status == OperationStatus::Running {
+            prop_assert!(p.started_at.is_some() && p.node.is_some());
+        }
+        Ok(())
+    }
+
+    /// The transition table of the module docs, written independently of `transition`.
+    fn table_allows(from: OperationStatus, kind: &str) -> bool {
+        use OperationStatus::*;
+        match kind {
+            "started" => matches!(from, Pending | Running),
+            "batch_planned" | "throttled" | "yielded" | "finished" => from == Running,
+            "batch_succeeded" | "batch_failed" => from != Finished,
+            "paused" => matches!(from, Pending | Running),
+            "resumed" => from == Paused,
+            "failed" => matches!(from, Pending | Running),
+            "cancelled" => matches!(from, Pending | Running | Paused | Failed),
+            "retried" => from == Failed,
+            _ => false,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// Random histories: every accepted event leads to a state satisfying the
+        /// invariants, every refusal leaves the state alone, and the accepted log
+        /// replays to exactly the final projection.
+        #[test]
+        fn random_histories_stay_legal_and_replay(
+            columns in 0usize..3,
+            max in prop::option::of(1i64..400),
+            steps in prop::collection::vec(step(), 0..80),
+        ) {
+            let created = Event::Created(Box::new(spec(columns, max)));
+            let (mut state, _) = apply(None, &created, 1_000).unwrap();
+            let mut log = vec![(created, 1_000)];
+            let mut cursors = Vec::new();
+            for (i, step) in steps.iter().enumerate() {
+                let at = 1_001 + i as i64;
+                let event = build(step, &state);
+                match apply(Some(&state), &event, at) {
+                    Ok((next, _effects)) => {
+                        prop_assert!(table_allows(state.status, event.kind()), "accepted {} from {:?}", event.kind(), state.status);
+                        prop_assert_eq!(next.last_seq, state.last_seq + 1);
+                        check_invariants(&next)?;
+                        if let Event::BatchPlanned { end: Some(end), .. } = &event {
+                            cursors.push(end.clone());
+                        }
+                        state = next;
+                        log.push((event, at));
+                    }
+                    Err(_) => {}
+                }
+            }
+            // Cursor order: planned batch ends strictly increase.
+            prop_assert!(cursors.windows(2).all(|w| w[0] < w[1]));
+            let replayed = replay(log.iter().map(|(e, at)| (e, *at))).unwrap().unwrap();
+            prop_assert_eq!(replayed.last_seq, log.len() as i64);
+            prop_assert_eq!(replayed, state);
+        }
+
+        /// From any reachable status, an event the table forbids is refused with a
+        /// typed error, never applied.
+        #[test]
+        fn forbidden_events_are_refused(steps in prop::collection::vec(step(), 0..40), probe in step()) {
+            let (mut state, _) = apply(None, &Event::Created(Box::new(spec(1, None))), 0).unwrap();
+            for step in &steps {
+                if let Ok((next, _)) = apply(Some(&state), &build(step, &state), 1) {
+                    state = next;
+                }
+            }
+            let event = build(&probe, &state);
+            if !table_allows(state.status, event.kind()) {
+                let refused = apply(Some(&state), &event, 2);
+                prop_assert!(refused.is_err(), "{} from {:?} was accepted", event.kind(), state.status);
+            }
+        }
+    }
+
+    fn running() -> Projection {
+        let (p, _) = apply(None, &Event::Created(Box::new(spec(1, Some(100)))), 0).unwrap();
+        apply(Some(&p), &Event::Started { node: "a".into() }, 1)
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn the_first_event_must_be_created() {
+        assert_eq!(
+            apply(None, &Event::Finished, 0).unwrap_err(),
+            IllegalTransition::NotCreated { event: "finished" }
+        );
+    }
+
+    #[test]
+    fn effects_say_what_the_runtime_must_do() {
+        let p = running();
+        let planned = Event::BatchPlanned {
+            ordinal: 1,
+            start: None,
+            end: Some(Cursor::int(10)),
+            size: 10,
+        };
+        let (p, effects) = apply(Some(&p), &planned, 2).unwrap();
+        assert_eq!(effects, vec![Effect::RunBatch { ordinal: 1 }]);
+        let stop = Event::Throttled {
+            health: Health::Stopped,
+            reason: Some("replication lag 30s".into()),
+        };
+        assert_eq!(
+            apply(Some(&p), &stop, 3).unwrap().1,
+            vec![Effect::HaltSubBatches]
+        );
+        let (paused, effects) = apply(
+            Some(&p),
+            &Event::Paused {
+                reason: "op".into(),
+            },
+            3,
+        )
+        .unwrap();
+        assert_eq!(effects, vec![Effect::HaltSubBatches, Effect::ReleaseLease]);
+        // The batch in flight when the pause arrived still records its outcome.
+        let done = Event::BatchSucceeded {
+            ordinal: 1,
+            rows: 10,
+            duration_ms: 3,
+            next_batch_size: None,
+        };
+        let (paused, effects) = apply(Some(&paused), &done, 4).unwrap();
+        assert!(effects.is_empty());
+        assert_eq!(
+            (paused.status, paused.rows_done),
+            (OperationStatus::Paused, 10)
+        );
+    }
+
+    #[test]
+    fn cursor_may_not_go_back_or_skip() {
+        let p = running();
+        let first = Event::BatchPlanned {
+            ordinal: 1,
+            start: None,
+            end: Some(Cursor::int(10)),
+            size: 10,
+        };
+        let (p, _) = apply(Some(&p), &first, 2).unwrap();
+        let gap = Event::BatchPlanned {
+            ordinal: 2,
+            start: Some(Cursor::int(12)),
+            end: Some(Cursor::int(20)),
+            size: 10,
+        };
+        assert!(matches!(
+            apply(Some(&p), &gap, 3),
+            Err(IllegalTransition::CursorOrder { .. })
+        ));
+        let back = Event::BatchPlanned {
+            ordinal: 2,
+            start: Some(Cursor::int(10)),
+            end: Some(Cursor::int(5)),
+            size: 10,
+        };
+        assert!(matches!(
+            apply(Some(&p), &back, 3),
+            Err(IllegalTransition::CursorOrder { .. })
+        ));
+        let past = Event::BatchPlanned {
+            ordinal: 2,
+            start: Some(Cursor::int(10)),
+            end: Some(Cursor::int(101)),
+            size: 10,
+        };
+        assert!(matches!(
+            apply(Some(&p), &past, 3),
+            Err(IllegalTransition::CursorOrder { .. })
+        ));
+    }
+
+    #[test]
+    fn finishing_requires_every_planned_batch() {
+        let p = running();
+        let planned = Event::BatchPlanned {
+            ordinal: 1,
+            start: None,
+            end: Some(Cursor::int(10)),
+            size: 10,
+        };
+        let (p, _) = apply(Some(&p), &planned, 2).unwrap();
+        assert_eq!(
+            apply(Some(&p), &Event::Finished, 3).unwrap_err(),
+            IllegalTransition::UnfinishedBatches {
+                succeeded: 0,
+                planned: 1
+            }
+        );
+    }
+}
