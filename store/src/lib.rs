@@ -1,7 +1,27 @@
-//! Durable state for Sluice.
+//! Durable state for Sluice: the operation state machine, its append-only
+//! event log and projection, batches, leases and retention, on SQLite (the
+//! embedded default) and PostgreSQL (several worker processes).
+//!
+//! The one entry point is [`Store`]. The state machine ([`machine::apply`]) is
+//! pure and usable without a database.
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod cursor;
+pub mod error;
 pub mod event;
 pub mod machine;
+mod queries;
+pub mod record;
 pub mod spec;
+mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use cursor::{Cursor, CursorValue};
+pub use error::StoreError;
+pub use event::{Event, RecordedEvent};
+pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection};
+pub use queries::{Appended, Expected};
+pub use record::{Batch, BatchLease, BatchStatus, Lease, OperationRecord};
+pub use spec::{Limits, OperationSpec, Origin, SpecError};
+pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store};

@@ -1,0 +1,129 @@
+//! The store's error type: every way a store call can fail, typed so callers
+//! can tell a conflict (retry after reloading) from a lost lease (stop) from a
+//! broken database (back off).
+
+use crate::event::DecodeError;
+use crate::machine::IllegalTransition;
+use crate::spec::SpecError;
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database URL's scheme is not one Sluice stores state in.
+    #[error("unsupported database URL `{url}`: use sqlite:PATH or postgres://…")]
+    UnsupportedUrl {
+        /// The URL with any password removed.
+        url: String,
+    },
+    /// The database could not be reached or a statement failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying the schema migrations failed.
+    #[error("schema migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// No operation has this id.
+    #[error("no operation with id {0}")]
+    NotFound(i64),
+    /// No batch has this id.
+    #[error("no batch with id {0}")]
+    BatchNotFound(i64),
+    /// The enqueued spec is invalid; nothing was written.
+    #[error("invalid operation: {0}")]
+    InvalidSpec(#[from] SpecError),
+    /// An append's expected sequence number is stale: another writer appended first.
+    /// Nothing was written; reload and decide again.
+    #[error(
+        "operation {operation_id}: expected to append after event {expected}, but the log is at {actual}"
+    )]
+    Conflict {
+        /// The operation.
+        operation_id: i64,
+        /// The sequence number the caller expected to be last.
+        expected: i64,
+        /// The actual last sequence number.
+        actual: i64,
+    },
+    /// The caller's lease on the operation was taken over or released; its write was rejected.
+    #[error("operation {operation_id}: lease epoch {epoch} of node `{node}` is no longer held")]
+    LeaseLost {
+        /// The operation.
+        operation_id: i64,
+        /// The node that thought it held the lease.
+        node: String,
+        /// Its (stale) epoch.
+        epoch: i64,
+    },
+    /// The caller's lease on a batch was taken over; its write was rejected.
+    #[error("batch {batch_id}: lease epoch {epoch} is no longer held")]
+    BatchLeaseLost {
+        /// The batch.
+        batch_id: i64,
+        /// The stale epoch.
+        epoch: i64,
+    },
+    /// The event is not legal in the operation's current state; nothing was written.
+    #[error("operation {operation_id}: {source}")]
+    Illegal {
+        /// The operation.
+        operation_id: i64,
+        /// Why.
+        source: IllegalTransition,
+    },
+    /// A stored event cannot be read. The operation must stop; others are unaffected.
+    #[error("operation {operation_id}, event {seq}: {source}")]
+    CorruptEvent {
+        /// The operation.
+        operation_id: i64,
+        /// The unreadable event's sequence number.
+        seq: i64,
+        /// Why it cannot be read.
+        source: DecodeError,
+    },
+    /// A stored row holds a value this build cannot interpret.
+    #[error("operation {operation_id}: column `{column}` holds an unreadable value: {detail}")]
+    CorruptRow {
+        /// The operation (or batch's operation).
+        operation_id: i64,
+        /// The column.
+        column: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Replaying the event log does not give the stored projection.
+    #[error(
+        "operation {operation_id}: replaying its {events} events does not reproduce the stored state"
+    )]
+    ReplayMismatch {
+        /// The operation.
+        operation_id: i64,
+        /// Events replayed.
+        events: usize,
+    },
+}
+
+impl StoreError {
+    /// True when the same call may succeed if repeated later (the database was
+    /// unreachable, a connection dropped, a lock wait timed out): the caller
+    /// should back off and retry rather than give up.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Database(e) => {
+                matches!(
+                    e,
+                    sqlx::Error::Io(_)
+                        | sqlx::Error::PoolTimedOut
+                        | sqlx::Error::PoolClosed
+                        | sqlx::Error::WorkerCrashed
+                        | sqlx::Error::Protocol(_)
+                ) || e.as_database_error().is_some_and(|d| {
+                    // SQLite busy/locked; PostgreSQL serialization, deadlock, admin shutdown, lock timeout.
+                    matches!(
+                        d.code().as_deref(),
+                        Some("5" | "6" | "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "55P03")
+                    )
+                })
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,581 @@
+//! Every statement the store issues, written once and compiled for each
+//! backend (`sqlite`, `postgres`) by the [`backend!`] macro, so the two
+//! backends cannot drift apart. Statements use `$N` placeholders, which both
+//! SQLite and PostgreSQL accept; where the dialects differ (row locks, how a
+//! write transaction begins) the text is chosen by [`Dialect`].
+//!
+//! Locking: on PostgreSQL an append locks the operation row (`FOR UPDATE`) and
+//! claims skip rows other nodes hold (`FOR UPDATE SKIP LOCKED`); on SQLite
+//! every write transaction is `BEGIN IMMEDIATE`, so writers are serialised
+//! by the database lock (waiting up to the busy timeout) and a read inside the
+//! transaction can never be invalidated by another writer.
+
+use std::sync::LazyLock;
+
+use sqlx::AssertSqlSafe;
+
+use crate::cursor::Cursor;
+use crate::error::StoreError;
+use crate::event::{self, Event, FORMAT_VERSION};
+use crate::machine::{self, Effect, OperationStatus};
+use crate::record::{
+    Batch, BatchLease, BatchRow, EventRow, Lease, OperationRecord, OperationRow,
+    PROJECTION_COLUMNS, ProjectionValues,
+};
+use crate::spec::OperationSpec;
+
+/// What an append expects the log's last sequence number to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// Whatever it is: the append is serialised after every earlier one.
+    /// For facts that are true regardless of what happened meanwhile
+    /// (a batch's outcome).
+    Any,
+    /// Exactly this: otherwise [`StoreError::Conflict`] and nothing is written.
+    /// For decisions taken on a state the caller read.
+    Exactly(i64),
+}
+
+/// The SQL dialect a backend module speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    fn pick(self, sqlite: &'static str, postgres: &'static str) -> &'static str {
+        match self {
+            Dialect::Sqlite => sqlite,
+            Dialect::Postgres => postgres,
+        }
+    }
+}
+
+/// The lease columns an append writes beside the projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeaseColumns {
+    owner: Option<String>,
+    epoch: i64,
+    expires_at: Option<i64>,
+}
+
+static INSERT_OPERATION: LazyLock<String> = LazyLock::new(|| {
+    let placeholders: Vec<String> = (2..=PROJECTION_COLUMNS.len() + 1)
+        .map(|i| format!("${i}"))
+        .collect();
+    format!(
+        "INSERT INTO sluice_operations (unique_key, {}) VALUES ($1, {}) \
+         ON CONFLICT (unique_key) WHERE status IN ('pending', 'running', 'paused') DO NOTHING RETURNING id",
+        PROJECTION_COLUMNS.join(", "),
+        placeholders.join(", ")
+    )
+});
+
+static UPDATE_OPERATION: LazyLock<String> = LazyLock::new(|| {
+    let n = PROJECTION_COLUMNS.len();
+    let sets: Vec<String> = PROJECTION_COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c} = ${}", i + 2))
+        .collect();
+    format!(
+        "UPDATE sluice_operations SET {}, lease_owner = ${}, lease_epoch = ${}, lease_expires_at = ${} WHERE id = $1",
+        sets.join(", "),
+        n + 2,
+        n + 3,
+        n + 4
+    )
+});
+
+/// Binds a [`ProjectionValues`] in [`PROJECTION_COLUMNS`] order.
+macro_rules! bind_projection {
+    ($query:expr, $values:expr) => {{
+        let v: ProjectionValues = $values;
+        $query
+            .bind(v.kind)
+            .bind(v.target_table)
+            .bind(v.batching_columns)
+            .bind(v.arguments)
+            .bind(v.tenant_id)
+            .bind(v.origin)
+            .bind(v.priority)
+            .bind(v.min_cursor)
+            .bind(v.max_cursor)
+            .bind(v.cursor)
+            .bind(v.batch_size)
+            .bind(v.sub_batch_size)
+            .bind(v.pause_ms)
+            .bind(v.max_runtime_ms)
+            .bind(v.max_rows_per_run)
+            .bind(v.estimated_rows)
+            .bind(v.trace_context)
+            .bind(v.status)
+            .bind(v.health)
+            .bind(v.health_percent)
+            .bind(v.health_reason)
+            .bind(v.rows_done)
+            .bind(v.batches_planned)
+            .bind(v.batches_succeeded)
+            .bind(v.batch_failures)
+            .bind(v.last_error)
+            .bind(v.node)
+            .bind(v.created_at)
+            .bind(v.started_at)
+            .bind(v.updated_at)
+            .bind(v.finished_at)
+            .bind(v.last_seq)
+    }};
+}
+
+/// The outcome of an append: the new record and the effects the runtime must perform.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    /// The operation after the append.
+    pub record: OperationRecord,
+    /// Effects of the appended events, in order.
+    pub effects: Vec<Effect>,
+}
+
+/// Defines one backend module over a sqlx database type.
+macro_rules! backend {
+    ($module:ident, $db:ty, $dialect:expr) => {
+        pub(crate) mod $module {
+            use super::*;
+
+            pub(crate) type Pool = sqlx::Pool<$db>;
+            type Tx = sqlx::Transaction<'static, $db>;
+            const DIALECT: Dialect = $dialect;
+
+            /// Begins a transaction that holds the write lock from its first statement on SQLite.
+            pub(crate) async fn begin_write(pool: &Pool) -> Result<Tx, sqlx::Error> {
+                pool.begin_with(DIALECT.pick("BEGIN IMMEDIATE", "BEGIN")).await
+            }
+
+            pub(crate) async fn enqueue(pool: &Pool, spec: &OperationSpec, now: i64) -> Result<(i64, bool), StoreError> {
+                let created = Event::Created(Box::new(spec.clone()));
+                let (projection, _) = machine::apply(None, &created, now).expect("created is legal on nothing");
+                let unique_key = spec.unique_key();
+                // A conflicting operation can turn terminal between our insert and our
+                // look-up; then the insert succeeds on the next round.
+                loop {
+                    let mut tx = begin_write(pool).await?;
+                    let insert = sqlx::query_scalar::<_, i64>(AssertSqlSafe(INSERT_OPERATION.as_str())).bind(&unique_key);
+                    let inserted = bind_projection!(insert, ProjectionValues::of(&projection))
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if let Some(id) = inserted {
+                        insert_events(&mut tx, id, 1, std::slice::from_ref(&created), now).await?;
+                        tx.commit().await?;
+                        return Ok((id, true));
+                    }
+                    let existing: Option<i64> = sqlx::query_scalar(
+                        "SELECT id FROM sluice_operations \
+                         WHERE unique_key = $1 AND status IN ('pending', 'running', 'paused')",
+                    )
+                    .bind(&unique_key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    if let Some(id) = existing {
+                        return Ok((id, false));
+                    }
+                }
+            }
+
+            pub(crate) async fn operation(pool: &Pool, id: i64) -> Result<OperationRecord, StoreError> {
+                let row: Option<OperationRow> = sqlx::query_as("SELECT * FROM sluice_operations WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?;
+                row.ok_or(StoreError::NotFound(id))?.try_into()
+            }
+
+            pub(crate) async fn list(
+                pool: &Pool,
+                status: Option<OperationStatus>,
+                kind: Option<&str>,
+                limit: i64,
+            ) -> Result<Vec<OperationRecord>, StoreError> {
+                let rows: Vec<OperationRow> = sqlx::query_as(
+                    "SELECT * FROM sluice_operations \
+                     WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) ORDER BY id LIMIT $3",
+                )
+                .bind(status.map(OperationStatus::as_str))
+                .bind(kind)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?;
+                rows.into_iter().map(OperationRecord::try_from).collect()
+            }
+
+            pub(crate) async fn event_rows(pool: &Pool, id: i64, after_seq: i64) -> Result<Vec<EventRow>, StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT operation_id, seq, kind, recorded_at, format_version, payload FROM sluice_events \
+                     WHERE operation_id = $1 AND seq > $2 ORDER BY seq",
+                )
+                .bind(id)
+                .bind(after_seq)
+                .fetch_all(pool)
+                .await?)
+            }
+
+            pub(crate) async fn append(
+                pool: &Pool,
+                id: i64,
+                expected: Expected,
+                fence: Option<&Lease>,
+                events: &[Event],
+                now: i64,
+            ) -> Result<Appended, StoreError> {
+                let mut tx = begin_write(pool).await?;
+                let record = load_locked(&mut tx, id).await?;
+                let appended = append_loaded(&mut tx, record, expected, fence, None, events, now).await?;
+                tx.commit().await?;
+                Ok(appended)
+            }
+
+            pub(crate) async fn claim_operations(
+                pool: &Pool,
+                node: &str,
+                limit: i64,
+                ttl_ms: i64,
+                now: i64,
+            ) -> Result<Vec<Appended>, StoreError> {
+                let mut tx = begin_write(pool).await?;
+                let ids: Vec<i64> = sqlx::query_scalar(DIALECT.pick(
+                    "SELECT id FROM sluice_operations \
+                     WHERE status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1)) \
+                     ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2",
+                    "SELECT id FROM sluice_operations \
+                     WHERE status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1)) \
+                     ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
+                     FOR UPDATE SKIP LOCKED",
+                ))
+                .bind(now)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut claimed = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let record = load_locked(&mut tx, id).await?;
+                    let epoch = record.lease_epoch + 1;
+                    let lease = Lease { operation_id: id, node: node.to_owned(), epoch, expires_at: now + ttl_ms };
+                    let started = [Event::Started { node: node.to_owned() }];
+                    claimed.push(append_loaded(&mut tx, record, Expected::Any, None, Some(&lease), &started, now).await?);
+                }
+                tx.commit().await?;
+                Ok(claimed)
+            }
+
+            pub(crate) async fn renew_lease(pool: &Pool, lease: &Lease, ttl_ms: i64, now: i64) -> Result<Lease, StoreError> {
+                let expires_at = now + ttl_ms;
+                let renewed = sqlx::query(
+                    "UPDATE sluice_operations SET lease_expires_at = $4 \
+                     WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+                )
+                .bind(lease.operation_id)
+                .bind(&lease.node)
+                .bind(lease.epoch)
+                .bind(expires_at)
+                .execute(pool)
+                .await?;
+                if renewed.rows_affected() == 0 {
+                    return Err(lease_lost(lease));
+                }
+                Ok(Lease { expires_at, ..lease.clone() })
+            }
+
+            pub(crate) async fn plan_batch(
+                pool: &Pool,
+                lease: &Lease,
+                end: Option<Cursor>,
+                size: i64,
+                now: i64,
+            ) -> Result<(Batch, Appended), StoreError> {
+                let mut tx = begin_write(pool).await?;
+                let record = load_locked(&mut tx, lease.operation_id).await?;
+                let ordinal = record.state.batches_planned + 1;
+                let start = record.state.cursor.clone();
+                let sub_batch_size = record.state.sub_batch_size.min(size);
+                let expected = Expected::Exactly(record.state.last_seq);
+                let planned = [Event::BatchPlanned { ordinal, start: start.clone(), end: end.clone(), size }];
+                let appended = append_loaded(&mut tx, record, expected, Some(lease), None, &planned, now).await?;
+                let row: BatchRow = sqlx::query_as(
+                    "INSERT INTO sluice_batches \
+                     (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) RETURNING *",
+                )
+                .bind(lease.operation_id)
+                .bind(ordinal)
+                .bind(start.as_ref().map(Cursor::to_json))
+                .bind(end.as_ref().map(Cursor::to_json))
+                .bind(size)
+                .bind(sub_batch_size)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok((row.try_into()?, appended))
+            }
+
+            pub(crate) async fn claim_batches(
+                pool: &Pool,
+                node: &str,
+                operation_id: Option<i64>,
+                limit: i64,
+                ttl_ms: i64,
+                now: i64,
+            ) -> Result<Vec<Batch>, StoreError> {
+                let rows: Vec<BatchRow> = sqlx::query_as(DIALECT.pick(
+                    "UPDATE sluice_batches SET status = 'running', claimed_by = $1, lease_epoch = lease_epoch + 1, \
+                     attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
+                       SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
+                       WHERE o.status = 'running' AND ($3 IS NULL OR b.operation_id = $3) \
+                       AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $4)) \
+                       ORDER BY b.operation_id, b.ordinal LIMIT $5) RETURNING *",
+                    "UPDATE sluice_batches SET status = 'running', claimed_by = $1, lease_epoch = lease_epoch + 1, \
+                     attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
+                       SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
+                       WHERE o.status = 'running' AND ($3::BIGINT IS NULL OR b.operation_id = $3) \
+                       AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $4)) \
+                       ORDER BY b.operation_id, b.ordinal LIMIT $5 FOR UPDATE OF b SKIP LOCKED) RETURNING *",
+                ))
+                .bind(node)
+                .bind(now + ttl_ms)
+                .bind(operation_id)
+                .bind(now)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?;
+                let mut batches = rows.into_iter().map(Batch::try_from).collect::<Result<Vec<_>, _>>()?;
+                batches.sort_by_key(|b| (b.operation_id, b.ordinal));
+                Ok(batches)
+            }
+
+            pub(crate) async fn renew_batch_lease(
+                pool: &Pool,
+                lease: &BatchLease,
+                ttl_ms: i64,
+                now: i64,
+            ) -> Result<(), StoreError> {
+                let renewed = sqlx::query(
+                    "UPDATE sluice_batches SET lease_expires_at = $3 \
+                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+                )
+                .bind(lease.batch_id)
+                .bind(lease.epoch)
+                .bind(now + ttl_ms)
+                .execute(pool)
+                .await?;
+                if renewed.rows_affected() == 0 {
+                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                }
+                Ok(())
+            }
+
+            pub(crate) async fn complete_batch(
+                pool: &Pool,
+                lease: &BatchLease,
+                rows: i64,
+                duration_ms: i64,
+                next_batch_size: Option<i64>,
+                now: i64,
+            ) -> Result<Appended, StoreError> {
+                let mut tx = begin_write(pool).await?;
+                let done = sqlx::query(
+                    "UPDATE sluice_batches SET status = 'succeeded', rows_affected = $3, duration_ms = $4, \
+                     finished_at = $5, lease_expires_at = NULL \
+                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+                )
+                .bind(lease.batch_id)
+                .bind(lease.epoch)
+                .bind(rows)
+                .bind(duration_ms)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                }
+                let event = Event::BatchSucceeded { ordinal: lease.ordinal, rows, duration_ms, next_batch_size };
+                let record = load_locked(&mut tx, lease.operation_id).await?;
+                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &[event], now).await?;
+                tx.commit().await?;
+                Ok(appended)
+            }
+
+            pub(crate) async fn fail_batch(
+                pool: &Pool,
+                lease: &BatchLease,
+                error: &str,
+                retry: bool,
+                next_sub_batch_size: Option<i64>,
+                now: i64,
+            ) -> Result<Appended, StoreError> {
+                let mut tx = begin_write(pool).await?;
+                let failed = sqlx::query(
+                    "UPDATE sluice_batches SET status = $3, last_error = $4, lease_expires_at = NULL, \
+                     sub_batch_size = COALESCE($5, sub_batch_size), finished_at = CASE WHEN $3 = 'failed' THEN $6 END \
+                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+                )
+                .bind(lease.batch_id)
+                .bind(lease.epoch)
+                .bind(if retry { "pending" } else { "failed" })
+                .bind(error)
+                .bind(next_sub_batch_size)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                if failed.rows_affected() == 0 {
+                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                }
+                let event = Event::BatchFailed {
+                    ordinal: lease.ordinal,
+                    attempt: lease.attempt,
+                    error: error.to_owned(),
+                    next_sub_batch_size,
+                };
+                let record = load_locked(&mut tx, lease.operation_id).await?;
+                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &[event], now).await?;
+                tx.commit().await?;
+                Ok(appended)
+            }
+
+            pub(crate) async fn batches(pool: &Pool, operation_id: i64) -> Result<Vec<Batch>, StoreError> {
+                let rows: Vec<BatchRow> =
+                    sqlx::query_as("SELECT * FROM sluice_batches WHERE operation_id = $1 ORDER BY ordinal")
+                        .bind(operation_id)
+                        .fetch_all(pool)
+                        .await?;
+                rows.into_iter().map(Batch::try_from).collect()
+            }
+
+            pub(crate) async fn prune_batches(pool: &Pool, cutoff: i64, chunk: i64) -> Result<u64, StoreError> {
+                let mut total = 0;
+                loop {
+                    let deleted = sqlx::query(
+                        "DELETE FROM sluice_batches WHERE id IN (\
+                           SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
+                           WHERE o.status IN ('finished', 'cancelled') AND o.finished_at < $1 LIMIT $2)",
+                    )
+                    .bind(cutoff)
+                    .bind(chunk)
+                    .execute(pool)
+                    .await?
+                    .rows_affected();
+                    total += deleted;
+                    if deleted < chunk as u64 {
+                        return Ok(total);
+                    }
+                }
+            }
+
+            async fn load_locked(tx: &mut Tx, id: i64) -> Result<OperationRecord, StoreError> {
+                let row: Option<OperationRow> = sqlx::query_as(DIALECT.pick(
+                    "SELECT * FROM sluice_operations WHERE id = $1",
+                    "SELECT * FROM sluice_operations WHERE id = $1 FOR UPDATE",
+                ))
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?;
+                row.ok_or(StoreError::NotFound(id))?.try_into()
+            }
+
+            /// Applies `events` to a locked record, writes the new projection and the
+            /// events, and performs the effects that are the store's own.
+            /// `take` installs a new lease (a claim); otherwise the lease is kept,
+            /// or cleared when an event releases it.
+            async fn append_loaded(
+                tx: &mut Tx,
+                record: OperationRecord,
+                expected: Expected,
+                fence: Option<&Lease>,
+                take: Option<&Lease>,
+                events: &[Event],
+                now: i64,
+            ) -> Result<Appended, StoreError> {
+                let id = record.id;
+                if let Expected::Exactly(seq) = expected
+                    && seq != record.state.last_seq
+                {
+                    return Err(StoreError::Conflict { operation_id: id, expected: seq, actual: record.state.last_seq });
+                }
+                if let Some(fence) = fence
+                    && record.lease.as_ref().is_none_or(|held| held.node != fence.node || held.epoch != fence.epoch)
+                {
+                    return Err(lease_lost(fence));
+                }
+                let first_seq = record.state.last_seq + 1;
+                let mut state = record.state;
+                let mut effects = Vec::new();
+                for event in events {
+                    let (next, more) = machine::apply(Some(&state), event, now)
+                        .map_err(|source| StoreError::Illegal { operation_id: id, source })?;
+                    state = next;
+                    effects.extend(more);
+                }
+                let mut lease = match take {
+                    Some(new) => Some(new.clone()),
+                    None => record.lease.clone(),
+                };
+                if effects.contains(&Effect::ReleaseLease) {
+                    lease = None;
+                }
+                let columns = LeaseColumns {
+                    owner: lease.as_ref().map(|l| l.node.clone()),
+                    epoch: take.map_or(record.lease_epoch, |new| new.epoch),
+                    expires_at: lease.as_ref().map(|l| l.expires_at),
+                };
+                let update = sqlx::query(AssertSqlSafe(UPDATE_OPERATION.as_str())).bind(id);
+                bind_projection!(update, ProjectionValues::of(&state))
+                    .bind(columns.owner)
+                    .bind(columns.epoch)
+                    .bind(columns.expires_at)
+                    .execute(&mut **tx)
+                    .await?;
+                if effects.contains(&Effect::RequeueFailedBatches) {
+                    sqlx::query(
+                        "UPDATE sluice_batches SET status = 'pending', finished_at = NULL \
+                         WHERE operation_id = $1 AND status = 'failed'",
+                    )
+                    .bind(id)
+                    .execute(&mut **tx)
+                    .await?;
+                }
+                insert_events(tx, id, first_seq, events, now).await?;
+                let lease_epoch = columns.epoch;
+                Ok(Appended { record: OperationRecord { id, state, lease, lease_epoch }, effects })
+            }
+
+            async fn insert_events(tx: &mut Tx, id: i64, first_seq: i64, events: &[Event], now: i64) -> Result<(), StoreError> {
+                for (seq, event) in (first_seq..).zip(events) {
+                    sqlx::query(
+                        "INSERT INTO sluice_events (operation_id, seq, kind, recorded_at, format_version, payload) \
+                         VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(id)
+                    .bind(seq)
+                    .bind(event.kind())
+                    .bind(now)
+                    .bind(FORMAT_VERSION)
+                    .bind(event::encode(event))
+                    .execute(&mut **tx)
+                    .await?;
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+backend!(sqlite, sqlx::Sqlite, Dialect::Sqlite);
+backend!(postgres, sqlx::Postgres, Dialect::Postgres);
+
+fn lease_lost(lease: &Lease) -> StoreError {
+    StoreError::LeaseLost {
+        operation_id: lease.operation_id,
+        node: lease.node.clone(),
+        epoch: lease.epoch,
+    }
+}

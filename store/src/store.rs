@@ -1,0 +1,428 @@
+//! [`Store`]: the one handle to Sluice's durable state.
+//!
+//! Guarantees, on both backends:
+//! - every state change is an event appended to the operation's log together
+//!   with the updated projection, in one transaction (both or neither);
+//! - an append that names a stale expected sequence number, or a lease that
+//!   was taken over, writes nothing and fails with a typed error;
+//! - enqueueing an operation whose identity matches an active one returns the
+//!   existing one; the database's partial unique index enforces it, so
+//!   concurrent enqueues from any number of processes create one operation;
+//! - the schema is migrated on connect (migrations are embedded in the crate).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use crate::clock::{Clock, SystemClock};
+use crate::cursor::Cursor;
+use crate::error::StoreError;
+use crate::event::{self, Event, RecordedEvent};
+use crate::machine::{self, OperationStatus, Projection};
+use crate::queries::{self, Appended, Expected};
+use crate::record::{Batch, BatchLease, EventRow, Lease, OperationRecord};
+use crate::spec::OperationSpec;
+
+/// The handle to Sluice's durable state in one database. Cheap to clone; clones
+/// share the connection pool.
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Backend,
+    clock: Arc<dyn Clock>,
+}
+
+/// Which database the store lives in.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// An SQLite file (or in-memory database): one machine, the embedded default.
+    Sqlite(SqlitePool),
+    /// PostgreSQL: several worker processes on several machines.
+    Postgres(PgPool),
+}
+
+/// The result of [`Store::enqueue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The operation's id.
+    pub id: i64,
+    /// False when an active operation with the same identity already existed
+    /// and `id` is that operation's.
+    pub created: bool,
+}
+
+/// Which operations [`Store::list`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only this status.
+    pub status: Option<OperationStatus>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// At most this many (default 1,000).
+    pub limit: Option<i64>,
+}
+
+/// Connection settings for [`Store::connect_with`].
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Most connections in the pool.
+    pub max_connections: u32,
+    /// How long an SQLite writer waits for the database lock before failing.
+    pub busy_timeout: Duration,
+    /// How long to wait for a connection from the pool.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            max_connections: 8,
+            busy_timeout: Duration::from_secs(10),
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
+        match &$self.backend {
+            Backend::Sqlite(pool) => queries::sqlite::$function(pool, $($arg),*).await,
+            Backend::Postgres(pool) => queries::postgres::$function(pool, $($arg),*).await,
+        }
+    };
+}
+
+impl Store {
+    /// Connects to `url` (`sqlite:PATH`, `sqlite::memory:`, `postgres://…`),
+    /// creating an SQLite file if it does not exist, and migrates the schema.
+    ///
+    /// Errors: [`StoreError::UnsupportedUrl`] for any other scheme (nothing is
+    /// touched), [`StoreError::Database`] when the database cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, &ConnectOptions::default()).await
+    }
+
+    /// [`Store::connect`] with explicit pool settings.
+    pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self, StoreError> {
+        if url.starts_with("sqlite:") {
+            let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+            let connect = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(if in_memory {
+                    SqliteJournalMode::Memory
+                } else {
+                    SqliteJournalMode::Wal
+                })
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(options.busy_timeout)
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                // Each connection to an in-memory database is a database of its own.
+                .max_connections(if in_memory {
+                    1
+                } else {
+                    options.max_connections
+                })
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect)
+                .await?;
+            Self::sqlite(pool).await
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let connect = PgConnectOptions::from_str(url)?;
+            let pool = PgPoolOptions::new()
+                .max_connections(options.max_connections)
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect)
+                .await?;
+            Self::postgres(pool).await
+        } else {
+            Err(StoreError::UnsupportedUrl { url: redact(url) })
+        }
+    }
+
+    /// A store in an existing SQLite pool (the host application's), migrated.
+    pub async fn sqlite(pool: SqlitePool) -> Result<Self, StoreError> {
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        Ok(Store {
+            backend: Backend::Sqlite(pool),
+            clock: Arc::new(SystemClock),
+        })
+    }
+
+    /// A store in an existing PostgreSQL pool (the host application's), migrated.
+    /// Concurrent migrations from several processes are serialised by sqlx's advisory lock.
+    pub async fn postgres(pool: PgPool) -> Result<Self, StoreError> {
+        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Ok(Store {
+            backend: Backend::Postgres(pool),
+            clock: Arc::new(SystemClock),
+        })
+    }
+
+    /// The same store reading time from `clock` (tests move time with a [`crate::ManualClock`]).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock the store stamps events and leases with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The database the store lives in, for callers that run their own SQL there.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Sqlite(pool) => pool.close().await,
+            Backend::Postgres(pool) => pool.close().await,
+        }
+    }
+
+    /// Validates `spec` and records a new pending operation with its `created`
+    /// event, or returns the active operation with the same identity
+    /// ([`OperationSpec::unique_key`]) without writing anything.
+    ///
+    /// Errors: [`StoreError::InvalidSpec`] (nothing written), [`StoreError::Database`].
+    pub async fn enqueue(&self, mut spec: OperationSpec) -> Result<Enqueued, StoreError> {
+        spec.validate()?;
+        let now = self.clock.now_ms();
+        let (id, created) = dispatch!(self.enqueue(&spec, now))?;
+        Ok(Enqueued { id, created })
+    }
+
+    /// The operation with this id. Errors: [`StoreError::NotFound`].
+    pub async fn operation(&self, id: i64) -> Result<OperationRecord, StoreError> {
+        dispatch!(self.operation(id))
+    }
+
+    /// Operations matching `filter`, oldest first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<OperationRecord>, StoreError> {
+        let limit = filter.limit.unwrap_or(1_000);
+        dispatch!(self.list(filter.status, filter.kind.as_deref(), limit))
+    }
+
+    /// Appends `events` to an operation's log and updates its projection in one
+    /// transaction. `expected` guards against lost updates; `fence`, when given,
+    /// must be the lease the operation is currently held under.
+    ///
+    /// Errors: [`StoreError::Conflict`], [`StoreError::LeaseLost`],
+    /// [`StoreError::Illegal`] (the state machine refused an event), and
+    /// [`StoreError::NotFound`]; in every case nothing is written.
+    pub async fn append(
+        &self,
+        id: i64,
+        expected: Expected,
+        fence: Option<&Lease>,
+        events: &[Event],
+    ) -> Result<Appended, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.append(id, expected, fence, events, now))
+    }
+
+    /// The operation's events after sequence number `after_seq` (0 for all), in order.
+    ///
+    /// Errors: [`StoreError::CorruptEvent`] naming the operation and sequence
+    /// number of the first event that cannot be decoded.
+    pub async fn events(&self, id: i64, after_seq: i64) -> Result<Vec<RecordedEvent>, StoreError> {
+        let rows = dispatch!(self.event_rows(id, after_seq))?;
+        rows.into_iter().map(decode_row).collect()
+    }
+
+    /// Rebuilds the operation's projection by replaying its whole log.
+    ///
+    /// Errors: [`StoreError::CorruptEvent`]; [`StoreError::Illegal`] if the
+    /// stored log is not one the state machine accepts; [`StoreError::NotFound`].
+    pub async fn replay(&self, id: i64) -> Result<Projection, StoreError> {
+        let events = self.events(id, 0).await?;
+        let state = machine::replay(events.iter().map(|e| (&e.event, e.recorded_at))).map_err(
+            |source| StoreError::Illegal {
+                operation_id: id,
+                source,
+            },
+        )?;
+        state.ok_or(StoreError::NotFound(id))
+    }
+
+    /// Replays the log and compares it with the stored projection.
+    ///
+    /// Errors: [`StoreError::ReplayMismatch`] when they differ, and those of [`Store::replay`].
+    pub async fn verify(&self, id: i64) -> Result<(), StoreError> {
+        let stored = self.operation(id).await?;
+        let replayed = self.replay(id).await?;
+        if replayed != stored.state {
+            return Err(StoreError::ReplayMismatch {
+                operation_id: id,
+                events: replayed.last_seq as usize,
+            });
+        }
+        Ok(())
+    }
+
+    /// Claims up to `limit` runnable operations for `node` under leases lasting
+    /// `ttl`: pending ones, and running ones whose lease expired (their holder
+    /// is presumed dead; its later writes will be rejected). User-triggered
+    /// operations come first, then higher priority, then older. Each claim
+    /// appends a `started` event in the same transaction.
+    pub async fn claim_operations(
+        &self,
+        node: &str,
+        limit: i64,
+        ttl: Duration,
+    ) -> Result<Vec<Appended>, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.claim_operations(node, limit, millis(ttl), now))
+    }
+
+    /// Extends a lease by `ttl` from now.
+    ///
+    /// Errors: [`StoreError::LeaseLost`] when another node took the operation
+    /// over or the lease was released (the operation was paused, cancelled…).
+    pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.renew_lease(lease, millis(ttl), now))
+    }
+
+    /// Records the operation's next batch, from its cursor to `end` (inclusive;
+    /// `None` for a loop batch), before it runs: a `batch_planned` event and a
+    /// pending batch row, in one transaction, fenced by `lease`.
+    pub async fn plan_batch(
+        &self,
+        lease: &Lease,
+        end: Option<Cursor>,
+        size: i64,
+    ) -> Result<(Batch, Appended), StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.plan_batch(lease, end, size, now))
+    }
+
+    /// Claims up to `limit` batches of running operations (of one operation
+    /// when `operation_id` is given) for `node`: pending ones, and running
+    /// ones whose lease expired. Each claim raises the batch's epoch and
+    /// attempt count; no two nodes ever hold the same batch epoch.
+    pub async fn claim_batches(
+        &self,
+        node: &str,
+        operation_id: Option<i64>,
+        limit: i64,
+        ttl: Duration,
+    ) -> Result<Vec<Batch>, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.claim_batches(node, operation_id, limit, millis(ttl), now))
+    }
+
+    /// Extends a batch lease. Errors: [`StoreError::BatchLeaseLost`].
+    pub async fn renew_batch_lease(
+        &self,
+        lease: &BatchLease,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.renew_batch_lease(lease, millis(ttl), now))
+    }
+
+    /// Marks a batch succeeded and appends `batch_succeeded`, in one transaction.
+    ///
+    /// Errors: [`StoreError::BatchLeaseLost`] when the batch was claimed by
+    /// another node since (nothing is written).
+    pub async fn complete_batch(
+        &self,
+        lease: &BatchLease,
+        rows: i64,
+        duration: Duration,
+        next_batch_size: Option<i64>,
+    ) -> Result<Appended, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.complete_batch(lease, rows, millis(duration), next_batch_size, now))
+    }
+
+    /// Records a failed batch attempt: the batch goes back to pending when
+    /// `retry`, otherwise it is failed; `batch_failed` is appended.
+    ///
+    /// Errors: [`StoreError::BatchLeaseLost`].
+    pub async fn fail_batch(
+        &self,
+        lease: &BatchLease,
+        error: &str,
+        retry: bool,
+        next_sub_batch_size: Option<i64>,
+    ) -> Result<Appended, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.fail_batch(lease, error, retry, next_sub_batch_size, now))
+    }
+
+    /// The operation's batches, by ordinal.
+    pub async fn batches(&self, operation_id: i64) -> Result<Vec<Batch>, StoreError> {
+        dispatch!(self.batches(operation_id))
+    }
+
+    /// Deletes the batch records of operations that finished or were cancelled
+    /// more than `older_than` ago, `chunk` rows per statement so no statement
+    /// holds locks for long. Event logs are never touched. Returns the number
+    /// of batch records deleted.
+    pub async fn prune(&self, older_than: Duration, chunk: i64) -> Result<u64, StoreError> {
+        let cutoff = self.clock.now_ms() - millis(older_than);
+        dispatch!(self.prune_batches(cutoff, chunk.max(1)))
+    }
+}
+
+fn decode_row(row: EventRow) -> Result<RecordedEvent, StoreError> {
+    let event = event::decode(row.format_version, &row.kind, &row.payload).map_err(|source| {
+        StoreError::CorruptEvent {
+            operation_id: row.operation_id,
+            seq: row.seq,
+            source,
+        }
+    })?;
+    Ok(RecordedEvent {
+        operation_id: row.operation_id,
+        seq: row.seq,
+        recorded_at: row.recorded_at,
+        event,
+    })
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_not_repeated_in_messages() {
+        assert_eq!(
+            redact("mysql://root:secret@db:3306/x"),
+            "mysql://root:***@db:3306/x"
+        );
+        assert_eq!(redact("redis://db"), "redis://db");
+    }
+}

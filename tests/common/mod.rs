@@ -1,0 +1,220 @@
+//! Fixtures shared by every database-level test: a store in a fresh SQLite
+//! file, or in a fresh schema of the test PostgreSQL server.
+//!
+//! PostgreSQL tests are skipped, with a line saying so, when the server is not
+//! reachable, unless `SLUICE_REQUIRE_SERVERS=1` (set by CI) makes that a failure.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_store::Store;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+/// The PostgreSQL the tests use.
+pub fn postgres_url() -> String {
+    std::env::var("SLUICE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// True when a missing server must fail the test rather than skip it.
+pub fn servers_required() -> bool {
+    std::env::var("SLUICE_REQUIRE_SERVERS").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// A database a test owns, with its store; removed when dropped (SQLite) or
+/// at the next run (PostgreSQL schemas are dropped by [`TestDb::cleanup`]).
+pub struct TestDb {
+    /// The store under test.
+    pub store: Store,
+    /// The URL another process would use to reach the same database.
+    pub url: String,
+    /// Which backend.
+    pub backend: &'static str,
+    schema: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    /// A fresh SQLite file in a temporary folder.
+    pub async fn sqlite() -> TestDb {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let url = format!("sqlite:{}", dir.path().join("sluice.sqlite").display());
+        let store = Store::connect(&url).await.expect("open SQLite store");
+        TestDb {
+            store,
+            url,
+            backend: "sqlite",
+            schema: None,
+            _dir: Some(dir),
+        }
+    }
+
+    /// A fresh schema in the test PostgreSQL, or `None` (after saying so) when
+    /// the server is unreachable and servers are not required.
+    pub async fn postgres() -> Option<TestDb> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let base = postgres_url();
+        let admin = match PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect(&base)
+            .await
+        {
+            Ok(pool) => pool,
+            Err(e) if !servers_required() => {
+                eprintln!(
+                    "SKIPPED: PostgreSQL not reachable at {base} ({e}); set SLUICE_REQUIRE_SERVERS=1 to fail instead"
+                );
+                return None;
+            }
+            Err(e) => panic!("PostgreSQL required but not reachable at {base}: {e}"),
+        };
+        let schema = format!(
+            "sluice_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        )))
+        .execute(&admin)
+        .await
+        .expect("create test schema");
+        admin.close().await;
+        let url = format!("{base}?options=-c%20search_path%3D{schema}");
+        let options = PgConnectOptions::from_str(&base)
+            .unwrap()
+            .options([("search_path", schema.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .expect("connect");
+        let store = Store::postgres(pool)
+            .await
+            .expect("migrate PostgreSQL store");
+        Some(TestDb {
+            store,
+            url,
+            backend: "postgres",
+            schema: Some(schema),
+            _dir: None,
+        })
+    }
+
+    /// Runs raw SQL against the test database (to corrupt rows, inspect tables).
+    pub async fn execute(&self, sql: &str) -> u64 {
+        match self.store.backend() {
+            sluice_store::Backend::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect(sql)
+                .rows_affected(),
+            sluice_store::Backend::Postgres(pool) => {
+                sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .execute(pool)
+                    .await
+                    .expect(sql)
+                    .rows_affected()
+            }
+        }
+    }
+
+    /// Like [`TestDb::execute`] but returns the error instead of panicking.
+    pub async fn try_execute(&self, sql: &str) -> Result<u64, sqlx::Error> {
+        match self.store.backend() {
+            sluice_store::Backend::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()),
+            sluice_store::Backend::Postgres(pool) => {
+                sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .execute(pool)
+                    .await
+                    .map(|r| r.rows_affected())
+            }
+        }
+    }
+
+    /// A single integer from a query.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        match self.store.backend() {
+            sluice_store::Backend::Sqlite(pool) => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(pool)
+                    .await
+                    .expect(sql)
+            }
+            sluice_store::Backend::Postgres(pool) => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(pool)
+                    .await
+                    .expect(sql)
+            }
+        }
+    }
+
+    /// Drops the PostgreSQL schema (SQLite files go with their folder).
+    pub async fn cleanup(self) {
+        self.store.close().await;
+        if let Some(schema) = &self.schema
+            && let Ok(admin) = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&postgres_url())
+                .await
+        {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE"
+            )))
+            .execute(&admin)
+            .await;
+        }
+    }
+}
+
+/// Waits until `check` returns true, polling every 20 ms, failing after `deadline`.
+pub async fn wait_for<F, Fut>(what: &str, deadline: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Declares each listed async test function once per backend:
+/// `sqlite::NAME` on a temporary file and `postgres::NAME` on the test server.
+#[macro_export]
+macro_rules! for_each_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = $crate::common::TestDb::sqlite().await;
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let Some(db) = $crate::common::TestDb::postgres().await else { return };
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,815 @@
+//! The store suite: every test runs on a real SQLite file and on the real
+//! PostgreSQL server (see `common::for_each_backend!`).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestDb;
+use serde_json::json;
+use sluice_store::{
+    BatchStatus, Cursor, Event, Expected, Health, IllegalTransition, ListFilter, ManualClock,
+    OperationSpec, OperationStatus, Store, StoreError,
+};
+
+for_each_backend!(
+    enqueue_round_trips_and_logs_created,
+    eight_concurrent_identical_enqueues_make_one_operation,
+    concurrent_appenders_with_the_same_expected_seq_one_wins,
+    illegal_transition_is_refused_and_writes_nothing,
+    taken_over_lease_rejects_the_old_holder,
+    operator_pause_releases_the_lease_and_fences_the_holder,
+    batch_leases_fence_a_stalled_worker,
+    concurrent_batch_claims_never_share_a_batch,
+    full_lifecycle_replays_to_the_stored_projection,
+    operator_retry_requeues_failed_batches,
+    corrupt_or_unknown_payload_names_operation_and_seq,
+    retention_prunes_old_terminal_batches_in_chunks_only,
+    database_constraints_refuse_impossible_rows,
+    claims_prefer_user_operations_then_priority,
+);
+
+fn spec(table: &str) -> OperationSpec {
+    let mut spec = OperationSpec::new("delete-aged-rows", table, vec!["id".into()])
+        .with_arguments(&json!({"column": "created_at", "older_than": "90d"}));
+    spec.max_cursor = Some(Cursor::int(1_000));
+    spec.batch_size = 100;
+    spec.sub_batch_size = 25;
+    spec.estimated_rows = Some(1_000);
+    spec
+}
+
+/// A store on the same database with a manual clock.
+fn with_clock(db: &TestDb) -> (Store, ManualClock) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    (db.store.clone().with_clock(Arc::new(clock.clone())), clock)
+}
+
+async fn enqueue_round_trips_and_logs_created(db: &TestDb) {
+    let mut wanted = spec("events");
+    wanted.tenant_id = Some("tenant-7".into());
+    wanted.trace_context = Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
+    let enqueued = db.store.enqueue(wanted.clone()).await.unwrap();
+    assert!(enqueued.created);
+    let record = db.store.operation(enqueued.id).await.unwrap();
+    assert_eq!(record.state.status, OperationStatus::Pending);
+    assert_eq!(record.state.table, "events");
+    assert_eq!(
+        record.state.arguments,
+        r#"{"column":"created_at","older_than":"90d"}"#
+    );
+    assert_eq!(record.state.max_cursor, Some(Cursor::int(1_000)));
+    assert_eq!(record.state.tenant_id.as_deref(), Some("tenant-7"));
+    assert_eq!(record.state.trace_context, wanted.trace_context);
+    assert_eq!(record.state.last_seq, 1);
+    assert!(record.lease.is_none());
+    let events = db.store.events(enqueued.id, 0).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(matches!(&events[0].event, Event::Created(s) if s.table == "events"));
+    db.store.verify(enqueued.id).await.unwrap();
+    // The log is queryable in plain SQL: kind and time are columns.
+    let created = db
+        .scalar("SELECT COUNT(*) FROM sluice_events WHERE kind = 'created' AND recorded_at > 0")
+        .await;
+    assert_eq!(created, 1);
+    // Invalid specs write nothing.
+    let mut bad = spec("events");
+    bad.batch_size = 0;
+    assert!(matches!(
+        db.store.enqueue(bad).await,
+        Err(StoreError::InvalidSpec(_))
+    ));
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 1);
+    assert!(matches!(
+        db.store.operation(9_999).await,
+        Err(StoreError::NotFound(9_999))
+    ));
+}
+
+async fn eight_concurrent_identical_enqueues_make_one_operation(db: &TestDb) {
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let store = db.store.clone();
+            // Same arguments, written in a different key order by half the callers.
+            let args = if i % 2 == 0 {
+                json!({"a": 1, "b": 2})
+            } else {
+                json!({"b": 2, "a": 1})
+            };
+            tokio::spawn(async move {
+                store
+                    .enqueue(spec("todos").with_arguments(&args))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    let ids: std::collections::HashSet<i64> = results.iter().map(|r| r.id).collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "all callers got the same operation: {results:?}"
+    );
+    assert_eq!(results.iter().filter(|r| r.created).count(), 1);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 1);
+    // Different arguments are a different operation.
+    let other = db
+        .store
+        .enqueue(spec("todos").with_arguments(&json!({"a": 2})))
+        .await
+        .unwrap();
+    assert!(other.created);
+    // Once the first is no longer active, the same identity may be enqueued again.
+    let id = *ids.iter().next().unwrap();
+    db.store
+        .append(
+            id,
+            Expected::Any,
+            None,
+            &[Event::Cancelled {
+                reason: "test".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    let again = db
+        .store
+        .enqueue(spec("todos").with_arguments(&json!({"a": 1, "b": 2})))
+        .await
+        .unwrap();
+    assert!(again.created);
+    assert_ne!(again.id, id);
+}
+
+async fn concurrent_appenders_with_the_same_expected_seq_one_wins(db: &TestDb) {
+    for round in 0..5 {
+        let id = db
+            .store
+            .enqueue(spec(&format!("t{round}")))
+            .await
+            .unwrap()
+            .id;
+        let seq = db.store.operation(id).await.unwrap().state.last_seq;
+        let a = {
+            let store = db.store.clone();
+            tokio::spawn(async move {
+                store
+                    .append(
+                        id,
+                        Expected::Exactly(seq),
+                        None,
+                        &[Event::Paused { reason: "a".into() }],
+                    )
+                    .await
+            })
+        };
+        let b = {
+            let store = db.store.clone();
+            tokio::spawn(async move {
+                store
+                    .append(
+                        id,
+                        Expected::Exactly(seq),
+                        None,
+                        &[Event::Cancelled { reason: "b".into() }],
+                    )
+                    .await
+            })
+        };
+        let outcomes = [a.await.unwrap(), b.await.unwrap()];
+        let wins = outcomes.iter().filter(|o| o.is_ok()).count();
+        assert_eq!(wins, 1, "exactly one appender wins: {outcomes:?}");
+        let loser = outcomes
+            .iter()
+            .find(|o| o.is_err())
+            .unwrap()
+            .as_ref()
+            .unwrap_err();
+        assert!(
+            matches!(loser, StoreError::Conflict { operation_id, expected, actual } if *operation_id == id && *expected == seq && *actual == seq + 1),
+            "{loser:?}"
+        );
+        assert_eq!(db.store.events(id, 0).await.unwrap().len(), 2);
+        db.store.verify(id).await.unwrap();
+    }
+}
+
+async fn illegal_transition_is_refused_and_writes_nothing(db: &TestDb) {
+    let id = db.store.enqueue(spec("t")).await.unwrap().id;
+    let err = db
+        .store
+        .append(id, Expected::Any, None, &[Event::Finished])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            StoreError::Illegal {
+                source: IllegalTransition::WrongStatus {
+                    from: OperationStatus::Pending,
+                    event: "finished"
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A batch of events is all-or-nothing: the legal first one is not kept either.
+    let err = db
+        .store
+        .append(
+            id,
+            Expected::Any,
+            None,
+            &[Event::Paused { reason: "x".into() }, Event::Retried],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Illegal { .. }));
+    let record = db.store.operation(id).await.unwrap();
+    assert_eq!(
+        (record.state.status, record.state.last_seq),
+        (OperationStatus::Pending, 1)
+    );
+    assert_eq!(db.store.events(id, 0).await.unwrap().len(), 1);
+}
+
+async fn taken_over_lease_rejects_the_old_holder(db: &TestDb) {
+    let (store, clock) = with_clock(db);
+    let id = store.enqueue(spec("t")).await.unwrap().id;
+    let ttl = Duration::from_secs(30);
+    let a = store.claim_operations("node-a", 10, ttl).await.unwrap();
+    assert_eq!(a.len(), 1);
+    let lease_a = a[0].record.lease.clone().unwrap();
+    assert_eq!((lease_a.node.as_str(), lease_a.epoch), ("node-a", 1));
+    // While A's lease is live, B gets nothing.
+    assert!(
+        store
+            .claim_operations("node-b", 10, ttl)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A renews: still held.
+    let lease_a = store.renew_lease(&lease_a, ttl).await.unwrap();
+    clock.advance(31_000);
+    // A stalls past its lease; B takes over with a higher epoch.
+    let b = store.claim_operations("node-b", 10, ttl).await.unwrap();
+    let lease_b = b[0].record.lease.clone().unwrap();
+    assert_eq!((lease_b.node.as_str(), lease_b.epoch), ("node-b", 2));
+    assert_eq!(b[0].record.state.node.as_deref(), Some("node-b"));
+    // A's late writes are all rejected.
+    assert!(matches!(
+        store.renew_lease(&lease_a, ttl).await,
+        Err(StoreError::LeaseLost { epoch: 1, .. })
+    ));
+    assert!(matches!(
+        store
+            .plan_batch(&lease_a, Some(Cursor::int(100)), 100)
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    let stale = [Event::Yielded {
+        reason: "late".into(),
+    }];
+    assert!(matches!(
+        store
+            .append(id, Expected::Any, Some(&lease_a), &stale)
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    // B's writes go through.
+    let (batch, _) = store
+        .plan_batch(&lease_b, Some(Cursor::int(100)), 100)
+        .await
+        .unwrap();
+    assert_eq!((batch.ordinal, batch.status), (1, BatchStatus::Pending));
+    store.verify(id).await.unwrap();
+}
+
+async fn operator_pause_releases_the_lease_and_fences_the_holder(db: &TestDb) {
+    let id = db.store.enqueue(spec("t")).await.unwrap().id;
+    let claimed = db
+        .store
+        .claim_operations("node-a", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease = claimed[0].record.lease.clone().unwrap();
+    // Another process pauses it (no lease, no expected seq).
+    let paused = db
+        .store
+        .append(
+            id,
+            Expected::Any,
+            None,
+            &[Event::Paused {
+                reason: "operator".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(paused.record.lease.is_none());
+    assert_eq!(paused.record.state.status, OperationStatus::Paused);
+    assert!(matches!(
+        db.store.renew_lease(&lease, Duration::from_secs(60)).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    // Paused operations are not claimable; resumed ones are, with a new epoch.
+    assert!(
+        db.store
+            .claim_operations("node-b", 1, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    db.store
+        .append(id, Expected::Any, None, &[Event::Resumed])
+        .await
+        .unwrap();
+    let again = db
+        .store
+        .claim_operations("node-b", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(again[0].record.lease.as_ref().unwrap().epoch, 2);
+    db.store.verify(id).await.unwrap();
+}
+
+async fn batch_leases_fence_a_stalled_worker(db: &TestDb) {
+    let (store, clock) = with_clock(db);
+    let id = store.enqueue(spec("t")).await.unwrap().id;
+    let op = store
+        .claim_operations("planner", 1, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let lease = op[0].record.lease.clone().unwrap();
+    store
+        .plan_batch(&lease, Some(Cursor::int(100)), 100)
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(10);
+    let a = store
+        .claim_batches("worker-a", Some(id), 5, ttl)
+        .await
+        .unwrap();
+    assert_eq!(a.len(), 1);
+    let lease_a = a[0].lease().unwrap();
+    assert_eq!((lease_a.epoch, lease_a.attempt), (1, 1));
+    assert!(
+        store
+            .claim_batches("worker-b", Some(id), 5, ttl)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    clock.advance(11_000);
+    let b = store
+        .claim_batches("worker-b", Some(id), 5, ttl)
+        .await
+        .unwrap();
+    let lease_b = b[0].lease().unwrap();
+    assert_eq!((lease_b.epoch, lease_b.attempt), (2, 2));
+    // The stalled worker's late completion is rejected and changes nothing.
+    let late = store
+        .complete_batch(&lease_a, 100, Duration::from_millis(5), None)
+        .await;
+    assert!(
+        matches!(late, Err(StoreError::BatchLeaseLost { epoch: 1, .. })),
+        "{late:?}"
+    );
+    assert!(matches!(
+        store.renew_batch_lease(&lease_a, ttl).await,
+        Err(StoreError::BatchLeaseLost { .. })
+    ));
+    assert!(matches!(
+        store.fail_batch(&lease_a, "x", true, None).await,
+        Err(StoreError::BatchLeaseLost { .. })
+    ));
+    assert_eq!(store.operation(id).await.unwrap().state.rows_done, 0);
+    let done = store
+        .complete_batch(&lease_b, 97, Duration::from_millis(5), Some(120))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            done.record.state.rows_done,
+            done.record.state.batches_succeeded
+        ),
+        (97, 1)
+    );
+    assert_eq!(done.record.state.batch_size, 120);
+    // Completing twice is impossible too.
+    assert!(
+        store
+            .complete_batch(&lease_b, 97, Duration::from_millis(5), None)
+            .await
+            .is_err()
+    );
+    let batches = store.batches(id).await.unwrap();
+    assert_eq!(
+        (batches[0].status, batches[0].rows_affected),
+        (BatchStatus::Succeeded, 97)
+    );
+    store.verify(id).await.unwrap();
+}
+
+async fn concurrent_batch_claims_never_share_a_batch(db: &TestDb) {
+    let id = db.store.enqueue(spec("t")).await.unwrap().id;
+    let op = db
+        .store
+        .claim_operations("planner", 1, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let lease = op[0].record.lease.clone().unwrap();
+    for i in 1..=10 {
+        db.store
+            .plan_batch(&lease, Some(Cursor::int(i * 100)), 100)
+            .await
+            .unwrap();
+    }
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let store = db.store.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let got = store
+                        .claim_batches(&format!("w{w}"), Some(id), 1, Duration::from_secs(600))
+                        .await
+                        .unwrap();
+                    let Some(batch) = got.into_iter().next() else {
+                        return mine;
+                    };
+                    store
+                        .complete_batch(
+                            &batch.lease().unwrap(),
+                            100,
+                            Duration::from_millis(1),
+                            None,
+                        )
+                        .await
+                        .unwrap();
+                    mine.push(batch.ordinal);
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await.unwrap());
+    }
+    all.sort();
+    assert_eq!(
+        all,
+        (1..=10).collect::<Vec<_>>(),
+        "every batch processed exactly once"
+    );
+    let record = db.store.operation(id).await.unwrap();
+    assert_eq!(
+        (record.state.rows_done, record.state.batches_succeeded),
+        (1_000, 10)
+    );
+    db.store.verify(id).await.unwrap();
+}
+
+async fn full_lifecycle_replays_to_the_stored_projection(db: &TestDb) {
+    let id = db.store.enqueue(spec("t")).await.unwrap().id;
+    let ttl = Duration::from_secs(600);
+    let lease = db.store.claim_operations("n", 1, ttl).await.unwrap()[0]
+        .record
+        .lease
+        .clone()
+        .unwrap();
+    let (b1, planned) = db
+        .store
+        .plan_batch(&lease, Some(Cursor::int(100)), 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        planned.effects,
+        vec![sluice_store::Effect::RunBatch { ordinal: 1 }]
+    );
+    assert_eq!(b1.start, None);
+    let (b2, _) = db
+        .store
+        .plan_batch(&lease, Some(Cursor::int(250)), 150)
+        .await
+        .unwrap();
+    assert_eq!(b2.start, Some(Cursor::int(100)));
+    let throttle = [Event::Throttled {
+        health: Health::Throttled { percent: 50 },
+        reason: Some("lag 3s".into()),
+    }];
+    db.store
+        .append(id, Expected::Any, Some(&lease), &throttle)
+        .await
+        .unwrap();
+    let claimed = db.store.claim_batches("n", Some(id), 2, ttl).await.unwrap();
+    db.store
+        .fail_batch(
+            &claimed[0].lease().unwrap(),
+            "statement timeout",
+            true,
+            Some(10),
+        )
+        .await
+        .unwrap();
+    db.store
+        .complete_batch(
+            &claimed[1].lease().unwrap(),
+            150,
+            Duration::from_millis(9),
+            None,
+        )
+        .await
+        .unwrap();
+    let retried = db.store.claim_batches("n", Some(id), 2, ttl).await.unwrap();
+    assert_eq!(
+        (retried.len(), retried[0].ordinal, retried[0].sub_batch_size),
+        (1, 1, 10)
+    );
+    db.store
+        .complete_batch(
+            &retried[0].lease().unwrap(),
+            100,
+            Duration::from_millis(20),
+            Some(200),
+        )
+        .await
+        .unwrap();
+    let clear = [Event::Throttled {
+        health: Health::Normal,
+        reason: None,
+    }];
+    db.store
+        .append(id, Expected::Any, Some(&lease), &clear)
+        .await
+        .unwrap();
+    let done = db
+        .store
+        .append(id, Expected::Any, Some(&lease), &[Event::Finished])
+        .await
+        .unwrap();
+    let state = &done.record.state;
+    assert_eq!(state.status, OperationStatus::Finished);
+    assert_eq!(
+        (
+            state.rows_done,
+            state.batches_planned,
+            state.batches_succeeded,
+            state.batch_failures
+        ),
+        (250, 2, 2, 1)
+    );
+    assert_eq!(state.cursor, Some(Cursor::int(250)));
+    assert_eq!(state.last_error.as_deref(), Some("statement timeout"));
+    assert!(done.record.lease.is_none() && state.finished_at.is_some());
+    assert_eq!(
+        db.store.replay(id).await.unwrap(),
+        db.store.operation(id).await.unwrap().state
+    );
+    let kinds: Vec<&str> = db
+        .store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event.kind())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "created",
+            "started",
+            "batch_planned",
+            "batch_planned",
+            "throttled",
+            "batch_failed",
+            "batch_succeeded",
+            "batch_succeeded",
+            "throttled",
+            "finished"
+        ]
+    );
+}
+
+async fn operator_retry_requeues_failed_batches(db: &TestDb) {
+    let id = db.store.enqueue(spec("t")).await.unwrap().id;
+    let ttl = Duration::from_secs(600);
+    let lease = db.store.claim_operations("n", 1, ttl).await.unwrap()[0]
+        .record
+        .lease
+        .clone()
+        .unwrap();
+    db.store
+        .plan_batch(&lease, Some(Cursor::int(100)), 100)
+        .await
+        .unwrap();
+    let batch = db
+        .store
+        .claim_batches("n", Some(id), 1, ttl)
+        .await
+        .unwrap()
+        .remove(0);
+    db.store
+        .fail_batch(&batch.lease().unwrap(), "deadlock detected", false, None)
+        .await
+        .unwrap();
+    let failed = db
+        .store
+        .append(
+            id,
+            Expected::Any,
+            Some(&lease),
+            &[Event::Failed {
+                error: "deadlock detected".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.record.state.status, OperationStatus::Failed);
+    assert_eq!(
+        db.store.batches(id).await.unwrap()[0].status,
+        BatchStatus::Failed
+    );
+    // Failed operations are not claimable until retried.
+    assert!(
+        db.store
+            .claim_operations("m", 1, ttl)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    db.store
+        .append(id, Expected::Any, None, &[Event::Retried])
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.batches(id).await.unwrap()[0].status,
+        BatchStatus::Pending
+    );
+    let again = db.store.claim_operations("m", 1, ttl).await.unwrap();
+    assert_eq!(again[0].record.state.status, OperationStatus::Running);
+    let batch = db
+        .store
+        .claim_batches("m", Some(id), 1, ttl)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!((batch.ordinal, batch.attempts), (1, 2));
+    db.store.verify(id).await.unwrap();
+}
+
+async fn corrupt_or_unknown_payload_names_operation_and_seq(db: &TestDb) {
+    let broken = db.store.enqueue(spec("a")).await.unwrap().id;
+    let healthy = db.store.enqueue(spec("b")).await.unwrap().id;
+    db.store
+        .claim_operations("n", 2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let garbage = if db.backend == "postgres" {
+        "'\\xffffff'::bytea"
+    } else {
+        "X'FFFFFF'"
+    };
+    db.execute(&format!(
+        "UPDATE sluice_events SET payload = {garbage} WHERE operation_id = {broken} AND seq = 2"
+    ))
+    .await;
+    let err = db.store.events(broken, 0).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::CorruptEvent { operation_id, seq: 2, .. } if operation_id == broken),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("operation {broken}, event 2")),
+        "{err}"
+    );
+    // Other operations are unaffected.
+    assert_eq!(db.store.events(healthy, 0).await.unwrap().len(), 2);
+    db.store.verify(healthy).await.unwrap();
+    // The broken operation can still be stopped: appends never decode old events.
+    let failed = db
+        .store
+        .append(
+            broken,
+            Expected::Any,
+            None,
+            &[Event::Failed {
+                error: err.to_string(),
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.record.state.status, OperationStatus::Failed);
+    // A payload from a newer format version is reported as such.
+    db.execute(&format!(
+        "UPDATE sluice_events SET format_version = 42 WHERE operation_id = {healthy} AND seq = 1"
+    ))
+    .await;
+    let err = db.store.replay(healthy).await.unwrap_err();
+    assert!(
+        err.to_string().contains("unknown event format version 42"),
+        "{err}"
+    );
+}
+
+async fn retention_prunes_old_terminal_batches_in_chunks_only(db: &TestDb) {
+    let (store, clock) = with_clock(db);
+    let ttl = Duration::from_secs(600);
+    let old = store.enqueue(spec("old")).await.unwrap().id;
+    let active = store.enqueue(spec("active")).await.unwrap().id;
+    for claimed in store.claim_operations("n", 2, ttl).await.unwrap() {
+        let lease = claimed.record.lease.unwrap();
+        for i in 1..=7 {
+            store
+                .plan_batch(&lease, Some(Cursor::int(i * 10)), 10)
+                .await
+                .unwrap();
+        }
+    }
+    for batch in store.claim_batches("n", Some(old), 100, ttl).await.unwrap() {
+        store
+            .complete_batch(&batch.lease().unwrap(), 10, Duration::from_millis(1), None)
+            .await
+            .unwrap();
+    }
+    store
+        .append(old, Expected::Any, None, &[Event::Finished])
+        .await
+        .unwrap();
+    let events_before = db.scalar("SELECT COUNT(*) FROM sluice_events").await;
+    // Not old enough yet.
+    assert_eq!(store.prune(Duration::from_secs(3600), 3).await.unwrap(), 0);
+    clock.advance(3_601_000);
+    assert_eq!(store.prune(Duration::from_secs(3600), 3).await.unwrap(), 7);
+    assert!(store.batches(old).await.unwrap().is_empty());
+    assert_eq!(
+        store.batches(active).await.unwrap().len(),
+        7,
+        "active operation untouched"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_events").await,
+        events_before,
+        "event logs untouched"
+    );
+    store.verify(old).await.unwrap();
+    assert_eq!(store.prune(Duration::from_secs(3600), 3).await.unwrap(), 0);
+}
+
+async fn database_constraints_refuse_impossible_rows(db: &TestDb) {
+    let id = db.store.enqueue(spec("t")).await.unwrap().id;
+    for sql in [
+        format!("UPDATE sluice_operations SET status = 'exploded' WHERE id = {id}"),
+        format!("UPDATE sluice_operations SET status = 'finished' WHERE id = {id}"), // finished without finished_at
+        format!("UPDATE sluice_operations SET batch_size = 0 WHERE id = {id}"),
+        format!("UPDATE sluice_operations SET batches_succeeded = 5 WHERE id = {id}"),
+        format!("UPDATE sluice_operations SET lease_owner = 'x' WHERE id = {id}"), // a lease on a pending operation
+        format!(
+            "INSERT INTO sluice_events (operation_id, seq, kind, recorded_at, format_version, payload) SELECT operation_id, seq, kind, recorded_at, format_version, payload FROM sluice_events WHERE operation_id = {id}"
+        ),
+    ] {
+        assert!(
+            db.try_execute(&sql).await.is_err(),
+            "the database accepted: {sql}"
+        );
+    }
+    db.store.verify(id).await.unwrap();
+}
+
+async fn claims_prefer_user_operations_then_priority(db: &TestDb) {
+    let mut scheduled = spec("s");
+    scheduled.origin = sluice_store::Origin::Schedule;
+    scheduled.priority = 100;
+    let s = db.store.enqueue(scheduled).await.unwrap().id;
+    let low = db.store.enqueue(spec("low")).await.unwrap().id;
+    let mut urgent = spec("high");
+    urgent.priority = 5;
+    let high = db.store.enqueue(urgent).await.unwrap().id;
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let claimed = db
+            .store
+            .claim_operations("n", 1, Duration::from_secs(60))
+            .await
+            .unwrap();
+        order.push(claimed[0].record.id);
+    }
+    assert_eq!(order, vec![high, low, s]);
+    let listed = db
+        .store
+        .list(&ListFilter {
+            status: Some(OperationStatus::Running),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 3);
+}
