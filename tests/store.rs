@@ -28,6 +28,7 @@ for_each_backend!(
     retention_prunes_old_terminal_batches_in_chunks_only,
     database_constraints_refuse_impossible_rows,
     claims_prefer_user_operations_then_priority,
+    sub_batch_change_and_record_commit_together_or_not_at_all,
 );
 
 fn spec(table: &str) -> OperationSpec {
@@ -812,4 +813,82 @@ async fn claims_prefer_user_operations_then_priority(db: &TestDb) {
         .await
         .unwrap();
     assert_eq!(listed.len(), 3);
+}
+
+async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) {
+    use sluice_store::{Ident, SqlText, SqlValue};
+    db.execute("CREATE TABLE items (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)")
+        .await;
+    db.execute("INSERT INTO items (id, n) SELECT v, 0 FROM (SELECT 1 AS v UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4) s").await;
+    let (store, clock) = with_clock(db);
+    let id = store.enqueue(spec("items")).await.unwrap().id;
+    let ttl = Duration::from_secs(10);
+    let lease = store
+        .claim_operations("p", 1, Duration::from_secs(600))
+        .await
+        .unwrap()[0]
+        .record
+        .lease
+        .clone()
+        .unwrap();
+    store
+        .plan_batch(&lease, Some(Cursor::int(4)), 4)
+        .await
+        .unwrap();
+    let a = store.claim_batches("a", Some(id), 1, ttl).await.unwrap()[0]
+        .lease()
+        .unwrap();
+    let table = Ident::parse("items").unwrap();
+    let bump = SqlText::new("UPDATE ")
+        .ident(&table)
+        .push(" SET n = n + 1 WHERE id > ")
+        .param(1)
+        .push(" AND id <= ")
+        .param(2);
+    // Worker A commits its first sub-batch: the change and the progress record together.
+    let mut tx = store.begin_sub_batch(&a).await.unwrap();
+    assert_eq!(
+        tx.execute(&bump, &[SqlValue::Int(0), SqlValue::Int(2)])
+            .await
+            .unwrap(),
+        2
+    );
+    tx.commit(Some(&Cursor::int(2)), 2).await.unwrap();
+    // A stalls; B takes the batch over and continues from the recorded progress.
+    clock.advance(11_000);
+    let b_batch = store
+        .claim_batches("b", Some(id), 1, ttl)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (b_batch.progress.clone(), b_batch.rows_affected),
+        (Some(Cursor::int(2)), 2)
+    );
+    // A's late second sub-batch is rolled back, data change included.
+    let mut late = store.begin_sub_batch(&a).await.unwrap();
+    late.execute(&bump, &[SqlValue::Int(2), SqlValue::Int(4)])
+        .await
+        .unwrap();
+    assert!(matches!(
+        late.commit(Some(&Cursor::int(4)), 2).await,
+        Err(StoreError::BatchLeaseLost { .. })
+    ));
+    assert_eq!(
+        db.scalar("SELECT CAST(SUM(n) AS BIGINT) FROM items").await,
+        2
+    );
+    let b = b_batch.lease().unwrap();
+    let mut tx = store.begin_sub_batch(&b).await.unwrap();
+    tx.execute(&bump, &[SqlValue::Int(2), SqlValue::Int(4)])
+        .await
+        .unwrap();
+    tx.commit(Some(&Cursor::int(4)), 2).await.unwrap();
+    store
+        .complete_batch(&b, 4, Duration::from_millis(1), None)
+        .await
+        .unwrap();
+    // Every row changed exactly once.
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items WHERE n = 1").await, 4);
+    assert_eq!(store.operation(id).await.unwrap().state.rows_done, 4);
 }

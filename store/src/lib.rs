@@ -14,7 +14,9 @@ pub mod machine;
 mod queries;
 pub mod record;
 pub mod spec;
+pub mod sql;
 mod store;
+mod sub_batch;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cursor::{Cursor, CursorValue};
@@ -24,4 +26,6 @@ pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection
 pub use queries::{Appended, Expected};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, OperationRecord};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
+pub use sql::{Ident, IdentError, SqlText, SqlValue};
 pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store};
+pub use sub_batch::SubBatchTx;

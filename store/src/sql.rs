@@ -1,0 +1,207 @@
+//! The only way Sluice builds SQL at run time.
+//!
+//! Table and column names come from operators and applications, so they are
+//! [`Ident`]s: validated as plain identifiers (ASCII letters, digits and `_`,
+//! not starting with a digit, at most 63 bytes, optionally `schema.name`) and
+//! always written double-quoted. A [`SqlText`] can only be assembled from
+//! `'static` fragments written in this codebase and [`Ident`]s; values never
+//! enter it — they are bound parameters ([`SqlValue`]). This module is the one
+//! place that tells sqlx a run-time string is safe.
+
+use std::fmt;
+
+use sqlx::AssertSqlSafe;
+
+/// A validated SQL identifier (a table or column name, optionally schema-qualified).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Ident {
+    parts: Vec<String>,
+}
+
+/// Why a name is not accepted as an identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{name}` is not a plain SQL identifier: use ASCII letters, digits and _ (not starting with a digit, \
+     at most 63 characters), optionally as schema.name"
+)]
+pub struct IdentError {
+    /// The rejected name.
+    pub name: String,
+}
+
+/// A bound parameter value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    /// A 64-bit integer.
+    Int(i64),
+    /// Text.
+    Text(String),
+    /// A timestamp (PostgreSQL `timestamptz`; on SQLite, ISO-8601 text).
+    Timestamp(chrono::DateTime<chrono::Utc>),
+}
+
+/// SQL text assembled only from code-written fragments and [`Ident`]s.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SqlText(String);
+
+impl Ident {
+    /// Validates `name`. Errors name the rejected input.
+    pub fn parse(name: &str) -> Result<Self, IdentError> {
+        let parts: Vec<&str> = name.split('.').collect();
+        let valid = |p: &str| {
+            let mut chars = p.chars();
+            matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && p.len() <= 63
+        };
+        if parts.len() > 2 || !parts.iter().all(|p| valid(p)) {
+            return Err(IdentError {
+                name: name.to_owned(),
+            });
+        }
+        Ok(Ident {
+            parts: parts.into_iter().map(str::to_owned).collect(),
+        })
+    }
+
+    /// The name without its schema.
+    pub fn name(&self) -> &str {
+        self.parts
+            .last()
+            .expect("an identifier has at least one part")
+    }
+
+    /// The schema, when qualified.
+    pub fn schema(&self) -> Option<&str> {
+        (self.parts.len() == 2).then(|| self.parts[0].as_str())
+    }
+
+    /// The quoted form, e.g. `"public"."events"`.
+    pub fn quoted(&self) -> String {
+        self.parts
+            .iter()
+            .map(|p| format!("\"{p}\""))
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+}
+
+impl fmt::Display for Ident {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.parts.join("."))
+    }
+}
+
+impl SqlText {
+    /// Starts with a code-written fragment.
+    pub fn new(fragment: &'static str) -> Self {
+        SqlText(fragment.to_owned())
+    }
+
+    /// Appends a code-written fragment.
+    pub fn push(mut self, fragment: &'static str) -> Self {
+        self.0.push_str(fragment);
+        self
+    }
+
+    /// Appends a quoted identifier.
+    pub fn ident(mut self, ident: &Ident) -> Self {
+        self.0.push_str(&ident.quoted());
+        self
+    }
+
+    /// Appends identifiers separated by `, `.
+    pub fn idents(mut self, idents: &[Ident]) -> Self {
+        for (i, ident) in idents.iter().enumerate() {
+            if i > 0 {
+                self.0.push_str(", ");
+            }
+            self.0.push_str(&ident.quoted());
+        }
+        self
+    }
+
+    /// Appends a placeholder `$n`.
+    pub fn param(mut self, n: usize) -> Self {
+        self.0.push('$');
+        self.0.push_str(&n.to_string());
+        self
+    }
+
+    /// Appends another assembled text.
+    pub fn append(mut self, other: &SqlText) -> Self {
+        self.0.push_str(&other.0);
+        self
+    }
+
+    /// Appends text an operator wrote on purpose as SQL (an `update-in-batches`
+    /// SET or WHERE expression). Such text runs with the operator's own
+    /// database privileges; it must never come from an untrusted user.
+    pub fn operator_expression(mut self, expression: &str) -> Self {
+        self.0.push('(');
+        self.0.push_str(expression);
+        self.0.push(')');
+        self
+    }
+
+    /// The SQL text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn to_sqlx(&self) -> AssertSqlSafe<String> {
+        AssertSqlSafe(self.0.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_qualified_names_are_accepted_and_quoted() {
+        assert_eq!(Ident::parse("events").unwrap().quoted(), "\"events\"");
+        assert_eq!(
+            Ident::parse("app.events_2024").unwrap().quoted(),
+            "\"app\".\"events_2024\""
+        );
+        assert_eq!(Ident::parse("_x1").unwrap().name(), "_x1");
+    }
+
+    #[test]
+    fn unsafe_names_are_refused() {
+        for bad in [
+            "",
+            "1abc",
+            "a b",
+            "users;DROP TABLE x",
+            "a\"b",
+            "a'b",
+            "a--b",
+            "a/*b",
+            "a.b.c",
+            ".a",
+            "a.",
+            "us\u{0435}rs", // Cyrillic e, a look-alike
+            "ta\u{200b}ble",
+            "a-b",
+            &"x".repeat(64),
+        ] {
+            let err = Ident::parse(bad).unwrap_err();
+            assert_eq!(err.name, bad);
+        }
+    }
+
+    #[test]
+    fn text_is_built_from_fragments_identifiers_and_placeholders() {
+        let t = Ident::parse("events").unwrap();
+        let c = Ident::parse("id").unwrap();
+        let sql = SqlText::new("DELETE FROM ")
+            .ident(&t)
+            .push(" WHERE ")
+            .ident(&c)
+            .push(" > ")
+            .param(1);
+        assert_eq!(sql.as_str(), "DELETE FROM \"events\" WHERE \"id\" > $1");
+    }
+}

@@ -1,0 +1,211 @@
+//! Exactly-once sub-batches: a transaction in the store's database in which an
+//! operation's data change and the record that the sub-batch is done commit
+//! together.
+//!
+//! [`SubBatchTx::commit`] advances the batch's progress cursor and row count
+//! conditioned on the batch lease (`WHERE lease_epoch = $n AND status =
+//! 'running'`); if the batch was re-claimed by another node meanwhile, the
+//! whole transaction — data change included — rolls back and the caller gets
+//! [`StoreError::BatchLeaseLost`]. So when the target table lives in the same
+//! database as the store, every sub-batch's change is applied exactly once,
+//! whatever crashes or takeovers happen around it.
+
+use sqlx::{Postgres, Sqlite};
+
+use crate::cursor::{Cursor, CursorValue};
+use crate::error::StoreError;
+use crate::queries;
+use crate::record::BatchLease;
+use crate::sql::{SqlText, SqlValue};
+use crate::store::{Backend, Store};
+
+/// An open sub-batch transaction. Dropping it without [`SubBatchTx::commit`] rolls back.
+#[derive(Debug)]
+pub struct SubBatchTx {
+    tx: Tx,
+    lease: BatchLease,
+}
+
+#[derive(Debug)]
+enum Tx {
+    Sqlite(sqlx::Transaction<'static, Sqlite>),
+    Postgres(sqlx::Transaction<'static, Postgres>),
+}
+
+macro_rules! bind_values {
+    ($query:expr, $params:expr) => {{
+        let mut query = $query;
+        for value in $params {
+            query = match value {
+                SqlValue::Int(v) => query.bind(*v),
+                SqlValue::Text(v) => query.bind(v.clone()),
+                SqlValue::Timestamp(v) => query.bind(*v),
+            };
+        }
+        query
+    }};
+}
+
+impl Store {
+    /// Opens a sub-batch transaction for a batch this node holds.
+    pub async fn begin_sub_batch(&self, lease: &BatchLease) -> Result<SubBatchTx, StoreError> {
+        let tx = match self.backend() {
+            Backend::Sqlite(pool) => Tx::Sqlite(queries::sqlite::begin_write(pool).await?),
+            Backend::Postgres(pool) => Tx::Postgres(queries::postgres::begin_write(pool).await?),
+        };
+        Ok(SubBatchTx {
+            tx,
+            lease: lease.clone(),
+        })
+    }
+
+    /// Runs a read statement outside any transaction and returns its first
+    /// row's first `width` columns as a cursor (integers, else text), or
+    /// `None` when it returns no row or a NULL.
+    pub async fn fetch_cursor(
+        &self,
+        sql: &SqlText,
+        params: &[SqlValue],
+        width: usize,
+    ) -> Result<Option<Cursor>, StoreError> {
+        match self.backend() {
+            Backend::Sqlite(pool) => {
+                let row = bind_values!(sqlx::query(sql.to_sqlx()), params)
+                    .fetch_optional(pool)
+                    .await?;
+                Ok(row.and_then(|r| row_cursor(&r, width)))
+            }
+            Backend::Postgres(pool) => {
+                let row = bind_values!(sqlx::query(sql.to_sqlx()), params)
+                    .fetch_optional(pool)
+                    .await?;
+                Ok(row.and_then(|r| row_cursor(&r, width)))
+            }
+        }
+    }
+
+    /// Runs one statement outside any transaction; returns the rows affected.
+    pub async fn execute(&self, sql: &SqlText, params: &[SqlValue]) -> Result<u64, StoreError> {
+        Ok(match self.backend() {
+            Backend::Sqlite(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            Backend::Postgres(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+        })
+    }
+
+    /// Runs a query and returns every row's first column as text (for EXPLAIN plans and catalogue look-ups).
+    pub async fn fetch_texts(
+        &self,
+        sql: &SqlText,
+        params: &[SqlValue],
+        column: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        use sqlx::Row;
+        Ok(match self.backend() {
+            Backend::Sqlite(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
+                .collect(),
+            Backend::Postgres(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
+                .collect(),
+        })
+    }
+}
+
+impl SubBatchTx {
+    /// The batch this transaction works for.
+    pub fn lease(&self) -> &BatchLease {
+        &self.lease
+    }
+
+    /// True on PostgreSQL, false on SQLite.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.tx, Tx::Postgres(_))
+    }
+
+    /// Runs a data-changing statement inside the transaction; returns the rows affected.
+    pub async fn execute(&mut self, sql: &SqlText, params: &[SqlValue]) -> Result<u64, StoreError> {
+        Ok(match &mut self.tx {
+            Tx::Sqlite(tx) => bind_values!(sqlx::query(sql.to_sqlx()), params)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected(),
+            Tx::Postgres(tx) => bind_values!(sqlx::query(sql.to_sqlx()), params)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected(),
+        })
+    }
+
+    /// Records the sub-batch as done (the batch's progress moves to `progress`,
+    /// its row count grows by `rows`) and commits it with the data change.
+    ///
+    /// Errors: [`StoreError::BatchLeaseLost`] when the batch was re-claimed
+    /// since; then nothing of the transaction is kept.
+    pub async fn commit(self, progress: Option<&Cursor>, rows: i64) -> Result<(), StoreError> {
+        const RECORD: &str = "UPDATE sluice_batches SET progress_cursor = COALESCE($3, progress_cursor), \
+             rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
+        let progress = progress.map(Cursor::to_json);
+        let lease = self.lease;
+        // Record first, commit only if the record was accepted: the data change
+        // and its record are kept together or not at all.
+        macro_rules! record_then_commit {
+            ($tx:expr) => {{
+                let mut tx = $tx;
+                let n = sqlx::query(RECORD)
+                    .bind(lease.batch_id)
+                    .bind(lease.epoch)
+                    .bind(progress)
+                    .bind(rows)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if n == 1 {
+                    tx.commit().await?;
+                }
+                n
+            }};
+        }
+        let recorded = match self.tx {
+            Tx::Sqlite(tx) => record_then_commit!(tx),
+            Tx::Postgres(tx) => record_then_commit!(tx),
+        };
+        if recorded != 1 {
+            return Err(StoreError::BatchLeaseLost {
+                batch_id: lease.batch_id,
+                epoch: lease.epoch,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn row_cursor<R: sqlx::Row>(row: &R, width: usize) -> Option<Cursor>
+where
+    usize: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut values = Vec::with_capacity(width);
+    for i in 0..width {
+        if let Ok(v) = row.try_get::<i64, _>(i) {
+            values.push(CursorValue::Int(v));
+        } else if let Ok(v) = row.try_get::<String, _>(i) {
+            values.push(CursorValue::Text(v));
+        } else {
+            return None;
+        }
+    }
+    Some(Cursor(values))
+}
