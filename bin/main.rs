@@ -1,1 +1,171 @@
-fn main() {}
+//! `sluice`: the command line for Sluice's batched background operations.
+//!
+//! Exit codes: 0 on success, 2 on bad input (one line on stderr naming the
+//! problem; nothing is changed), 1 on a runtime failure such as an
+//! unreachable database.
+
+mod control;
+mod failure;
+mod render;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use sluice_store::{ConnectOptions, OperationStatus, Store};
+
+use crate::failure::Failure;
+
+/// Durable, throttled, batched background operations over database tables.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+struct Cli {
+    /// Where Sluice keeps its state: sqlite:PATH or postgres://…
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_DATABASE_URL",
+        default_value = "sqlite:sluice.sqlite"
+    )]
+    database_url: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List operations, oldest first.
+    List {
+        /// Only operations in this status (pending, running, paused, failed, finished, cancelled).
+        #[arg(long, value_parser = parse_status)]
+        status: Option<OperationStatus>,
+        /// Only operations of this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one operation: status, progress, cursor, sizes, errors.
+    Show {
+        /// The operation's id.
+        id: i64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one operation's event log.
+    Events {
+        /// The operation's id.
+        id: i64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause operations: no new sub-batch starts until they are resumed.
+    Pause(control::ControlArgs),
+    /// Resume paused operations.
+    Resume(control::ControlArgs),
+    /// Cancel operations for good.
+    Cancel(control::ControlArgs),
+    /// Retry failed operations from their persisted cursor and failed batches.
+    Retry(control::ControlArgs),
+    /// Delete the batch records of operations finished or cancelled long ago (event logs are kept).
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+struct PruneArgs {
+    /// Prune operations that ended more than this long ago (e.g. 7d, 12h).
+    #[arg(long, default_value = "7d", value_parser = parse_duration, allow_hyphen_values = true)]
+    older_than: std::time::Duration,
+    /// Rows deleted per statement.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..))]
+    chunk: i64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return Failure::Runtime(e.into()).report(),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => failure.report(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let options = ConnectOptions {
+        acquire_timeout: std::time::Duration::from_secs(5),
+        ..ConnectOptions::default()
+    };
+    let store = Store::connect_with(&cli.database_url, &options)
+        .await
+        .map_err(|e| match e {
+            e if e.is_transient() => Failure::Runtime(anyhow::anyhow!(
+                "cannot reach the database at {}: {e}",
+                sluice_store::redact_url(&cli.database_url)
+            )),
+            other => other.into(),
+        })?;
+    let outcome = dispatch(&store, cli.command).await;
+    store.close().await;
+    outcome
+}
+
+async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
+    match command {
+        Command::List {
+            status,
+            kind,
+            limit,
+            json,
+        } => {
+            let filter = sluice_store::ListFilter {
+                status,
+                kind,
+                limit: Some(limit),
+            };
+            render::list(&store.list(&filter).await?, json)
+        }
+        Command::Show { id, json } => render::show(&store.operation(id).await?, json),
+        Command::Events { id, json } => {
+            store.operation(id).await?;
+            render::events(&store.events(id, 0).await?, json)
+        }
+        Command::Pause(args) => control::apply(store, control::Action::Pause, &args).await,
+        Command::Resume(args) => control::apply(store, control::Action::Resume, &args).await,
+        Command::Cancel(args) => control::apply(store, control::Action::Cancel, &args).await,
+        Command::Retry(args) => control::apply(store, control::Action::Retry, &args).await,
+        Command::Prune(args) => {
+            let deleted = store.prune(args.older_than, args.chunk).await?;
+            render::pruned(deleted, args.older_than, args.json)
+        }
+    }
+}
+
+fn parse_status(name: &str) -> Result<OperationStatus, String> {
+    OperationStatus::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = OperationStatus::ALL.iter().map(|s| s.as_str()).collect();
+        format!(
+            "unknown status `{name}` (expected one of: {})",
+            names.join(", ")
+        )
+    })
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    sluice_operations::parse_duration(text).map_err(|e| e.to_string())
+}

@@ -27,5 +27,5 @@ pub use queries::{Appended, Expected};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, OperationRecord};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue};
-pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store};
+pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store, redact_url};
 pub use sub_batch::SubBatchTx;

@@ -140,7 +140,9 @@ impl Store {
                 .await?;
             Self::postgres(pool).await
         } else {
-            Err(StoreError::UnsupportedUrl { url: redact(url) })
+            Err(StoreError::UnsupportedUrl {
+                url: redact_url(url),
+            })
         }
     }
 
@@ -395,7 +397,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 /// The URL without its password, for messages.
-fn redact(url: &str) -> String {
+pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let userinfo = &url[scheme_end + 3..at];
@@ -415,7 +417,7 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::redact_url as redact;
 
     #[test]
     fn passwords_are_not_repeated_in_messages() {

@@ -1,0 +1,383 @@
+//! The `sluice` binary end to end, on a real SQLite file and the real
+//! PostgreSQL: what it prints, its exit codes, and that refused input changes
+//! nothing.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::TestDb;
+use serde_json::Value;
+use sluice_store::{Cursor, Event, Expected, OperationSpec, OperationStatus, StoreError};
+
+for_each_backend!(
+    reads_show_progress_as_tables_and_json,
+    controls_by_id_change_state_and_refuse_what_does_not_apply,
+    controls_by_kind_and_all_touch_only_what_applies,
+    pause_from_another_process_fences_the_running_holder,
+    unknown_ids_and_malformed_options_exit_2_and_change_nothing,
+    prune_reports_what_it_deleted,
+);
+
+fn sluice(db: &TestDb, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env("SLUICE_DATABASE_URL", &db.url)
+        .output()
+        .expect("run the sluice binary")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    assert!(output.status.success(), "failed: {}", stderr(output));
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(output)))
+}
+
+async fn enqueue(db: &TestDb, kind: &str, table: &str) -> i64 {
+    let mut spec = OperationSpec::new(kind, table, vec!["id".into()]);
+    spec.estimated_rows = Some(400);
+    spec.max_cursor = Some(Cursor::int(400));
+    db.store.enqueue(spec).await.unwrap().id
+}
+
+/// Claims `id` and runs one 100-row batch of it through the store.
+async fn run_one_batch(db: &TestDb, id: i64) {
+    let claimed = db
+        .store
+        .claim_operations("worker-1", 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease = claimed
+        .into_iter()
+        .find(|c| c.record.id == id)
+        .unwrap()
+        .record
+        .lease
+        .unwrap();
+    db.store
+        .plan_batch(&lease, Some(Cursor::int(100)), 100)
+        .await
+        .unwrap();
+    let batch = db
+        .store
+        .claim_batches("worker-1", Some(id), 1, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .remove(0);
+    db.store
+        .complete_batch(
+            &batch.lease().unwrap(),
+            100,
+            Duration::from_millis(12),
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+async fn reads_show_progress_as_tables_and_json(db: &TestDb) {
+    let id = enqueue(db, "delete-aged-rows", "events").await;
+    run_one_batch(db, id).await;
+    let list = sluice(db, &["list"]);
+    assert!(list.status.success(), "{}", stderr(&list));
+    let text = stdout(&list);
+    assert!(
+        text.lines().next().unwrap().starts_with("ID  STATUS"),
+        "{text}"
+    );
+    assert!(
+        text.contains("running")
+            && text.contains("delete-aged-rows")
+            && text.contains("25.0%")
+            && text.contains("1/1"),
+        "{text}"
+    );
+
+    let listed = json(&sluice(db, &["list", "--json", "--status", "running"]));
+    assert_eq!(listed[0]["id"], id);
+    assert_eq!(listed[0]["rows_done"], 100);
+    assert_eq!(listed[0]["percent_done"], 25.0);
+    assert_eq!(listed[0]["lease"]["node"], "worker-1");
+    assert_eq!(
+        json(&sluice(db, &["list", "--json", "--status", "paused"])),
+        Value::Array(vec![])
+    );
+
+    let show = stdout(&sluice(db, &["show", &id.to_string()]));
+    assert!(show.contains("status            running"), "{show}");
+    assert!(
+        show.contains("100 rows (25.0%)") && show.contains("held by"),
+        "{show}"
+    );
+    assert_eq!(
+        json(&sluice(db, &["show", &id.to_string(), "--json"]))["cursor"],
+        serde_json::json!([100])
+    );
+
+    let events = stdout(&sluice(db, &["events", &id.to_string()]));
+    for kind in ["created", "started", "batch_planned", "batch_succeeded"] {
+        assert!(events.contains(kind), "{kind} missing from {events}");
+    }
+    assert!(events.contains("batch 1: 100 rows in 12 ms"), "{events}");
+    let events = json(&sluice(db, &["events", &id.to_string(), "--json"]));
+    assert_eq!(events.as_array().unwrap().len(), 4);
+    assert_eq!(events[2]["kind"], "batch_planned");
+    assert_eq!(
+        events[2]["event"]["BatchPlanned"]["end"],
+        serde_json::json!([100])
+    );
+}
+
+async fn controls_by_id_change_state_and_refuse_what_does_not_apply(db: &TestDb) {
+    let id = enqueue(db, "k", "t").await;
+    let sid = id.to_string();
+    let status = || async { db.store.operation(id).await.unwrap().state.status };
+
+    let resume = sluice(db, &["resume", &sid]);
+    assert_eq!(resume.status.code(), Some(2));
+    assert!(
+        stderr(&resume).contains(&format!("cannot resume operation {id}")),
+        "{}",
+        stderr(&resume)
+    );
+    assert_eq!(
+        db.store.operation(id).await.unwrap().state.last_seq,
+        1,
+        "a refused control writes nothing"
+    );
+
+    let paused = json(&sluice(
+        db,
+        &["pause", &sid, "--reason", "night freeze", "--json"],
+    ));
+    assert_eq!(paused["changed"], serde_json::json!([id]));
+    assert_eq!(status().await, OperationStatus::Paused);
+    assert!(
+        matches!(&db.store.events(id, 0).await.unwrap()[1].event, Event::Paused { reason } if reason == "night freeze")
+    );
+
+    assert!(sluice(db, &["resume", &sid]).status.success());
+    assert_eq!(status().await, OperationStatus::Pending);
+    assert_eq!(
+        sluice(db, &["retry", &sid]).status.code(),
+        Some(2),
+        "only failed operations can be retried"
+    );
+
+    db.store
+        .append(
+            id,
+            Expected::Any,
+            None,
+            &[Event::Failed {
+                error: "boom".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(sluice(db, &["retry", &sid]).status.success());
+    assert_eq!(status().await, OperationStatus::Pending);
+    assert!(sluice(db, &["cancel", &sid]).status.success());
+    assert_eq!(status().await, OperationStatus::Cancelled);
+    assert_eq!(
+        sluice(db, &["pause", &sid]).status.code(),
+        Some(2),
+        "cancelled is terminal"
+    );
+    db.store.verify(id).await.unwrap();
+}
+
+async fn controls_by_kind_and_all_touch_only_what_applies(db: &TestDb) {
+    let a1 = enqueue(db, "cleanup", "a1").await;
+    let a2 = enqueue(db, "cleanup", "a2").await;
+    let b = enqueue(db, "backfill", "b").await;
+    let done = enqueue(db, "cleanup", "done").await;
+    db.store
+        .append(
+            done,
+            Expected::Any,
+            None,
+            &[Event::Cancelled { reason: "x".into() }],
+        )
+        .await
+        .unwrap();
+
+    let paused = json(&sluice(db, &["pause", "--kind", "cleanup", "--json"]));
+    assert_eq!(paused["changed"], serde_json::json!([a1, a2]));
+    assert_eq!(
+        db.store.operation(b).await.unwrap().state.status,
+        OperationStatus::Pending
+    );
+    assert_eq!(
+        db.store.operation(done).await.unwrap().state.status,
+        OperationStatus::Cancelled
+    );
+
+    let all = json(&sluice(db, &["pause", "--all", "--json"]));
+    assert_eq!(
+        all["changed"],
+        serde_json::json!([b]),
+        "already paused and terminal ones are not touched"
+    );
+    let resumed = stdout(&sluice(db, &["resume", "--all"]));
+    assert!(resumed.contains("resume: 3 operations"), "{resumed}");
+    for id in [a1, a2, b] {
+        assert_eq!(
+            db.store.operation(id).await.unwrap().state.status,
+            OperationStatus::Pending
+        );
+    }
+    assert_eq!(sluice(db, &["pause", "--kind", ""]).status.code(), Some(2));
+}
+
+async fn pause_from_another_process_fences_the_running_holder(db: &TestDb) {
+    let id = enqueue(db, "k", "t").await;
+    let claimed = db
+        .store
+        .claim_operations("worker-1", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lease = claimed[0].record.lease.clone().unwrap();
+    assert!(sluice(db, &["pause", &id.to_string()]).status.success());
+    // The worker's next write — planning a batch — is rejected: it must stop.
+    let planned = db
+        .store
+        .plan_batch(&lease, Some(Cursor::int(100)), 100)
+        .await;
+    assert!(
+        matches!(planned, Err(StoreError::LeaseLost { .. })),
+        "{planned:?}"
+    );
+    assert!(
+        db.store
+            .claim_batches("worker-2", Some(id), 1, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(sluice(db, &["resume", &id.to_string()]).status.success());
+    let again = db
+        .store
+        .claim_operations("worker-2", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(again[0].record.lease.as_ref().unwrap().epoch, 2);
+}
+
+async fn unknown_ids_and_malformed_options_exit_2_and_change_nothing(db: &TestDb) {
+    let id = enqueue(db, "k", "t").await;
+    let before = db.scalar("SELECT COUNT(*) FROM sluice_events").await;
+    let cases: &[(&[&str], &str)] = &[
+        (&["show", "999999"], "no operation with id 999999"),
+        (&["events", "999999"], "no operation with id 999999"),
+        (&["pause", "999999"], "no operation with id 999999"),
+        (&["show", "abc"], "invalid value 'abc'"),
+        (&["list", "--status", "done"], "unknown status `done`"),
+        (&["list", "--limit", "ten"], "invalid value 'ten'"),
+        (
+            &["prune", "--older-than", "90 days"],
+            "malformed duration `90 days`",
+        ),
+        (
+            &["prune", "--older-than", "-1d"],
+            "negative durations are not allowed",
+        ),
+        (&["prune", "--chunk", "0"], "invalid value '0'"),
+        (&["pause"], "required arguments were not provided"),
+        (&["pause", "1", "--all"], "cannot be used with"),
+        (&["explode"], "unrecognized subcommand"),
+    ];
+    for (args, message) in cases {
+        let output = sluice(db, args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(message),
+            "{args:?}: expected `{message}` in {}",
+            stderr(&output)
+        );
+        assert!(!stderr(&output).contains("panicked"), "{args:?}");
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_events").await,
+        before,
+        "nothing changed"
+    );
+    assert_eq!(
+        db.store.operation(id).await.unwrap().state.status,
+        OperationStatus::Pending
+    );
+}
+
+async fn prune_reports_what_it_deleted(db: &TestDb) {
+    let id = enqueue(db, "k", "t").await;
+    run_one_batch(db, id).await;
+    db.store
+        .append(
+            id,
+            Expected::Any,
+            None,
+            &[Event::Cancelled { reason: "x".into() }],
+        )
+        .await
+        .unwrap();
+    // Just ended: kept at the default retention, pruned at 0s.
+    assert_eq!(
+        json(&sluice(db, &["prune", "--json"]))["batches_deleted"],
+        0
+    );
+    assert_eq!(
+        json(&sluice(db, &["prune", "--older-than", "0s", "--json"]))["batches_deleted"],
+        1
+    );
+    assert!(db.store.batches(id).await.unwrap().is_empty());
+    db.store.verify(id).await.unwrap();
+}
+
+#[test]
+fn database_urls_that_cannot_work_are_refused() {
+    let run = |url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["--database-url", url, "list"])
+            .output()
+            .unwrap()
+    };
+    let wrong = run("mysql://root:secret@127.0.0.1:3306/test");
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        stderr(&wrong).contains("unsupported database URL `mysql://root:***@127.0.0.1:3306/test`"),
+        "{}",
+        stderr(&wrong)
+    );
+    assert!(!stderr(&wrong).contains("secret"));
+    let unreachable = run("postgres://postgres@127.0.0.1:1/test");
+    assert_eq!(
+        unreachable.status.code(),
+        Some(1),
+        "{}",
+        stderr(&unreachable)
+    );
+    assert!(
+        stderr(&unreachable)
+            .contains("cannot reach the database at postgres://postgres@127.0.0.1:1/test")
+    );
+    assert_eq!(
+        stderr(&unreachable).lines().count(),
+        1,
+        "one line: {}",
+        stderr(&unreachable)
+    );
+}
