@@ -816,7 +816,7 @@ async fn claims_prefer_user_operations_then_priority(db: &TestDb) {
 }
 
 async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) {
-    use sluice_store::{Ident, SqlText, SqlValue};
+    use sluice_store::{Ident, SqlValue, Statement};
     db.execute("CREATE TABLE items (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)")
         .await;
     db.execute("INSERT INTO items (id, n) SELECT v, 0 FROM (SELECT 1 AS v UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4) s").await;
@@ -839,20 +839,17 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
         .lease()
         .unwrap();
     let table = Ident::parse("items").unwrap();
-    let bump = SqlText::new("UPDATE ")
-        .ident(&table)
-        .push(" SET n = n + 1 WHERE id > ")
-        .param(1)
-        .push(" AND id <= ")
-        .param(2);
+    let bump = |lo: i64, hi: i64| {
+        Statement::new("UPDATE ")
+            .ident(&table)
+            .push(" SET n = n + 1 WHERE id > ")
+            .value(SqlValue::Int(lo))
+            .push(" AND id <= ")
+            .value(SqlValue::Int(hi))
+    };
     // Worker A commits its first sub-batch: the change and the progress record together.
     let mut tx = store.begin_sub_batch(&a).await.unwrap();
-    assert_eq!(
-        tx.execute(&bump, &[SqlValue::Int(0), SqlValue::Int(2)])
-            .await
-            .unwrap(),
-        2
-    );
+    assert_eq!(tx.execute(&bump(0, 2)).await.unwrap(), 2);
     tx.commit(Some(&Cursor::int(2)), 2).await.unwrap();
     // A stalls; B takes the batch over and continues from the recorded progress.
     clock.advance(11_000);
@@ -867,9 +864,7 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
     );
     // A's late second sub-batch is rolled back, data change included.
     let mut late = store.begin_sub_batch(&a).await.unwrap();
-    late.execute(&bump, &[SqlValue::Int(2), SqlValue::Int(4)])
-        .await
-        .unwrap();
+    late.execute(&bump(2, 4)).await.unwrap();
     assert!(matches!(
         late.commit(Some(&Cursor::int(4)), 2).await,
         Err(StoreError::BatchLeaseLost { .. })
@@ -880,9 +875,7 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
     );
     let b = b_batch.lease().unwrap();
     let mut tx = store.begin_sub_batch(&b).await.unwrap();
-    tx.execute(&bump, &[SqlValue::Int(2), SqlValue::Int(4)])
-        .await
-        .unwrap();
+    tx.execute(&bump(2, 4)).await.unwrap();
     tx.commit(Some(&Cursor::int(4)), 2).await.unwrap();
     store
         .complete_batch(&b, 4, Duration::from_millis(1), None)

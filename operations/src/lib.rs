@@ -5,5 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod duration;
+pub mod target;
 
 pub use duration::{DurationError, parse_duration};
+pub use target::{Target, TargetError, check_index, check_target};

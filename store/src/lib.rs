@@ -6,6 +6,7 @@
 //! pure and usable without a database.
 #![warn(missing_docs)]
 
+mod catalogue;
 pub mod clock;
 pub mod cursor;
 pub mod error;
@@ -26,6 +27,6 @@ pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection
 pub use queries::{Appended, Expected};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, OperationRecord};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
-pub use sql::{Ident, IdentError, SqlText, SqlValue};
+pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store, redact_url};
 pub use sub_batch::SubBatchTx;

@@ -44,6 +44,65 @@ pub enum SqlValue {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SqlText(String);
 
+/// A statement with its bound values: [`Statement::value`] appends the next
+/// `$n` placeholder and remembers the value, so numbering is never done by hand.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Statement {
+    text: SqlText,
+    params: Vec<SqlValue>,
+}
+
+impl Statement {
+    /// Starts with a code-written fragment.
+    pub fn new(fragment: &'static str) -> Self {
+        Statement {
+            text: SqlText::new(fragment),
+            params: Vec::new(),
+        }
+    }
+
+    /// Appends a code-written fragment.
+    pub fn push(mut self, fragment: &'static str) -> Self {
+        self.text = self.text.push(fragment);
+        self
+    }
+
+    /// Appends a quoted identifier.
+    pub fn ident(mut self, ident: &Ident) -> Self {
+        self.text = self.text.ident(ident);
+        self
+    }
+
+    /// Appends identifiers separated by `, `.
+    pub fn idents(mut self, idents: &[Ident]) -> Self {
+        self.text = self.text.idents(idents);
+        self
+    }
+
+    /// Appends a placeholder bound to `value`.
+    pub fn value(mut self, value: SqlValue) -> Self {
+        self.params.push(value);
+        self.text = self.text.param(self.params.len());
+        self
+    }
+
+    /// Appends an operator's own SQL expression, parenthesised (see [`SqlText::operator_expression`]).
+    pub fn operator_expression(mut self, expression: &str) -> Self {
+        self.text = self.text.operator_expression(expression);
+        self
+    }
+
+    /// The SQL text.
+    pub fn text(&self) -> &SqlText {
+        &self.text
+    }
+
+    /// The bound values, in placeholder order.
+    pub fn params(&self) -> &[SqlValue] {
+        &self.params
+    }
+}
+
 impl Ident {
     /// Validates `name`. Errors name the rejected input.
     pub fn parse(name: &str) -> Result<Self, IdentError> {
@@ -154,6 +213,23 @@ impl SqlText {
     }
 }
 
+/// Binds a statement's [`SqlValue`]s to a sqlx query, in placeholder order.
+macro_rules! bind_values {
+    ($query:expr, $params:expr) => {{
+        let mut query = $query;
+        for value in $params {
+            query = match value {
+                $crate::sql::SqlValue::Int(v) => query.bind(*v),
+                $crate::sql::SqlValue::Text(v) => query.bind(v.clone()),
+                $crate::sql::SqlValue::Timestamp(v) => query.bind(*v),
+            };
+        }
+        query
+    }};
+}
+
+pub(crate) use bind_values;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +266,22 @@ mod tests {
             let err = Ident::parse(bad).unwrap_err();
             assert_eq!(err.name, bad);
         }
+    }
+
+    #[test]
+    fn statements_number_their_placeholders() {
+        let t = Ident::parse("events").unwrap();
+        let s = Statement::new("SELECT 1 FROM ")
+            .ident(&t)
+            .push(" WHERE a > ")
+            .value(SqlValue::Int(1))
+            .push(" AND b < ")
+            .value(SqlValue::Text("x".into()));
+        assert_eq!(
+            s.text().as_str(),
+            "SELECT 1 FROM \"events\" WHERE a > $1 AND b < $2"
+        );
+        assert_eq!(s.params(), &[SqlValue::Int(1), SqlValue::Text("x".into())]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::cursor::{Cursor, CursorValue};
 use crate::error::StoreError;
 use crate::queries;
 use crate::record::BatchLease;
-use crate::sql::{SqlText, SqlValue};
+use crate::sql::{Statement, bind_values};
 use crate::store::{Backend, Store};
 
 /// An open sub-batch transaction. Dropping it without [`SubBatchTx::commit`] rolls back.
@@ -30,20 +30,6 @@ pub struct SubBatchTx {
 enum Tx {
     Sqlite(sqlx::Transaction<'static, Sqlite>),
     Postgres(sqlx::Transaction<'static, Postgres>),
-}
-
-macro_rules! bind_values {
-    ($query:expr, $params:expr) => {{
-        let mut query = $query;
-        for value in $params {
-            query = match value {
-                SqlValue::Int(v) => query.bind(*v),
-                SqlValue::Text(v) => query.bind(v.clone()),
-                SqlValue::Timestamp(v) => query.bind(*v),
-            };
-        }
-        query
-    }};
 }
 
 impl Store {
@@ -64,19 +50,18 @@ impl Store {
     /// `None` when it returns no row or a NULL.
     pub async fn fetch_cursor(
         &self,
-        sql: &SqlText,
-        params: &[SqlValue],
+        statement: &Statement,
         width: usize,
     ) -> Result<Option<Cursor>, StoreError> {
         match self.backend() {
             Backend::Sqlite(pool) => {
-                let row = bind_values!(sqlx::query(sql.to_sqlx()), params)
+                let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
                     .fetch_optional(pool)
                     .await?;
                 Ok(row.and_then(|r| row_cursor(&r, width)))
             }
             Backend::Postgres(pool) => {
-                let row = bind_values!(sqlx::query(sql.to_sqlx()), params)
+                let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
                     .fetch_optional(pool)
                     .await?;
                 Ok(row.and_then(|r| row_cursor(&r, width)))
@@ -85,40 +70,47 @@ impl Store {
     }
 
     /// Runs one statement outside any transaction; returns the rows affected.
-    pub async fn execute(&self, sql: &SqlText, params: &[SqlValue]) -> Result<u64, StoreError> {
+    pub async fn execute(&self, statement: &Statement) -> Result<u64, StoreError> {
         Ok(match self.backend() {
-            Backend::Sqlite(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-            Backend::Postgres(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
-                .execute(pool)
-                .await?
-                .rows_affected(),
+            Backend::Sqlite(pool) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+            Backend::Postgres(pool) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
         })
     }
 
     /// Runs a query and returns every row's first column as text (for EXPLAIN plans and catalogue look-ups).
     pub async fn fetch_texts(
         &self,
-        sql: &SqlText,
-        params: &[SqlValue],
+        statement: &Statement,
         column: usize,
     ) -> Result<Vec<String>, StoreError> {
         use sqlx::Row;
         Ok(match self.backend() {
-            Backend::Sqlite(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
-                .collect(),
-            Backend::Postgres(pool) => bind_values!(sqlx::query(sql.to_sqlx()), params)
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
-                .collect(),
+            Backend::Sqlite(pool) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .fetch_all(pool)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
+                    .collect()
+            }
+            Backend::Postgres(pool) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .fetch_all(pool)
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
+                    .collect()
+            }
         })
     }
 }
@@ -135,16 +127,20 @@ impl SubBatchTx {
     }
 
     /// Runs a data-changing statement inside the transaction; returns the rows affected.
-    pub async fn execute(&mut self, sql: &SqlText, params: &[SqlValue]) -> Result<u64, StoreError> {
+    pub async fn execute(&mut self, statement: &Statement) -> Result<u64, StoreError> {
         Ok(match &mut self.tx {
-            Tx::Sqlite(tx) => bind_values!(sqlx::query(sql.to_sqlx()), params)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected(),
-            Tx::Postgres(tx) => bind_values!(sqlx::query(sql.to_sqlx()), params)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected(),
+            Tx::Sqlite(tx) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+            }
+            Tx::Postgres(tx) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+            }
         })
     }
 

@@ -1,0 +1,233 @@
+//! Checks an operation's target before anything is enqueued: its names are
+//! plain identifiers, the table and columns exist in the database's
+//! catalogue, and the statements it will run are served by an index.
+//!
+//! Every refusal is a [`TargetError`] whose message names the table, the
+//! column and what to do; nothing is written by any check here.
+
+use sluice_store::{Backend, Ident, IdentError, Statement, Store, StoreError};
+
+/// A table and batching columns, validated against the catalogue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The table.
+    pub table: Ident,
+    /// The batching (or predicate) columns, in the order given.
+    pub columns: Vec<Ident>,
+}
+
+/// Why a target is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// A name is not a plain identifier.
+    #[error(transparent)]
+    Unsafe(#[from] IdentError),
+    /// The table does not exist.
+    #[error("unknown table `{table}`")]
+    UnknownTable {
+        /// The table as given.
+        table: String,
+    },
+    /// A column does not exist in the table.
+    #[error("table `{table}` has no column `{column}` (its columns: {})", .available.join(", "))]
+    UnknownColumn {
+        /// The table.
+        table: String,
+        /// The missing column.
+        column: String,
+        /// The columns it does have.
+        available: Vec<String>,
+    },
+    /// The planner would read the whole table.
+    #[error(
+        "refusing a full scan of table `{table}`: no index serves `{column}` (plan: {plan}); \
+         create one, e.g. CREATE INDEX {index_name} ON {table} ({column}), or pass --force"
+    )]
+    FullScan {
+        /// The table.
+        table: String,
+        /// The column the statement filters or orders on.
+        column: String,
+        /// A name for the suggested index.
+        index_name: String,
+        /// The plan line that scans the table.
+        plan: String,
+    },
+    /// The database could not be asked.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl TargetError {
+    /// True when the target itself is at fault (the user's input), false when
+    /// the database could not be consulted.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, TargetError::Store(_))
+    }
+}
+
+/// Validates `table` and `columns` as identifiers, then against the catalogue.
+pub async fn check_target(
+    store: &Store,
+    table: &str,
+    columns: &[&str],
+) -> Result<Target, TargetError> {
+    let table_ident = Ident::parse(table)?;
+    let column_idents = columns
+        .iter()
+        .map(|c| Ident::parse(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let available = store.table_columns(&table_ident).await?;
+    if available.is_empty() {
+        return Err(TargetError::UnknownTable {
+            table: table.to_owned(),
+        });
+    }
+    for column in &column_idents {
+        if column.schema().is_some() || !available.iter().any(|a| a == column.name()) {
+            return Err(TargetError::UnknownColumn {
+                table: table.to_owned(),
+                column: column.to_string(),
+                available,
+            });
+        }
+    }
+    Ok(Target {
+        table: table_ident,
+        columns: column_idents,
+    })
+}
+
+/// Refuses `probe` (a statement the operation will run, filtering or ordering
+/// on `column`) when the planner would scan all of `table` to run it.
+pub async fn check_index(
+    store: &Store,
+    table: &Ident,
+    column: &Ident,
+    probe: &Statement,
+) -> Result<(), TargetError> {
+    let plan = store.explain(probe).await?;
+    let postgres = matches!(store.backend(), Backend::Postgres(_));
+    if let Some(line) = full_scan_line(&plan, table.name(), postgres) {
+        return Err(TargetError::FullScan {
+            table: table.to_string(),
+            column: column.to_string(),
+            index_name: format!("{}_{}_idx", table.name(), column.name()),
+            plan: line,
+        });
+    }
+    Ok(())
+}
+
+/// The plan line that reads all of `table`, if any.
+///
+/// SQLite: a `SCAN table` detail (a `SEARCH` uses an index or the rowid).
+/// PostgreSQL: a `Seq Scan on table`, or an index scan on it without an
+/// `Index Cond` (walking a whole index only for its order reads every row).
+fn full_scan_line(plan: &[String], table: &str, postgres: bool) -> Option<String> {
+    let node = |line: &str| line.trim_start().trim_start_matches("->").trim().to_owned();
+    if !postgres {
+        return plan.iter().map(|l| node(l)).find(|l| {
+            l.strip_prefix("SCAN ")
+                .and_then(|rest| rest.split_whitespace().next())
+                == Some(table)
+        });
+    }
+    let on_table = |line: &str| {
+        line.split(" on ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            == Some(table)
+    };
+    for (i, raw) in plan.iter().enumerate() {
+        let line = node(raw);
+        if line.contains("Seq Scan on ") && on_table(&line) {
+            return Some(line);
+        }
+        if (line.starts_with("Index Scan using ") || line.starts_with("Index Only Scan using "))
+            && on_table(&line)
+        {
+            // Its detail lines run until the next plan node.
+            let details = plan[i + 1..]
+                .iter()
+                .take_while(|l| !l.trim_start().starts_with("->"));
+            if !details
+                .map(|l| l.trim())
+                .any(|l| l.starts_with("Index Cond:"))
+            {
+                return Some(line);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::full_scan_line;
+
+    fn plan(lines: &[&str]) -> Vec<String> {
+        lines.iter().map(|l| l.to_string()).collect()
+    }
+
+    #[test]
+    fn sqlite_scan_is_full_and_search_is_not() {
+        assert_eq!(
+            full_scan_line(&plan(&["SCAN events"]), "events", false).as_deref(),
+            Some("SCAN events")
+        );
+        assert_eq!(
+            full_scan_line(
+                &plan(&["SEARCH events USING INDEX e_created (created_at<?)"]),
+                "events",
+                false
+            ),
+            None
+        );
+        assert_eq!(
+            full_scan_line(
+                &plan(&["SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"]),
+                "events",
+                false
+            ),
+            None
+        );
+        assert_eq!(
+            full_scan_line(&plan(&["SCAN other"]), "events", false),
+            None
+        );
+    }
+
+    #[test]
+    fn postgres_seq_scans_and_filter_only_index_walks_are_full() {
+        let seq = plan(&[
+            "Limit  (cost=0.00..1.00 rows=1 width=8)",
+            "  ->  Seq Scan on events  (cost=…)",
+            "        Filter: (created_at < $1)",
+        ]);
+        assert_eq!(
+            full_scan_line(&seq, "events", true).as_deref(),
+            Some("Seq Scan on events  (cost=…)")
+        );
+        let walk = plan(&[
+            "Limit",
+            "  ->  Index Scan using events_pkey on events  (cost=…)",
+            "        Filter: (created_at < $1)",
+        ]);
+        assert!(full_scan_line(&walk, "events", true).is_some());
+        let served = plan(&[
+            "Limit",
+            "  ->  Index Scan using events_created on events  (cost=…)",
+            "        Index Cond: (created_at < $1)",
+        ]);
+        assert_eq!(full_scan_line(&served, "events", true), None);
+        let bitmap = plan(&[
+            "Bitmap Heap Scan on events",
+            "  Recheck Cond: (created_at < $1)",
+            "  ->  Bitmap Index Scan on events_created",
+            "        Index Cond: (created_at < $1)",
+        ]);
+        assert_eq!(full_scan_line(&bitmap, "events", true), None);
+        assert_eq!(full_scan_line(&seq, "other", true), None);
+    }
+}

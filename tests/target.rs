@@ -1,0 +1,120 @@
+//! Target checks against real tables: names must exist in the catalogue, and
+//! a statement that would scan the whole table is refused until an index
+//! serves it.
+
+mod common;
+
+use common::TestDb;
+use sluice_operations::{TargetError, check_index, check_target};
+use sluice_store::{Ident, SqlValue, Statement};
+
+for_each_backend!(
+    unknown_names_are_refused_by_name,
+    full_scans_are_refused_until_an_index_serves_them
+);
+
+async fn create_events(db: &TestDb) {
+    db.execute(
+        "CREATE TABLE events (id BIGINT PRIMARY KEY, created_at TEXT NOT NULL, payload TEXT)",
+    )
+    .await;
+    db.execute(
+        "INSERT INTO events (id, created_at, payload) \
+         SELECT v, '2026-01-01', 'x' FROM (SELECT 1 AS v UNION ALL SELECT 2 UNION ALL SELECT 3) s",
+    )
+    .await;
+}
+
+async fn unknown_names_are_refused_by_name(db: &TestDb) {
+    create_events(db).await;
+    let target = check_target(&db.store, "events", &["id", "created_at"])
+        .await
+        .unwrap();
+    assert_eq!(target.table.quoted(), "\"events\"");
+    assert_eq!(target.columns.len(), 2);
+
+    let err = check_target(&db.store, "evnets", &["id"])
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "unknown table `evnets`");
+    let err = check_target(&db.store, "events", &["id", "createdat"])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "table `events` has no column `createdat` (its columns: id, created_at, payload)"
+    );
+    for unsafe_name in [
+        "events; DROP TABLE events",
+        "events--",
+        "\"events\"",
+        "ev\u{0435}nts",
+    ] {
+        let err = check_target(&db.store, unsafe_name, &["id"])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, TargetError::Unsafe(_)),
+            "{unsafe_name}: {err}"
+        );
+        assert!(err.is_bad_input());
+        assert!(
+            err.to_string().contains("is not a plain SQL identifier"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM events").await,
+        3,
+        "nothing was touched"
+    );
+}
+
+async fn full_scans_are_refused_until_an_index_serves_them(db: &TestDb) {
+    create_events(db).await;
+    let table = Ident::parse("events").unwrap();
+    let created_at = Ident::parse("created_at").unwrap();
+    let id = Ident::parse("id").unwrap();
+    let aged = Statement::new("SELECT ")
+        .ident(&id)
+        .push(" FROM ")
+        .ident(&table)
+        .push(" WHERE ")
+        .ident(&created_at)
+        .push(" < ")
+        .value(SqlValue::Text("2026-06-01".into()))
+        .push(" LIMIT 100");
+    let err = check_index(&db.store, &table, &created_at, &aged)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, TargetError::FullScan { .. }), "{message}");
+    assert!(
+        message.starts_with("refusing a full scan of table `events`: no index serves `created_at`"),
+        "{message}"
+    );
+    assert!(
+        message.contains("CREATE INDEX events_created_at_idx ON events (created_at)"),
+        "{message}"
+    );
+
+    // A key range is served by the primary key.
+    let range = Statement::new("SELECT ")
+        .ident(&id)
+        .push(" FROM ")
+        .ident(&table)
+        .push(" WHERE ")
+        .ident(&id)
+        .push(" > ")
+        .value(SqlValue::Int(0))
+        .push(" ORDER BY ")
+        .ident(&id)
+        .push(" LIMIT 100");
+    check_index(&db.store, &table, &id, &range).await.unwrap();
+
+    db.execute("CREATE INDEX events_created_at_idx ON events (created_at)")
+        .await;
+    check_index(&db.store, &table, &created_at, &aged)
+        .await
+        .unwrap();
+}
