@@ -883,5 +883,23 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
         .unwrap();
     // Every row changed exactly once.
     assert_eq!(db.scalar("SELECT COUNT(*) FROM items WHERE n = 1").await, 4);
+    // Planning reads: the next key after a cursor, and nothing past the end.
+    let next_key = |after: i64| {
+        Statement::new("SELECT id FROM ")
+            .ident(&table)
+            .push(" WHERE id > ")
+            .value(SqlValue::Int(after))
+            .push(" ORDER BY id LIMIT 1")
+    };
+    assert_eq!(
+        store.fetch_cursor(&next_key(2), 1).await.unwrap(),
+        Some(Cursor::int(3))
+    );
+    assert_eq!(store.fetch_cursor(&next_key(4), 1).await.unwrap(), None);
+    let reset = Statement::new("UPDATE ")
+        .ident(&table)
+        .push(" SET n = ")
+        .value(SqlValue::Int(0));
+    assert_eq!(store.execute(&reset).await.unwrap(), 4);
     assert_eq!(store.operation(id).await.unwrap().state.rows_done, 4);
 }

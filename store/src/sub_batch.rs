@@ -86,33 +86,6 @@ impl Store {
             }
         })
     }
-
-    /// Runs a query and returns every row's first column as text (for EXPLAIN plans and catalogue look-ups).
-    pub async fn fetch_texts(
-        &self,
-        statement: &Statement,
-        column: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        use sqlx::Row;
-        Ok(match self.backend() {
-            Backend::Sqlite(pool) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .fetch_all(pool)
-                    .await?
-                    .iter()
-                    .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
-                    .collect()
-            }
-            Backend::Postgres(pool) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .fetch_all(pool)
-                    .await?
-                    .iter()
-                    .map(|r| r.try_get::<String, _>(column).unwrap_or_default())
-                    .collect()
-            }
-        })
-    }
 }
 
 impl SubBatchTx {
