@@ -84,6 +84,11 @@ async fn full_scans_are_refused_until_an_index_serves_them(db: &TestDb) {
         .push(" < ")
         .value(SqlValue::Text("2026-06-01".into()))
         .push(" LIMIT 100");
+    // Plan on several pooled connections at once, so each caches the schema without the index.
+    assert_eq!(
+        plans_on_many_connections(db, &table, &created_at, &aged).await,
+        vec![false; 6]
+    );
     let err = check_index(&db.store, &table, &created_at, &aged)
         .await
         .unwrap_err();
@@ -114,7 +119,35 @@ async fn full_scans_are_refused_until_an_index_serves_them(db: &TestDb) {
 
     db.execute("CREATE INDEX events_created_at_idx ON events (created_at)")
         .await;
-    check_index(&db.store, &table, &created_at, &aged)
-        .await
-        .unwrap();
+    // Every connection sees the new index, not the schema it had cached.
+    assert_eq!(
+        plans_on_many_connections(db, &table, &created_at, &aged).await,
+        vec![true; 6]
+    );
+}
+
+/// Runs the index check from six tasks at once (so on several pooled
+/// connections); true where the statement was accepted.
+async fn plans_on_many_connections(
+    db: &TestDb,
+    table: &Ident,
+    column: &Ident,
+    probe: &Statement,
+) -> Vec<bool> {
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let (store, table, column, probe) = (
+                db.store.clone(),
+                table.clone(),
+                column.clone(),
+                probe.clone(),
+            );
+            tokio::spawn(async move { check_index(&store, &table, &column, &probe).await.is_ok() })
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    for task in tasks {
+        accepted.push(task.await.unwrap());
+    }
+    accepted
 }

@@ -41,11 +41,17 @@ impl Store {
         match self.backend() {
             Backend::Sqlite(pool) => {
                 let text = SqlText::new("EXPLAIN QUERY PLAN ").append(statement.text());
-                // Not a persistent statement: a plan is fixed when it is compiled,
-                // and must reflect the indexes that exist now.
+                let mut conn = pool.acquire().await?;
+                // SQLite checks a connection's cached schema only when a statement
+                // opens a transaction, which EXPLAIN never does: read the schema
+                // table first so an index created by another connection is seen.
+                sqlx::query("SELECT COUNT(*) FROM sqlite_schema")
+                    .execute(&mut *conn)
+                    .await?;
+                // Not a persistent statement: a plan is fixed when it is compiled.
                 let query = sqlx::query(AssertSqlSafe(text.as_str().to_owned())).persistent(false);
                 let rows = bind_values!(query, statement.params())
-                    .fetch_all(pool)
+                    .fetch_all(&mut *conn)
                     .await?;
                 Ok(rows
                     .iter()
