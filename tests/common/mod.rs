@@ -65,9 +65,7 @@ impl TestDb {
         {
             Ok(pool) => pool,
             Err(e) if !servers_required() => {
-                eprintln!(
-                    "SKIPPED: PostgreSQL not reachable at {base} ({e}); set SLUICE_REQUIRE_SERVERS=1 to fail instead"
-                );
+                say_skipped_once(&base, &e);
                 return None;
             }
             Err(e) => panic!("PostgreSQL required but not reachable at {base}: {e}"),
@@ -173,6 +171,21 @@ impl TestDb {
             .await;
         }
     }
+}
+
+/// Tells the person running the tests, once per test binary, that the
+/// PostgreSQL tests were skipped. Written to the stderr handle directly, not
+/// with `eprintln!`, because the test harness hides what passing tests print.
+fn say_skipped_once(url: &str, error: &sqlx::Error) {
+    use std::io::Write;
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: PostgreSQL tests in this binary ({url} not reachable: {error}); \
+             set SLUICE_REQUIRE_SERVERS=1 to make that a failure"
+        );
+    });
 }
 
 /// Waits until `check` returns true, polling every 20 ms, failing after `deadline`.
