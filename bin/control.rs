@@ -1,10 +1,11 @@
 //! Operator controls: pause, resume, cancel and retry one operation, every
 //! operation of a kind, or every operation. Each is an event appended through
 //! the state machine, so a control that does not apply (resuming a running
-//! operation) is refused for one operation and skipped in a bulk action.
+//! operation) is refused for one operation; a bulk action only looks at the
+//! statuses the state machine accepts the event in.
 
 use clap::Args;
-use sluice_store::{Event, Expected, ListFilter, OperationStatus, Store, StoreError};
+use sluice_store::{Event, Expected, ListFilter, Store, StoreError};
 
 use crate::failure::Failure;
 use crate::render;
@@ -56,17 +57,6 @@ impl Action {
         }
     }
 
-    /// The statuses the control applies to.
-    fn applies_to(self, status: OperationStatus) -> bool {
-        use OperationStatus::*;
-        match self {
-            Action::Pause => matches!(status, Pending | Running),
-            Action::Resume => status == Paused,
-            Action::Cancel => matches!(status, Pending | Running | Paused | Failed),
-            Action::Retry => status == Failed,
-        }
-    }
-
     /// The verb, as printed.
     pub fn verb(self) -> &'static str {
         match self {
@@ -100,24 +90,28 @@ pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<
     {
         return Err(Failure::BadInput("--kind must not be empty".into()));
     }
-    let filter = ListFilter {
-        kind: args.kind.clone(),
-        limit: Some(i64::MAX),
-        ..ListFilter::default()
-    };
+    // Only the statuses the state machine accepts this event in: never a scan
+    // of every operation that ever ran.
+    let mut candidates = Vec::new();
+    for status in event.legal_from() {
+        let filter = ListFilter {
+            status: Some(*status),
+            kind: args.kind.clone(),
+            limit: Some(i64::MAX),
+        };
+        candidates.extend(store.list(&filter).await?.into_iter().map(|r| r.id));
+    }
+    candidates.sort_unstable();
     let mut changed = Vec::new();
     let mut skipped = Vec::new();
-    for record in store.list(&filter).await? {
-        if !action.applies_to(record.state.status) {
-            continue;
-        }
+    for id in candidates {
         // The status may have changed since the listing; the state machine decides.
         match store
-            .append(record.id, Expected::Any, None, std::slice::from_ref(&event))
+            .append(id, Expected::Any, None, std::slice::from_ref(&event))
             .await
         {
-            Ok(_) => changed.push(record.id),
-            Err(StoreError::Illegal { .. }) => skipped.push(record.id),
+            Ok(_) => changed.push(id),
+            Err(StoreError::Illegal { .. }) => skipped.push(id),
             Err(other) => return Err(other.into()),
         }
     }

@@ -259,6 +259,31 @@ pub fn replay<'a>(
     Ok(state)
 }
 
+impl Event {
+    /// The statuses this event may be applied in: the one transition table,
+    /// used by [`apply`] and by anything that must know in advance which
+    /// operations an event applies to (an operator's bulk pause, say).
+    /// Empty for `Created`, which is only legal as the first event of a log.
+    pub fn legal_from(&self) -> &'static [OperationStatus] {
+        use OperationStatus::*;
+        match self {
+            Event::Created(_) => &[],
+            Event::Started { .. } => &[Pending, Running],
+            Event::BatchPlanned { .. }
+            | Event::Throttled { .. }
+            | Event::Yielded { .. }
+            | Event::Finished => &[Running],
+            Event::BatchSucceeded { .. } | Event::BatchFailed { .. } => {
+                &[Pending, Running, Paused, Failed, Cancelled]
+            }
+            Event::Paused { .. } | Event::Failed { .. } => &[Pending, Running],
+            Event::Resumed => &[Paused],
+            Event::Cancelled { .. } => &[Pending, Running, Paused, Failed],
+            Event::Retried => &[Failed],
+        }
+    }
+}
+
 impl OperationStatus {
     /// Every status, in lifecycle order.
     pub const ALL: [OperationStatus; 6] = [
@@ -355,16 +380,15 @@ fn transition(
 ) -> Result<Vec<Effect>, IllegalTransition> {
     use OperationStatus::*;
     let from = next.status;
-    let wrong = || IllegalTransition::WrongStatus {
-        from,
-        event: event.kind(),
-    };
+    if !matches!(event, Event::Created(_)) && !event.legal_from().contains(&from) {
+        return Err(IllegalTransition::WrongStatus {
+            from,
+            event: event.kind(),
+        });
+    }
     match event {
         Event::Created(_) => Err(IllegalTransition::AlreadyCreated),
         Event::Started { node } => {
-            if !matches!(from, Pending | Running) {
-                return Err(wrong());
-            }
             next.status = Running;
             next.node = Some(node.clone());
             next.started_at.get_or_insert(at);
@@ -376,9 +400,6 @@ fn transition(
             end,
             size,
         } => {
-            if from != Running {
-                return Err(wrong());
-            }
             plan_batch(next, *ordinal, start.as_ref(), end.as_ref(), *size)?;
             Ok(vec![Effect::RunBatch { ordinal: *ordinal }])
         }
@@ -388,9 +409,6 @@ fn transition(
             next_batch_size,
             ..
         } => {
-            if from == Finished {
-                return Err(wrong());
-            }
             check_known_batch(next, *ordinal)?;
             if next.batches_succeeded >= next.batches_planned {
                 return Err(IllegalTransition::TooManySuccesses {
@@ -417,9 +435,6 @@ fn transition(
             next_sub_batch_size,
             ..
         } => {
-            if from == Finished {
-                return Err(wrong());
-            }
             check_known_batch(next, *ordinal)?;
             next.batch_failures += 1;
             next.last_error = Some(error.clone());
@@ -434,9 +449,6 @@ fn transition(
             })
         }
         Event::Throttled { health, reason } => {
-            if from != Running {
-                return Err(wrong());
-            }
             if let Health::Throttled { percent } = health
                 && !(1..=99).contains(percent)
             {
@@ -454,30 +466,18 @@ fn transition(
             }])
         }
         Event::Yielded { .. } => {
-            if from != Running {
-                return Err(wrong());
-            }
             next.status = Pending;
             Ok(vec![Effect::ReleaseLease])
         }
         Event::Paused { .. } => {
-            if !matches!(from, Pending | Running) {
-                return Err(wrong());
-            }
             next.status = Paused;
             Ok(vec![Effect::HaltSubBatches, Effect::ReleaseLease])
         }
         Event::Resumed => {
-            if from != Paused {
-                return Err(wrong());
-            }
             next.status = Pending;
             Ok(Vec::new())
         }
         Event::Finished => {
-            if from != Running {
-                return Err(wrong());
-            }
             if next.batches_succeeded != next.batches_planned {
                 return Err(IllegalTransition::UnfinishedBatches {
                     succeeded: next.batches_succeeded,
@@ -488,9 +488,6 @@ fn transition(
             Ok(vec![Effect::ReleaseLease, Effect::NotifyTerminal(Finished)])
         }
         Event::Failed { error } => {
-            if !matches!(from, Pending | Running) {
-                return Err(wrong());
-            }
             next.last_error = Some(error.clone());
             terminate(next, Failed, at);
             Ok(vec![
@@ -500,9 +497,6 @@ fn transition(
             ])
         }
         Event::Cancelled { .. } => {
-            if !matches!(from, Pending | Running | Paused | Failed) {
-                return Err(wrong());
-            }
             terminate(next, Cancelled, at);
             Ok(vec![
                 Effect::HaltSubBatches,
@@ -511,9 +505,6 @@ fn transition(
             ])
         }
         Event::Retried => {
-            if from != Failed {
-                return Err(wrong());
-            }
             next.status = Pending;
             next.finished_at = None;
             Ok(vec![Effect::RequeueFailedBatches])
