@@ -76,11 +76,9 @@ pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<
             .append(id, Expected::Any, None, std::slice::from_ref(&event))
             .await
             .map_err(|e| match e {
-                StoreError::Illegal { .. } => Failure::BadInput(format!(
-                    "cannot {} operation {id}: {}",
-                    action.verb(),
-                    illegal_reason(&e)
-                )),
+                StoreError::Illegal { source, .. } => {
+                    Failure::BadInput(format!("cannot {} operation {id}: {source}", action.verb()))
+                }
                 other => other.into(),
             })?;
         return render::controlled(action.verb(), &[appended.record.id], &[], args.json);
@@ -116,11 +114,4 @@ pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<
         }
     }
     render::controlled(action.verb(), &changed, &skipped, args.json)
-}
-
-fn illegal_reason(error: &StoreError) -> String {
-    match error {
-        StoreError::Illegal { source, .. } => source.to_string(),
-        other => other.to_string(),
-    }
 }

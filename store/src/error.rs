@@ -24,9 +24,6 @@ pub enum StoreError {
     /// No operation has this id.
     #[error("no operation with id {0}")]
     NotFound(i64),
-    /// No batch has this id.
-    #[error("no batch with id {0}")]
-    BatchNotFound(i64),
     /// The enqueued spec is invalid; nothing was written.
     #[error("invalid operation: {0}")]
     InvalidSpec(#[from] SpecError),

@@ -6,7 +6,6 @@
 //! pure and usable without a database.
 #![warn(missing_docs)]
 
-mod catalogue;
 pub mod clock;
 pub mod cursor;
 pub mod error;
@@ -18,6 +17,7 @@ pub mod spec;
 pub mod sql;
 mod store;
 mod sub_batch;
+mod target_table;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cursor::{Cursor, CursorValue};

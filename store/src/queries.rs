@@ -243,11 +243,13 @@ macro_rules! backend {
                 now: i64,
             ) -> Result<Vec<Appended>, StoreError> {
                 let mut tx = begin_write(pool).await?;
-                let ids: Vec<i64> = sqlx::query_scalar(DIALECT.pick(
-                    "SELECT id FROM sluice_operations \
+                // The claimable rows themselves, locked (PostgreSQL) or under the
+                // write lock (SQLite): no second read per claimed operation.
+                let rows: Vec<OperationRow> = sqlx::query_as(DIALECT.pick(
+                    "SELECT * FROM sluice_operations \
                      WHERE status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1)) \
                      ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2",
-                    "SELECT id FROM sluice_operations \
+                    "SELECT * FROM sluice_operations \
                      WHERE status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1)) \
                      ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
                      FOR UPDATE SKIP LOCKED",
@@ -256,11 +258,11 @@ macro_rules! backend {
                 .bind(limit)
                 .fetch_all(&mut *tx)
                 .await?;
-                let mut claimed = Vec::with_capacity(ids.len());
-                for id in ids {
-                    let record = load_locked(&mut tx, id).await?;
+                let mut claimed = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let record = OperationRecord::try_from(row)?;
                     let epoch = record.lease_epoch + 1;
-                    let lease = Lease { operation_id: id, node: node.to_owned(), epoch, expires_at: now + ttl_ms };
+                    let lease = Lease { operation_id: record.id, node: node.to_owned(), epoch, expires_at: now + ttl_ms };
                     let started = [Event::Started { node: node.to_owned() }];
                     claimed.push(append_loaded(&mut tx, record, Expected::Any, None, Some(&lease), &started, now).await?);
                 }
@@ -298,9 +300,9 @@ macro_rules! backend {
                 let ordinal = record.state.batches_planned + 1;
                 let start = record.state.cursor.clone();
                 let sub_batch_size = record.state.sub_batch_size.min(size);
-                let expected = Expected::Exactly(record.state.last_seq);
+                // The row is locked and was read just now: the lease fence is the guard.
                 let planned = [Event::BatchPlanned { ordinal, start: start.clone(), end: end.clone(), size }];
-                let appended = append_loaded(&mut tx, record, expected, Some(lease), None, &planned, now).await?;
+                let appended = append_loaded(&mut tx, record, Expected::Any, Some(lease), None, &planned, now).await?;
                 let row: BatchRow = sqlx::query_as(
                     "INSERT INTO sluice_batches \
                      (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at) \

@@ -145,16 +145,6 @@ impl BatchStatus {
     }
 }
 
-impl Origin {
-    /// The lower-case name stored in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::User => "user",
-            Origin::Schedule => "schedule",
-        }
-    }
-}
-
 /// Every column of `sluice_operations`, as read.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct OperationRow {
@@ -339,11 +329,8 @@ impl TryFrom<OperationRow> for OperationRecord {
         let state = Projection {
             batching_columns: serde_json::from_str(&row.batching_columns)
                 .map_err(|e| corrupt("batching_columns", e.to_string()))?,
-            origin: match row.origin.as_str() {
-                "user" => Origin::User,
-                "schedule" => Origin::Schedule,
-                other => return Err(corrupt("origin", other.to_owned())),
-            },
+            origin: Origin::parse(&row.origin)
+                .ok_or_else(|| corrupt("origin", row.origin.clone()))?,
             min_cursor: cursor("min_cursor", row.min_cursor)?,
             max_cursor: cursor("max_cursor", row.max_cursor)?,
             cursor: cursor("cursor", row.cursor)?,

@@ -66,6 +66,23 @@ pub enum Origin {
     Schedule,
 }
 
+impl Origin {
+    /// The lower-case name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::User => "user",
+            Origin::Schedule => "schedule",
+        }
+    }
+
+    /// Parses [`Origin::as_str`]'s form.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Origin::User, Origin::Schedule]
+            .into_iter()
+            .find(|o| o.as_str() == name)
+    }
+}
+
 /// A spec that cannot be accepted, with the field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {

@@ -1,8 +1,11 @@
-//! What the database says about a target table: its columns, and how the
-//! planner would run a statement over it. Read-only; nothing here changes data.
+//! An operation's target table outside a sub-batch: what the catalogue says
+//! about it, how the planner would run a statement over it, the reads that
+//! plan batches, and single statements. Inside a sub-batch, statements run in
+//! a [`crate::SubBatchTx`] instead.
 
 use sqlx::AssertSqlSafe;
 
+use crate::cursor::{Cursor, CursorValue};
 use crate::error::StoreError;
 use crate::sql::{Ident, SqlText, Statement, bind_values};
 use crate::store::{Backend, Store};
@@ -76,4 +79,65 @@ impl Store {
             }
         }
     }
+
+    /// Runs a read statement outside any transaction and returns its first
+    /// row's first `width` columns as a cursor (integers, else text), or
+    /// `None` when it returns no row or a NULL.
+    pub async fn fetch_cursor(
+        &self,
+        statement: &Statement,
+        width: usize,
+    ) -> Result<Option<Cursor>, StoreError> {
+        match self.backend() {
+            Backend::Sqlite(pool) => {
+                let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .fetch_optional(pool)
+                    .await?;
+                Ok(row.and_then(|r| row_cursor(&r, width)))
+            }
+            Backend::Postgres(pool) => {
+                let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .fetch_optional(pool)
+                    .await?;
+                Ok(row.and_then(|r| row_cursor(&r, width)))
+            }
+        }
+    }
+
+    /// Runs one statement outside any transaction; returns the rows affected.
+    pub async fn execute(&self, statement: &Statement) -> Result<u64, StoreError> {
+        Ok(match self.backend() {
+            Backend::Sqlite(pool) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+            Backend::Postgres(pool) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+        })
+    }
+}
+
+fn row_cursor<R: sqlx::Row>(row: &R, width: usize) -> Option<Cursor>
+where
+    usize: sqlx::ColumnIndex<R>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let mut values = Vec::with_capacity(width);
+    for i in 0..width {
+        if let Ok(v) = row.try_get::<i64, _>(i) {
+            values.push(CursorValue::Int(v));
+        } else if let Ok(v) = row.try_get::<String, _>(i) {
+            values.push(CursorValue::Text(v));
+        } else {
+            return None;
+        }
+    }
+    Some(Cursor(values))
 }
