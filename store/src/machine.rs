@@ -628,7 +628,7 @@ mod tests {
     }
 
     fn step() -> impl Strategy<Value = Step> {
-        (0u8..13, prop::bool::weighted(0.8), -3i64..50).prop_map(|(pick, plausible, n)| Step {
+        (0u8..24, prop::bool::weighted(0.8), -3i64..50).prop_map(|(pick, plausible, n)| Step {
             pick,
             plausible,
             n,
@@ -654,7 +654,22 @@ mod tests {
         } else {
             n
         };
-        match step.pick {
+        // Planning and batch outcomes come up often, terminal events rarely, so
+        // histories get deep (see `random_histories_reach_deep_states`).
+        let category = match step.pick {
+            0..=2 => 0,
+            3..=8 => 1,
+            9..=13 => 3,
+            14 => 5,
+            15 => 6,
+            16 => 7,
+            17 => 8,
+            18 => 9,
+            19..=21 => 10,
+            22 => 11,
+            _ => 12,
+        };
+        match category {
             0 => Event::Started {
                 node: format!("node-{n}"),
             },
@@ -668,7 +683,11 @@ mod tests {
                         CursorValue::Text(_) => 0,
                     });
                     let to = from.unwrap_or(0) + if step.plausible { n.abs() + 1 } else { n };
-                    (state.cursor.clone(), Some(Cursor::int(to)))
+                    // As wide as the batching columns; the first column moves.
+                    let end = std::iter::once(CursorValue::Int(to))
+                        .chain((1..width).map(|_| CursorValue::Int(0)))
+                        .collect();
+                    (state.cursor.clone(), Some(Cursor(end)))
                 };
                 Event::BatchPlanned {
                     ordinal: next_ordinal,
@@ -707,7 +726,7 @@ mod tests {
             },
             9 => Event::Resumed,
             10 => {
-                if n % 2 == 0 {
+                if n % 4 != 0 {
                     Event::Finished
                 } else {
                     Event::Failed {
@@ -821,6 +840,43 @@ mod tests {
                 prop_assert!(refused.is_err(), "{} from {:?} was accepted", event.kind(), state.status);
             }
         }
+    }
+
+    /// The random histories above are only worth something if they reach deep
+    /// states; this counts, over a fixed sequence of generated histories, how
+    /// many finish after real batches and how many plan several batches.
+    #[test]
+    fn random_histories_reach_deep_states() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let histories = (
+            0usize..3,
+            prop::option::of(1i64..400),
+            prop::collection::vec(step(), 0..80),
+        );
+        let (mut finished, mut several_batches) = (0, 0);
+        for _ in 0..4000 {
+            let (columns, max, steps) = histories.new_tree(&mut runner).unwrap().current();
+            let mut state = apply(None, &Event::Created(Box::new(spec(columns, max))), 0)
+                .unwrap()
+                .0;
+            for step in &steps {
+                if let Ok((next, _)) = apply(Some(&state), &build(step, &state), 1) {
+                    state = next;
+                }
+            }
+            finished += usize::from(
+                state.status == OperationStatus::Finished && state.batches_succeeded > 0,
+            );
+            several_batches += usize::from(state.batches_planned >= 3);
+        }
+        eprintln!(
+            "of 4000 histories: {finished} finished after batches, {several_batches} planned 3+ batches"
+        );
+        assert!(
+            finished >= 100 && several_batches >= 250,
+            "{finished} {several_batches}"
+        );
     }
 
     fn running() -> Projection {
