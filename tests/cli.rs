@@ -241,12 +241,7 @@ async fn controls_by_kind_and_all_touch_only_what_applies(db: &TestDb) {
 
 async fn pause_from_another_process_fences_the_running_holder(db: &TestDb) {
     let id = enqueue(db, "k", "t").await;
-    let claimed = db
-        .store
-        .claim_operations("worker-1", 1, Duration::from_secs(60))
-        .await
-        .unwrap();
-    let lease = claimed[0].record.lease.clone().unwrap();
+    let lease = common::claim_lease(&db.store, "worker-1", Duration::from_secs(60)).await;
     assert!(sluice(db, &["pause", &id.to_string()]).status.success());
     // The worker's next write — planning a batch — is rejected: it must stop.
     let planned = db

@@ -156,32 +156,16 @@ async fn concurrent_appenders_with_the_same_expected_seq_one_wins(db: &TestDb) {
             .unwrap()
             .id;
         let seq = db.store.operation(id).await.unwrap().state.last_seq;
-        let a = {
+        let appender = |event: Event| {
             let store = db.store.clone();
             tokio::spawn(async move {
                 store
-                    .append(
-                        id,
-                        Expected::Exactly(seq),
-                        None,
-                        &[Event::Paused { reason: "a".into() }],
-                    )
+                    .append(id, Expected::Exactly(seq), None, &[event])
                     .await
             })
         };
-        let b = {
-            let store = db.store.clone();
-            tokio::spawn(async move {
-                store
-                    .append(
-                        id,
-                        Expected::Exactly(seq),
-                        None,
-                        &[Event::Cancelled { reason: "b".into() }],
-                    )
-                    .await
-            })
-        };
+        let a = appender(Event::Paused { reason: "a".into() });
+        let b = appender(Event::Cancelled { reason: "b".into() });
         let outcomes = [a.await.unwrap(), b.await.unwrap()];
         let wins = outcomes.iter().filter(|o| o.is_ok()).count();
         assert_eq!(wins, 1, "exactly one appender wins: {outcomes:?}");
@@ -421,12 +405,7 @@ async fn batch_leases_fence_a_stalled_worker(db: &TestDb) {
 
 async fn concurrent_batch_claims_never_share_a_batch(db: &TestDb) {
     let id = db.store.enqueue(spec("t")).await.unwrap().id;
-    let op = db
-        .store
-        .claim_operations("planner", 1, Duration::from_secs(600))
-        .await
-        .unwrap();
-    let lease = op[0].record.lease.clone().unwrap();
+    let lease = common::claim_lease(&db.store, "planner", Duration::from_secs(600)).await;
     for i in 1..=10 {
         db.store
             .plan_batch(&lease, Some(Cursor::int(i * 100)), 100)
@@ -481,11 +460,7 @@ async fn concurrent_batch_claims_never_share_a_batch(db: &TestDb) {
 async fn full_lifecycle_replays_to_the_stored_projection(db: &TestDb) {
     let id = db.store.enqueue(spec("t")).await.unwrap().id;
     let ttl = Duration::from_secs(600);
-    let lease = db.store.claim_operations("n", 1, ttl).await.unwrap()[0]
-        .record
-        .lease
-        .clone()
-        .unwrap();
+    let lease = common::claim_lease(&db.store, "n", ttl).await;
     let (b1, planned) = db
         .store
         .plan_batch(&lease, Some(Cursor::int(100)), 100)
@@ -602,11 +577,7 @@ async fn full_lifecycle_replays_to_the_stored_projection(db: &TestDb) {
 async fn operator_retry_requeues_failed_batches(db: &TestDb) {
     let id = db.store.enqueue(spec("t")).await.unwrap().id;
     let ttl = Duration::from_secs(600);
-    let lease = db.store.claim_operations("n", 1, ttl).await.unwrap()[0]
-        .record
-        .lease
-        .clone()
-        .unwrap();
+    let lease = common::claim_lease(&db.store, "n", ttl).await;
     db.store
         .plan_batch(&lease, Some(Cursor::int(100)), 100)
         .await
@@ -823,14 +794,7 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
     let (store, clock) = with_clock(db);
     let id = store.enqueue(spec("items")).await.unwrap().id;
     let ttl = Duration::from_secs(10);
-    let lease = store
-        .claim_operations("p", 1, Duration::from_secs(600))
-        .await
-        .unwrap()[0]
-        .record
-        .lease
-        .clone()
-        .unwrap();
+    let lease = common::claim_lease(&store, "p", Duration::from_secs(600)).await;
     store
         .plan_batch(&lease, Some(Cursor::int(4)), 4)
         .await

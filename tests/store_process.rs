@@ -73,14 +73,7 @@ async fn child_writes_then_aborts() {
         .await
         .unwrap()
         .id;
-    let lease = store
-        .claim_operations("child", 1, Duration::from_secs(60))
-        .await
-        .unwrap()[0]
-        .record
-        .lease
-        .clone()
-        .unwrap();
+    let lease = common::claim_lease(&store, "child", Duration::from_secs(60)).await;
     store
         .plan_batch(&lease, Some(Cursor::int(100)), 100)
         .await

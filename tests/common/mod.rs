@@ -5,12 +5,11 @@
 //! reachable, unless `SLUICE_REQUIRE_SERVERS=1` (set by CI) makes that a failure.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sluice_store::Store;
+use sluice_store::{Lease, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 /// The PostgreSQL the tests use.
@@ -188,20 +187,12 @@ fn say_skipped_once(url: &str, error: &sqlx::Error) {
     });
 }
 
-/// Waits until `check` returns true, polling every 20 ms, failing after `deadline`.
-pub async fn wait_for<F, Fut>(what: &str, deadline: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Claims the next runnable operation for `node` and returns its lease;
+/// panics when nothing is claimable (the test set one up).
+pub async fn claim_lease(store: &Store, node: &str, ttl: Duration) -> Lease {
+    let claimed = store.claim_operations(node, 1, ttl).await.expect("claim");
+    let first = claimed.into_iter().next().expect("an operation to claim");
+    first.record.lease.expect("a claimed operation has a lease")
 }
 
 /// Declares each listed async test function once per backend:
