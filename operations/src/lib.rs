@@ -1,11 +1,30 @@
 //! Sluice's operations: what a batched operation does to its table.
 //!
-//! This crate grows the operation trait, the batching strategies and the
-//! built-in operations; today it holds the input parsing they share.
+//! - [`Operation`]: the extension point a new kind implements (its typed
+//!   arguments, its [`Shape`] — table, batching strategy, scope — and what it
+//!   does to one [`SubBatch`]), registered in a [`Registry`].
+//! - [`batching`]: the strategies' SQL (keyset ranges over one or several
+//!   columns, loop `LIMIT n` until exhausted), so no operation writes paging.
+//! - [`builtin`]: `delete-aged-rows` and `update-in-batches`.
+//! - [`enqueue()`]: the checks before an operation is accepted (names against
+//!   the catalogue, the planner's plan against full scans).
 #![warn(missing_docs)]
 
+pub mod batching;
+pub mod builtin;
 pub mod duration;
+mod enqueue;
+mod error;
+mod operation;
+mod shape;
+mod sub_batch;
 pub mod target;
 
+pub use builtin::{DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, parse_duration};
+pub use enqueue::{EnqueueOptions, enqueue};
+pub use error::OperationError;
+pub use operation::{Operation, PreparedOperation, Registry};
+pub use shape::{Filter, Shape, Strategy, check_expression};
+pub use sub_batch::{Bounds, SubBatch, SubBatchOutcome, SubBatchRequest, run_sub_batch};
 pub use target::{Target, TargetError, check_index, check_target};

@@ -124,7 +124,7 @@ pub async fn check_index(
 /// SQLite: a `SCAN table` detail (a `SEARCH` uses an index or the rowid).
 /// PostgreSQL: a `Seq Scan on table`, or an index scan on it without an
 /// `Index Cond` (walking a whole index only for its order reads every row).
-fn full_scan_line(plan: &[String], table: &str, postgres: bool) -> Option<String> {
+pub(crate) fn full_scan_line(plan: &[String], table: &str, postgres: bool) -> Option<String> {
     let node = |line: &str| line.trim_start().trim_start_matches("->").trim().to_owned();
     if !postgres {
         return plan.iter().map(|l| node(l)).find(|l| {

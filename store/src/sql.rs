@@ -38,6 +38,53 @@ pub enum SqlValue {
     Text(String),
     /// A timestamp (PostgreSQL `timestamptz`; on SQLite, ISO-8601 text).
     Timestamp(chrono::DateTime<chrono::Utc>),
+    /// A boolean (PostgreSQL `boolean`; on SQLite, 0 or 1).
+    Bool(bool),
+}
+
+impl From<i64> for SqlValue {
+    fn from(v: i64) -> Self {
+        SqlValue::Int(v)
+    }
+}
+
+impl From<i32> for SqlValue {
+    fn from(v: i32) -> Self {
+        SqlValue::Int(v.into())
+    }
+}
+
+impl From<bool> for SqlValue {
+    fn from(v: bool) -> Self {
+        SqlValue::Bool(v)
+    }
+}
+
+impl From<&str> for SqlValue {
+    fn from(v: &str) -> Self {
+        SqlValue::Text(v.to_owned())
+    }
+}
+
+impl From<String> for SqlValue {
+    fn from(v: String) -> Self {
+        SqlValue::Text(v)
+    }
+}
+
+impl From<chrono::DateTime<chrono::Utc>> for SqlValue {
+    fn from(v: chrono::DateTime<chrono::Utc>) -> Self {
+        SqlValue::Timestamp(v)
+    }
+}
+
+impl From<&crate::cursor::CursorValue> for SqlValue {
+    fn from(v: &crate::cursor::CursorValue) -> Self {
+        match v {
+            crate::cursor::CursorValue::Int(i) => SqlValue::Int(*i),
+            crate::cursor::CursorValue::Text(t) => SqlValue::Text(t.clone()),
+        }
+    }
 }
 
 /// SQL text assembled only from code-written fragments and [`Ident`]s.
@@ -89,6 +136,13 @@ impl Statement {
     /// Appends an operator's own SQL expression, parenthesised (see [`SqlText::operator_expression`]).
     pub fn operator_expression(mut self, expression: &str) -> Self {
         self.text = self.text.operator_expression(expression);
+        self
+    }
+
+    /// Appends an operator's own SET list (`a = a + 1, b = 'x'`) as written,
+    /// unparenthesised (see [`SqlText::operator_expression`] for the trust it needs).
+    pub fn operator_assignments(mut self, assignments: &str) -> Self {
+        self.text.0.push_str(assignments);
         self
     }
 
@@ -222,6 +276,7 @@ macro_rules! bind_values {
                 $crate::sql::SqlValue::Int(v) => query.bind(*v),
                 $crate::sql::SqlValue::Text(v) => query.bind(v.clone()),
                 $crate::sql::SqlValue::Timestamp(v) => query.bind(*v),
+                $crate::sql::SqlValue::Bool(v) => query.bind(*v),
             };
         }
         query

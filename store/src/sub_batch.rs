@@ -18,6 +18,7 @@ use crate::queries;
 use crate::record::BatchLease;
 use crate::sql::{Statement, bind_values};
 use crate::store::{Backend, Store};
+use crate::target_table::row_cursor;
 
 /// An open sub-batch transaction. Dropping it without [`SubBatchTx::commit`] rolls back.
 #[derive(Debug)]
@@ -68,6 +69,48 @@ impl SubBatchTx {
                     .rows_affected()
             }
         })
+    }
+
+    /// Like [`Store::fetch_cursor`], inside the transaction (so the rows it
+    /// reads are the rows the transaction then changes).
+    pub async fn fetch_cursor(
+        &mut self,
+        statement: &Statement,
+        width: usize,
+    ) -> Result<Option<Cursor>, StoreError> {
+        let row = match &mut self.tx {
+            Tx::Sqlite(tx) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .and_then(|r| row_cursor(&r, width))
+            }
+            Tx::Postgres(tx) => {
+                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .and_then(|r| row_cursor(&r, width))
+            }
+        };
+        Ok(row)
+    }
+
+    /// Bounds every later statement of this transaction to `timeout` on
+    /// PostgreSQL (`statement_timeout`, local to the transaction; a statement
+    /// over it fails with SQLSTATE 57014). SQLite has no such setting: the
+    /// runtime bounds the whole sub-batch with a timer instead.
+    pub async fn set_statement_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        if let Tx::Postgres(tx) = &mut self.tx {
+            let ms = timeout.as_millis().max(1).to_string();
+            sqlx::query("SELECT set_config('statement_timeout', $1, true)")
+                .bind(ms)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Records the sub-batch as done (the batch's progress moves to `progress`,

@@ -34,6 +34,39 @@ impl Store {
         })
     }
 
+    /// The declared type of `column` in `table` as the catalogue spells it
+    /// (SQLite: the declared type, possibly empty; PostgreSQL:
+    /// `information_schema` `data_type`), or `None` when there is no such column.
+    pub async fn column_type(
+        &self,
+        table: &Ident,
+        column: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(match self.backend() {
+            Backend::Sqlite(pool) => {
+                sqlx::query_scalar(
+                    "SELECT type FROM pragma_table_info($1, COALESCE($2, 'main')) WHERE name = $3",
+                )
+                .bind(table.name())
+                .bind(table.schema())
+                .bind(column)
+                .fetch_optional(pool)
+                .await?
+            }
+            Backend::Postgres(pool) => {
+                sqlx::query_scalar(
+                    "SELECT data_type::text FROM information_schema.columns \
+                     WHERE table_schema = COALESCE($1, current_schema()) AND table_name = $2 AND column_name = $3",
+                )
+                .bind(table.schema())
+                .bind(table.name())
+                .bind(column)
+                .fetch_optional(pool)
+                .await?
+            }
+        })
+    }
+
     /// The planner's plan for `statement`, one line per row: `EXPLAIN QUERY PLAN`
     /// details on SQLite, `EXPLAIN` text on PostgreSQL. On PostgreSQL the plan is
     /// taken with sequential scans disabled (in a transaction that is rolled
@@ -123,7 +156,7 @@ impl Store {
     }
 }
 
-fn row_cursor<R: sqlx::Row>(row: &R, width: usize) -> Option<Cursor>
+pub(crate) fn row_cursor<R: sqlx::Row>(row: &R, width: usize) -> Option<Cursor>
 where
     usize: sqlx::ColumnIndex<R>,
     i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,

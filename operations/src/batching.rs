@@ -1,0 +1,256 @@
+//! The batching strategies' SQL: where the next batch ends, where a
+//! sub-batch inside it ends, and the predicate that selects exactly a range's
+//! rows. Operations never write paging SQL themselves.
+//!
+//! A keyset range is `(start, end]` in the order of the batching columns:
+//! `(a, b) > (start) AND (a, b) <= (end)`, plus the scope. Batches are
+//! contiguous, so every row in scope at the time its range runs is in exactly
+//! one batch. A row inserted later lands either in a range not yet run (and is
+//! processed) or in one already run (and is out of scope for this operation,
+//! provably: its key is at or below the cursor).
+
+use sluice_store::{Cursor, Ident, Statement, Store};
+
+use crate::error::OperationError;
+use crate::shape::{Shape, Strategy};
+
+/// Where the next batch of `shape` after `after` ends so that it holds `size`
+/// rows in scope (fewer when fewer remain), or `None` when no row is left.
+pub async fn next_batch_end(
+    store: &Store,
+    shape: &Shape,
+    after: Option<&Cursor>,
+    size: i64,
+) -> Result<Option<Cursor>, OperationError> {
+    let columns = keyset_columns(shape)?;
+    let width = columns.len();
+    if let Some(end) = store
+        .fetch_cursor(&nth_after(shape, columns, after, None, size), width)
+        .await?
+    {
+        return Ok(Some(end));
+    }
+    Ok(store
+        .fetch_cursor(&last_after(shape, columns, after), width)
+        .await?)
+}
+
+/// The statement finding the `n`th row in scope after `after` (and at or
+/// before `until`, when given), in batching order.
+pub fn nth_after(
+    shape: &Shape,
+    columns: &[Ident],
+    after: Option<&Cursor>,
+    until: Option<&Cursor>,
+    n: i64,
+) -> Statement {
+    let statement = Statement::new("SELECT ")
+        .idents(columns)
+        .push(" FROM ")
+        .ident(shape.table())
+        .push(" WHERE 1 = 1");
+    let statement = range_predicate(statement, columns, after, until);
+    let statement = shape.filter().and_to(statement).push(" ORDER BY ");
+    columns_in_order(statement, columns, "")
+        .push(" LIMIT 1 OFFSET ")
+        .value((n.max(1) - 1).into())
+}
+
+/// The probe the index check explains for a shape: the batch query a run
+/// would issue first.
+pub fn probe(shape: &Shape, first: Option<&Cursor>, size: i64) -> Statement {
+    match shape.strategy() {
+        Strategy::Keyset(columns) => nth_after(shape, columns, first, None, size),
+        Strategy::Loop { key } => loop_rows(
+            shape,
+            key,
+            size,
+            Statement::new("SELECT ")
+                .ident(key)
+                .push(" FROM ")
+                .ident(shape.table()),
+        ),
+    }
+}
+
+/// Appends ` AND (cols) > (after) AND (cols) <= (until)` for the bounds given.
+pub fn range_predicate(
+    mut statement: Statement,
+    columns: &[Ident],
+    after: Option<&Cursor>,
+    until: Option<&Cursor>,
+) -> Statement {
+    if let Some(after) = after {
+        statement = statement.push(" AND ");
+        statement = row_compare(statement, columns, " > ", after);
+    }
+    if let Some(until) = until {
+        statement = statement.push(" AND ");
+        statement = row_compare(statement, columns, " <= ", until);
+    }
+    statement
+}
+
+/// Appends ` WHERE key IN (SELECT key FROM table WHERE scope LIMIT n)` to
+/// `head`: the rows of one loop sub-batch.
+pub fn loop_rows(shape: &Shape, key: &Ident, limit: i64, head: Statement) -> Statement {
+    let inner = head
+        .push(" WHERE ")
+        .ident(key)
+        .push(" IN (SELECT ")
+        .ident(key)
+        .push(" FROM ")
+        .ident(shape.table())
+        .push(" WHERE 1 = 1");
+    shape
+        .filter()
+        .and_to(inner)
+        .push(" LIMIT ")
+        .value(limit.into())
+        .push(")")
+}
+
+/// Appends ` WHERE (cols) > (start) AND (cols) <= (end) AND scope` to `head`:
+/// the rows of one keyset range.
+pub fn range_rows(
+    shape: &Shape,
+    columns: &[Ident],
+    start: Option<&Cursor>,
+    end: &Cursor,
+    head: Statement,
+) -> Statement {
+    let statement = range_predicate(head.push(" WHERE 1 = 1"), columns, start, Some(end));
+    shape.filter().and_to(statement)
+}
+
+/// The batching columns of a keyset shape; an error for a loop.
+pub fn keyset_columns(shape: &Shape) -> Result<&[Ident], OperationError> {
+    match shape.strategy() {
+        Strategy::Keyset(columns) => Ok(columns),
+        Strategy::Loop { .. } => Err(OperationError::Arguments(
+            "a loop-based operation has no cursor to plan ranges on".into(),
+        )),
+    }
+}
+
+fn last_after(shape: &Shape, columns: &[Ident], after: Option<&Cursor>) -> Statement {
+    let statement = Statement::new("SELECT ")
+        .idents(columns)
+        .push(" FROM ")
+        .ident(shape.table())
+        .push(" WHERE 1 = 1");
+    let statement = range_predicate(statement, columns, after, None);
+    let statement = shape.filter().and_to(statement).push(" ORDER BY ");
+    columns_in_order(statement, columns, " DESC").push(" LIMIT 1")
+}
+
+fn row_compare(
+    mut statement: Statement,
+    columns: &[Ident],
+    operator: &'static str,
+    cursor: &Cursor,
+) -> Statement {
+    if columns.len() == 1 {
+        return statement
+            .ident(&columns[0])
+            .push(operator)
+            .value((&cursor.0[0]).into());
+    }
+    statement = statement
+        .push("(")
+        .idents(columns)
+        .push(")")
+        .push(operator)
+        .push("(");
+    for (i, value) in cursor.0.iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(", ");
+        }
+        statement = statement.value(value.into());
+    }
+    statement.push(")")
+}
+
+fn columns_in_order(
+    mut statement: Statement,
+    columns: &[Ident],
+    direction: &'static str,
+) -> Statement {
+    for (i, column) in columns.iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(", ");
+        }
+        statement = statement.ident(column).push(direction);
+    }
+    statement
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_store::{CursorValue, SqlValue};
+
+    use super::*;
+    use crate::shape::Filter;
+
+    #[test]
+    fn a_keyset_batch_end_compares_rows_and_orders_by_every_column() {
+        let shape = Shape::keyset("events", &["created_at", "id"])
+            .unwrap()
+            .scope(Filter::new().eq("tenant", 3_i64))
+            .unwrap();
+        let after = Cursor(vec![
+            CursorValue::Text("2026-01-01".into()),
+            CursorValue::Int(9),
+        ]);
+        let s = nth_after(
+            &shape,
+            keyset_columns(&shape).unwrap(),
+            Some(&after),
+            None,
+            500,
+        );
+        assert_eq!(
+            s.text().as_str(),
+            "SELECT \"created_at\", \"id\" FROM \"events\" WHERE 1 = 1 AND (\"created_at\", \"id\") > ($1, $2) \
+             AND \"tenant\" = $3 ORDER BY \"created_at\", \"id\" LIMIT 1 OFFSET $4"
+        );
+        assert_eq!(s.params()[3], SqlValue::Int(499));
+    }
+
+    #[test]
+    fn a_single_column_range_is_a_plain_comparison() {
+        let shape = Shape::range("t", "id").unwrap();
+        let s = range_predicate(
+            Statement::new("DELETE FROM t WHERE 1 = 1"),
+            keyset_columns(&shape).unwrap(),
+            Some(&Cursor::int(10)),
+            Some(&Cursor::int(20)),
+        );
+        assert_eq!(
+            s.text().as_str(),
+            "DELETE FROM t WHERE 1 = 1 AND \"id\" > $1 AND \"id\" <= $2"
+        );
+    }
+
+    #[test]
+    fn a_loop_selects_its_rows_by_key_with_a_limit() {
+        let shape = Shape::loop_until_done("t", "id")
+            .unwrap()
+            .scope(Filter::new().lt("at", 5_i64))
+            .unwrap();
+        let Strategy::Loop { key } = shape.strategy() else {
+            unreachable!()
+        };
+        let s = loop_rows(
+            &shape,
+            key,
+            100,
+            Statement::new("DELETE FROM ").ident(shape.table()),
+        );
+        assert_eq!(
+            s.text().as_str(),
+            "DELETE FROM \"t\" WHERE \"id\" IN (SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2)"
+        );
+        assert!(keyset_columns(&shape).is_err());
+    }
+}

@@ -1,0 +1,248 @@
+//! The built-in operations an operator runs from the command line.
+//!
+//! - [`DeleteAgedRows`]: deletes rows whose timestamp column is older than a
+//!   cutoff, `LIMIT n` at a time until fewer than `n` match (the loop
+//!   strategy: deleted rows leave the scope, new rows are young and never
+//!   enter it).
+//! - [`UpdateInBatches`]: runs an operator's `SET` over the rows matching an
+//!   operator's `WHERE`, in ranges of a unique key, each row once.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sluice_store::{Backend, CursorValue, Ident, SqlValue, Statement, Store};
+
+use crate::error::OperationError;
+use crate::operation::Operation;
+use crate::shape::{Filter, Shape, check_expression};
+use crate::sub_batch::SubBatch;
+
+/// `delete-aged-rows`: deletes the rows of `table` whose `column` is older
+/// than the cutoff fixed when the operation was enqueued.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeleteAgedRows;
+
+/// Arguments of [`DeleteAgedRows`]. Build them with [`DeleteAgedRows::arguments`],
+/// which reads the column's type to write the cutoff the way the column stores time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteAgedRowsArguments {
+    /// The table.
+    pub table: String,
+    /// The timestamp column.
+    pub column: String,
+    /// A unique column naming rows (usually the primary key).
+    pub key: String,
+    /// Rows whose `column` is below this are deleted.
+    pub cutoff: Cutoff,
+}
+
+/// A cutoff in the representation of the column it is compared with, so the
+/// comparison is a plain index range on every backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cutoff {
+    /// A `timestamp`/`timestamptz` column (PostgreSQL).
+    Timestamp(DateTime<Utc>),
+    /// An integer column holding epoch seconds.
+    EpochSeconds(i64),
+    /// An ISO-8601 text column, the cutoff written in the column's own style
+    /// (`T` or space separator, `Z`/`+00:00`/no suffix) so text order is time order.
+    Text(String),
+}
+
+/// `update-in-batches`: `UPDATE table SET <set> WHERE <where>` in ranges of
+/// `key`, each matching row updated once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UpdateInBatches;
+
+/// Arguments of [`UpdateInBatches`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdateInBatchesArguments {
+    /// The table.
+    pub table: String,
+    /// A unique, indexed column the ranges walk (usually the primary key).
+    pub key: String,
+    /// The operator's SET list, e.g. `counter = counter + 1`.
+    pub set: String,
+    /// The operator's condition (`None`: every row).
+    #[serde(rename = "where")]
+    pub condition: Option<String>,
+}
+
+impl DeleteAgedRows {
+    /// Arguments deleting rows of `table` older than `older_than` before
+    /// `now`, with the cutoff written the way `column` stores time: a
+    /// timestamp on PostgreSQL timestamp columns, epoch seconds on integer
+    /// columns, ISO-8601 text in the style of the column's existing values.
+    ///
+    /// Errors: [`OperationError::Unsafe`] for names that are not plain
+    /// identifiers, [`OperationError::Arguments`] for an unknown column or a
+    /// column type that holds no time.
+    pub async fn arguments(
+        store: &Store,
+        table: &str,
+        column: &str,
+        key: &str,
+        older_than: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<DeleteAgedRowsArguments, OperationError> {
+        let table_ident = Ident::parse(table)?;
+        let column_ident = Ident::parse(column)?;
+        Ident::parse(key)?;
+        let older_than = chrono::Duration::from_std(older_than)
+            .map_err(|_| OperationError::Arguments("--older-than is too large".into()))?;
+        let at = now
+            .checked_sub_signed(older_than)
+            .ok_or_else(|| OperationError::Arguments("--older-than is too large".into()))?;
+        crate::target::check_target(store, table, &[column, key]).await?;
+        let declared = store
+            .column_type(&table_ident, column)
+            .await?
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let postgres = matches!(store.backend(), Backend::Postgres(_));
+        let cutoff = if declared.contains("timestamp") || declared == "date" {
+            Cutoff::Timestamp(at)
+        } else if declared.contains("int") {
+            Cutoff::EpochSeconds(at.timestamp())
+        } else if postgres && !(declared.contains("text") || declared.contains("char")) {
+            return Err(OperationError::Arguments(format!(
+                "column `{column}` of `{table}` has type {declared}; delete-aged-rows needs a timestamp, \
+                 an integer of epoch seconds or ISO-8601 text"
+            )));
+        } else {
+            let sample = Statement::new("SELECT ")
+                .ident(&column_ident)
+                .push(" FROM ")
+                .ident(&table_ident)
+                .push(" WHERE ")
+                .ident(&column_ident)
+                .push(" IS NOT NULL LIMIT 1");
+            match store.fetch_cursor(&sample, 1).await?.map(|c| c.0) {
+                Some(values) if matches!(values[0], CursorValue::Int(_)) => {
+                    Cutoff::EpochSeconds(at.timestamp())
+                }
+                Some(values) => match &values[0] {
+                    CursorValue::Text(example) => Cutoff::Text(iso_like(example, at)),
+                    CursorValue::Int(_) => unreachable!("matched above"),
+                },
+                None => Cutoff::Text(at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            }
+        };
+        Ok(DeleteAgedRowsArguments {
+            table: table.to_owned(),
+            column: column.to_owned(),
+            key: key.to_owned(),
+            cutoff,
+        })
+    }
+}
+
+#[async_trait]
+impl Operation for DeleteAgedRows {
+    type Arguments = DeleteAgedRowsArguments;
+
+    fn kind(&self) -> &'static str {
+        "delete-aged-rows"
+    }
+
+    fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
+        let cutoff = match &arguments.cutoff {
+            Cutoff::Timestamp(at) => SqlValue::Timestamp(*at),
+            Cutoff::EpochSeconds(s) => SqlValue::Int(*s),
+            Cutoff::Text(t) => SqlValue::Text(t.clone()),
+        };
+        Shape::loop_until_done(&arguments.table, &arguments.key)?
+            .scope(Filter::new().lt(&arguments.column, cutoff))
+    }
+
+    async fn run(
+        &self,
+        _: &Self::Arguments,
+        sub_batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        sub_batch.delete().await
+    }
+}
+
+#[async_trait]
+impl Operation for UpdateInBatches {
+    type Arguments = UpdateInBatchesArguments;
+
+    fn kind(&self) -> &'static str {
+        "update-in-batches"
+    }
+
+    fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
+        check_expression("SET", &arguments.set).map_err(OperationError::Arguments)?;
+        let shape = Shape::range(&arguments.table, &arguments.key)?;
+        match &arguments.condition {
+            Some(condition) => shape.scope(Filter::new().expression(condition)),
+            None => Ok(shape),
+        }
+    }
+
+    async fn run(
+        &self,
+        arguments: &Self::Arguments,
+        sub_batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        sub_batch.update_expression(&arguments.set).await
+    }
+}
+
+/// `at` written in the style of `example`: separator `T` or space, and the
+/// example's zone suffix (`Z`, `+00:00` or none).
+fn iso_like(example: &str, at: DateTime<Utc>) -> String {
+    let separator = if example.as_bytes().get(10) == Some(&b' ') {
+        ' '
+    } else {
+        'T'
+    };
+    let suffix = if example.ends_with('Z') {
+        "Z"
+    } else if example.ends_with("+00:00") {
+        "+00:00"
+    } else {
+        ""
+    };
+    format!(
+        "{}{separator}{}{suffix}",
+        at.format("%Y-%m-%d"),
+        at.format("%H:%M:%S")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_cutoffs_follow_the_column_style() {
+        let at = DateTime::parse_from_rfc3339("2026-03-04T05:06:07Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(iso_like("2025-01-01T00:00:00Z", at), "2026-03-04T05:06:07Z");
+        assert_eq!(iso_like("2025-01-01 00:00:00", at), "2026-03-04 05:06:07");
+        assert_eq!(
+            iso_like("2025-01-01T00:00:00.123+00:00", at),
+            "2026-03-04T05:06:07+00:00"
+        );
+    }
+
+    #[test]
+    fn update_in_batches_refuses_smuggled_statements() {
+        let args = UpdateInBatchesArguments {
+            table: "t".into(),
+            key: "id".into(),
+            set: "a = 1; DROP TABLE t".into(),
+            condition: None,
+        };
+        assert!(matches!(
+            UpdateInBatches.shape(&args),
+            Err(OperationError::Arguments(_))
+        ));
+    }
+}

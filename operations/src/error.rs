@@ -1,0 +1,73 @@
+//! Why an operation could not be accepted or a sub-batch could not run.
+
+use sluice_store::{IdentError, SpecError, StoreError};
+
+use crate::target::TargetError;
+
+/// An operation-level failure. [`OperationError::is_bad_input`] separates the
+/// caller's mistakes (nothing was changed; exit code 2 in the CLI) from
+/// failures of the database or of the operation's own work.
+#[derive(Debug, thiserror::Error)]
+pub enum OperationError {
+    /// A table or column name is not a plain identifier.
+    #[error(transparent)]
+    Unsafe(#[from] IdentError),
+    /// No operation of this kind is registered.
+    #[error("unknown operation kind `{kind}` (known kinds: {})", .known.join(", "))]
+    UnknownKind {
+        /// The kind asked for.
+        kind: String,
+        /// The registered kinds.
+        known: Vec<String>,
+    },
+    /// The arguments do not fit the operation.
+    #[error("invalid arguments: {0}")]
+    Arguments(String),
+    /// The operation's sizes or limits are out of range.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// The target table, a column or the index check refused it.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// The database refused an operator's SQL expression.
+    #[error("the database refused the operation's SQL: {0}")]
+    InvalidSql(String),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The sub-batch ran over its time limit (and was rolled back).
+    #[error("the sub-batch took longer than its {0:?} limit and was rolled back")]
+    TimedOut(std::time::Duration),
+    /// The operation's own code reported a failure.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl OperationError {
+    /// True when the caller's input is at fault and nothing was changed.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            OperationError::Unsafe(_)
+            | OperationError::UnknownKind { .. }
+            | OperationError::Arguments(_)
+            | OperationError::Spec(_)
+            | OperationError::InvalidSql(_) => true,
+            OperationError::Target(e) => e.is_bad_input(),
+            OperationError::Store(_) | OperationError::TimedOut(_) | OperationError::Failed(_) => {
+                false
+            }
+        }
+    }
+
+    /// True when running the same sub-batch again (smaller, later) may work:
+    /// a statement timeout, a busy database, a lost connection.
+    pub fn is_transient(&self) -> bool {
+        self.is_timeout() || matches!(self, OperationError::Store(e) if e.is_transient())
+    }
+
+    /// True when a statement ran over its time limit.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, OperationError::TimedOut(_))
+            || matches!(self, OperationError::Store(e) if e.is_timeout())
+    }
+}

@@ -1,0 +1,202 @@
+//! The extension point: one trait a new operation implements, and the
+//! registry the runtime looks kinds up in.
+//!
+//! An operation says which table and rows it walks ([`Operation::shape`]) and
+//! what it does to one sub-batch ([`Operation::run`]); the framework does the
+//! paging, the batching, the throttling, the retries and the bookkeeping.
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use serde::{Deserialize, Serialize};
+//! use sluice_operations::{Filter, Operation, OperationError, Shape, SubBatch};
+//!
+//! /// Deletes one user's done todos completed before a time.
+//! struct DeleteDoneTodos;
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Args {
+//!     user_id: i64,
+//!     before: String,
+//! }
+//!
+//! #[async_trait]
+//! impl Operation for DeleteDoneTodos {
+//!     type Arguments = Args;
+//!
+//!     fn kind(&self) -> &'static str {
+//!         "delete-done-todos"
+//!     }
+//!
+//!     fn shape(&self, args: &Args) -> Result<Shape, OperationError> {
+//!         Shape::range("todos", "id")?.scope(
+//!             Filter::new()
+//!                 .eq("user_id", args.user_id)
+//!                 .eq("done", true)
+//!                 .lt("completed_at", args.before.as_str()),
+//!         )
+//!     }
+//!
+//!     async fn run(&self, _: &Args, batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
+//!         batch.delete().await
+//!     }
+//! }
+//!
+//! let mut registry = sluice_operations::Registry::new();
+//! registry.register(DeleteDoneTodos);
+//! assert!(registry.kinds().contains(&"delete-done-todos"));
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::OperationError;
+use crate::shape::Shape;
+use crate::sub_batch::SubBatch;
+
+/// A kind of batched operation.
+///
+/// Implementations must be idempotent per sub-batch only in the sense the
+/// framework needs: [`Operation::run`] changes exactly the rows of the
+/// sub-batch it is given (use [`SubBatch::delete`], [`SubBatch::update`] or
+/// [`SubBatch::rows_where`]); the framework commits that change together
+/// with the batch's progress, so it is applied once. With
+/// [`Shape::loop_until_done`], `run` must take the rows it touches out of the
+/// scope (delete them, or change a filtered column), or the loop never ends.
+#[async_trait]
+pub trait Operation: Send + Sync + 'static {
+    /// The operation's typed arguments, stored as canonical JSON with the
+    /// operation (two enqueues with equal arguments are the same operation
+    /// while one is active).
+    type Arguments: Serialize + DeserializeOwned + Send + Sync + 'static;
+
+    /// The kind's stable name (`delete-aged-rows`), stored with every operation.
+    fn kind(&self) -> &'static str;
+
+    /// The table, batching strategy and scope for these arguments.
+    fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError>;
+
+    /// Does the work for one sub-batch inside its transaction; returns the
+    /// rows changed.
+    async fn run(
+        &self,
+        arguments: &Self::Arguments,
+        sub_batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError>;
+}
+
+/// An operation bound to its decoded arguments, as the runtime runs it.
+#[async_trait]
+pub trait PreparedOperation: Send + Sync {
+    /// The kind's name.
+    fn kind(&self) -> &'static str;
+
+    /// The shape its arguments give.
+    fn shape(&self) -> &Shape;
+
+    /// Runs one sub-batch.
+    async fn run(&self, sub_batch: &mut SubBatch<'_>) -> Result<u64, OperationError>;
+}
+
+/// The operation kinds a runtime (or the CLI) knows, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    kinds: BTreeMap<&'static str, Arc<dyn ErasedOperation>>,
+}
+
+impl Registry {
+    /// A registry with no kinds.
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// A registry with the built-in kinds (`delete-aged-rows`, `update-in-batches`).
+    pub fn with_builtins() -> Self {
+        let mut registry = Registry::new();
+        registry.register(crate::builtin::DeleteAgedRows);
+        registry.register(crate::builtin::UpdateInBatches);
+        registry
+    }
+
+    /// Registers `operation` under its kind, replacing one of the same name.
+    pub fn register<O: Operation>(&mut self, operation: O) -> &mut Self {
+        self.kinds
+            .insert(operation.kind(), Arc::new(Typed(Arc::new(operation))));
+        self
+    }
+
+    /// The registered kinds' names, sorted.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.kinds.keys().copied().collect()
+    }
+
+    /// Binds the kind named `kind` to `arguments` (JSON).
+    ///
+    /// Errors: [`OperationError::UnknownKind`], or
+    /// [`OperationError::Arguments`] when the JSON does not fit the kind.
+    pub fn prepare(
+        &self,
+        kind: &str,
+        arguments: &str,
+    ) -> Result<Arc<dyn PreparedOperation>, OperationError> {
+        let operation = self
+            .kinds
+            .get(kind)
+            .ok_or_else(|| OperationError::UnknownKind {
+                kind: kind.to_owned(),
+                known: self.kinds().iter().map(|k| k.to_string()).collect(),
+            })?;
+        operation.prepare(arguments)
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.kinds.keys()).finish()
+    }
+}
+
+/// An operation with its argument type erased, so kinds of different
+/// argument types live in one registry.
+trait ErasedOperation: Send + Sync {
+    fn prepare(&self, arguments: &str) -> Result<Arc<dyn PreparedOperation>, OperationError>;
+}
+
+struct Typed<O>(Arc<O>);
+
+struct Prepared<O: Operation> {
+    operation: Arc<O>,
+    arguments: O::Arguments,
+    shape: Shape,
+}
+
+impl<O: Operation> ErasedOperation for Typed<O> {
+    fn prepare(&self, arguments: &str) -> Result<Arc<dyn PreparedOperation>, OperationError> {
+        let arguments: O::Arguments = serde_json::from_str(arguments)
+            .map_err(|e| OperationError::Arguments(format!("for `{}`: {e}", self.0.kind())))?;
+        let shape = self.0.shape(&arguments)?;
+        Ok(Arc::new(Prepared {
+            operation: Arc::clone(&self.0),
+            arguments,
+            shape,
+        }))
+    }
+}
+
+#[async_trait]
+impl<O: Operation> PreparedOperation for Prepared<O> {
+    fn kind(&self) -> &'static str {
+        self.operation.kind()
+    }
+
+    fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    async fn run(&self, sub_batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
+        self.operation.run(&self.arguments, sub_batch).await
+    }
+}
