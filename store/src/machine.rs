@@ -804,16 +804,14 @@ mod tests {
                 let at = 1_001 + i as i64;
                 let event = build(step, &state);
                 if let Ok((next, _effects)) = apply(Some(&state), &event, at) {
-                    {
-                        prop_assert!(table_allows(state.status, event.kind()), "accepted {} from {:?}", event.kind(), state.status);
-                        prop_assert_eq!(next.last_seq, state.last_seq + 1);
-                        check_invariants(&next)?;
-                        if let Event::BatchPlanned { end: Some(end), .. } = &event {
-                            cursors.push(end.clone());
-                        }
-                        state = next;
-                        log.push((event, at));
+                    prop_assert!(table_allows(state.status, event.kind()), "accepted {} from {:?}", event.kind(), state.status);
+                    prop_assert_eq!(next.last_seq, state.last_seq + 1);
+                    check_invariants(&next)?;
+                    if let Event::BatchPlanned { end: Some(end), .. } = &event {
+                        cursors.push(end.clone());
                     }
+                    state = next;
+                    log.push((event, at));
                 }
             }
             // Cursor order: planned batch ends strictly increase.
