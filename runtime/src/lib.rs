@@ -1,7 +1,35 @@
-//! Sluice's actor runtime (ractor): the supervisor, the reconciler, one actor
-//! per running operation, the health-signal actor and the sub-batch pool.
+//! Sluice's actor runtime, on ractor.
 //!
-//! Not built yet: this crate exists so the workspace has its final shape. The
-//! store it will drive (`sluice-store`) already provides everything the actors
-//! persist: claims with leases and fencing, batch planning, batch claims, and
-//! exactly-once sub-batch transactions. See ARCHITECTURE.md.
+//! The tree, under the [`supervisor::RuntimeSupervisor`]:
+//! - the [`reconciler::Reconciler`] claims runnable operations from the store
+//!   at start-up and on a short period;
+//! - one [`operation_actor::OperationActor`] per running operation plans its
+//!   batches from the persisted cursor, records them before they run, and
+//!   sends their sub-batches to the pool;
+//! - the [`health::HealthMonitor`] polls health indicators and broadcasts
+//!   normal / throttle / stop, globally or per table, with hysteresis;
+//! - the [`pool::SubBatchPool`] runs sub-batch SQL on a fixed number of
+//!   supervised workers, with a statement timeout.
+//!
+//! State lives in the store, never only in a mailbox: every actor rebuilds
+//! what it needs from the store when it starts, so a restart or a lost
+//! message never loses work. [`RuntimeBuilder`] starts a runtime and returns
+//! the [`Runtime`] handle.
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod control;
+pub mod health;
+pub mod indicators;
+pub mod operation_actor;
+pub mod pool;
+pub mod reconciler;
+mod runtime;
+pub mod sizing;
+pub mod supervisor;
+
+pub use config::{Progress, RuntimeConfig};
+pub use control::{Action, ControlError, Controlled, Selection, control};
+pub use health::{HealthIndicator, Signal, indicator_fn};
+pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
+pub use sluice_operations::{EnqueueOptions, Operation};

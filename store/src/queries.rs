@@ -238,6 +238,7 @@ macro_rules! backend {
             pub(crate) async fn claim_operations(
                 pool: &Pool,
                 node: &str,
+                kinds: Option<String>,
                 limit: i64,
                 ttl_ms: i64,
                 now: i64,
@@ -247,15 +248,18 @@ macro_rules! backend {
                 // write lock (SQLite): no second read per claimed operation.
                 let rows: Vec<OperationRow> = sqlx::query_as(DIALECT.pick(
                     "SELECT * FROM sluice_operations \
-                     WHERE status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1)) \
+                     WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
+                     AND ($3 IS NULL OR kind IN (SELECT value FROM json_each($3))) \
                      ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2",
                     "SELECT * FROM sluice_operations \
-                     WHERE status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1)) \
+                     WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
+                     AND ($3::TEXT IS NULL OR kind IN (SELECT jsonb_array_elements_text($3::JSONB))) \
                      ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
                      FOR UPDATE SKIP LOCKED",
                 ))
                 .bind(now)
                 .bind(limit)
+                .bind(kinds)
                 .fetch_all(&mut *tx)
                 .await?;
                 let mut claimed = Vec::with_capacity(rows.len());
@@ -353,6 +357,21 @@ macro_rules! backend {
                 let mut batches = rows.into_iter().map(Batch::try_from).collect::<Result<Vec<_>, _>>()?;
                 batches.sort_by_key(|b| (b.operation_id, b.ordinal));
                 Ok(batches)
+            }
+
+            pub(crate) async fn release_batch(pool: &Pool, lease: &BatchLease) -> Result<(), StoreError> {
+                let released = sqlx::query(
+                    "UPDATE sluice_batches SET status = 'pending', lease_expires_at = NULL \
+                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+                )
+                .bind(lease.batch_id)
+                .bind(lease.epoch)
+                .execute(pool)
+                .await?;
+                if released.rows_affected() == 0 {
+                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                }
+                Ok(())
             }
 
             pub(crate) async fn renew_batch_lease(

@@ -280,8 +280,21 @@ impl Store {
         limit: i64,
         ttl: Duration,
     ) -> Result<Vec<Appended>, StoreError> {
+        self.claim_operations_of(node, None, limit, ttl).await
+    }
+
+    /// Like [`Store::claim_operations`], only operations whose kind is in
+    /// `kinds` (all kinds when `None`): a node claims only what it can run.
+    pub async fn claim_operations_of(
+        &self,
+        node: &str,
+        kinds: Option<&[&str]>,
+        limit: i64,
+        ttl: Duration,
+    ) -> Result<Vec<Appended>, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.claim_operations(node, limit, millis(ttl), now))
+        let kinds = kinds.map(|k| serde_json::to_string(k).expect("strings serialise"));
+        dispatch!(self.claim_operations(node, kinds, limit, millis(ttl), now))
     }
 
     /// Extends a lease by `ttl` from now.
@@ -319,6 +332,14 @@ impl Store {
     ) -> Result<Vec<Batch>, StoreError> {
         let now = self.clock.now_ms();
         dispatch!(self.claim_batches(node, operation_id, limit, millis(ttl), now))
+    }
+
+    /// Gives a running batch back (pending, unleased) without recording a
+    /// failure: its holder stops before finishing it (pause, shutdown), so
+    /// the next claim need not wait for the lease to lapse. Its committed
+    /// progress is kept. Errors: [`StoreError::BatchLeaseLost`].
+    pub async fn release_batch(&self, lease: &BatchLease) -> Result<(), StoreError> {
+        dispatch!(self.release_batch(lease))
     }
 
     /// Extends a batch lease. Errors: [`StoreError::BatchLeaseLost`].

@@ -1,0 +1,147 @@
+//! Operator controls: pause, resume, cancel and retry one operation, every
+//! operation of a kind, or every operation.
+//!
+//! Each control is an event appended through the state machine, so it works
+//! from any process (a running worker notices within its control interval)
+//! and a control that does not apply is refused for one operation. A bulk
+//! control looks only at the statuses its event is legal in and reports
+//! which operations changed and which were skipped because their status
+//! changed meanwhile.
+
+use sluice_store::{Event, Expected, ListFilter, Store, StoreError};
+
+/// An operator control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Start no new sub-batch until resumed.
+    Pause,
+    /// Lift a pause.
+    Resume,
+    /// Stop for good.
+    Cancel,
+    /// Run a failed operation again from its cursor and failed batches.
+    Retry,
+}
+
+/// Which operations a control applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// One operation.
+    One(i64),
+    /// Every operation of a kind.
+    Kind(String),
+    /// Every operation.
+    All,
+}
+
+/// What a control did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Controlled {
+    /// Operations the event was appended to.
+    pub changed: Vec<i64>,
+    /// Operations listed but whose status no longer allowed it.
+    pub skipped: Vec<i64>,
+}
+
+/// Why a control was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The one operation named is not in a status the control applies to.
+    #[error("cannot {verb} operation {id}: {reason}")]
+    NotApplicable {
+        /// The control.
+        verb: &'static str,
+        /// The operation.
+        id: i64,
+        /// The state machine's reason.
+        reason: String,
+    },
+    /// `--kind` was empty.
+    #[error("the kind must not be empty")]
+    EmptyKind,
+    /// The store failed (or the operation does not exist: `NotFound`).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Action {
+    /// The event this control appends.
+    pub fn event(self, reason: &str) -> Event {
+        match self {
+            Action::Pause => Event::Paused {
+                reason: reason.to_owned(),
+            },
+            Action::Resume => Event::Resumed,
+            Action::Cancel => Event::Cancelled {
+                reason: reason.to_owned(),
+            },
+            Action::Retry => Event::Retried,
+        }
+    }
+
+    /// The verb, as printed.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Cancel => "cancel",
+            Action::Retry => "retry",
+        }
+    }
+}
+
+/// Applies `action` (with `reason`, recorded for pause and cancel) to the
+/// operations `selection` names.
+pub async fn control(
+    store: &Store,
+    action: Action,
+    selection: &Selection,
+    reason: &str,
+) -> Result<Controlled, ControlError> {
+    let event = action.event(reason);
+    let kind = match selection {
+        Selection::One(id) => {
+            return match store
+                .append(*id, Expected::Any, None, std::slice::from_ref(&event))
+                .await
+            {
+                Ok(appended) => Ok(Controlled {
+                    changed: vec![appended.record.id],
+                    skipped: Vec::new(),
+                }),
+                Err(StoreError::Illegal { source, .. }) => Err(ControlError::NotApplicable {
+                    verb: action.verb(),
+                    id: *id,
+                    reason: source.to_string(),
+                }),
+                Err(other) => Err(other.into()),
+            };
+        }
+        Selection::Kind(kind) if kind.trim().is_empty() => return Err(ControlError::EmptyKind),
+        Selection::Kind(kind) => Some(kind.clone()),
+        Selection::All => None,
+    };
+    let mut candidates = Vec::new();
+    for status in event.legal_from() {
+        let filter = ListFilter {
+            status: Some(*status),
+            kind: kind.clone(),
+            limit: Some(i64::MAX),
+        };
+        candidates.extend(store.list(&filter).await?.into_iter().map(|r| r.id));
+    }
+    candidates.sort_unstable();
+    let mut outcome = Controlled::default();
+    for id in candidates {
+        // The status may have changed since the listing; the state machine decides.
+        match store
+            .append(id, Expected::Any, None, std::slice::from_ref(&event))
+            .await
+        {
+            Ok(_) => outcome.changed.push(id),
+            Err(StoreError::Illegal { .. }) => outcome.skipped.push(id),
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,425 @@
+//! Database health: the indicator trait, the signals, and the
+//! [`HealthMonitor`] actor that polls indicators and broadcasts what
+//! operations must do.
+//!
+//! A signal is [`Signal::Normal`], [`Signal::Throttle`] (a speed percentage
+//! and a reason) or [`Signal::Stop`] (a reason), for every table
+//! ([`Scope::Global`]) or one table. An operation obeys the worst of the
+//! global signal and its table's.
+//!
+//! Hysteresis: a worse signal takes effect at the poll that sees it; a
+//! better one only after it has been seen on `clear_after` consecutive polls,
+//! so a reading hovering at a threshold does not flap. Built-in indicators
+//! add a second guard: once over a threshold, a value must fall clearly
+//! below it ([`Thresholds`]) before the indicator lets go.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ractor::{Actor, ActorProcessingErr, ActorRef, OutputPort};
+use sluice_store::Store;
+
+/// What operations must do about database health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    /// Full speed.
+    Normal,
+    /// Slow down: batches and sub-batches at `percent` of their size, pauses stretched.
+    Throttle {
+        /// Speed as a percentage of normal, 1 to 99.
+        percent: u8,
+        /// Why, for the event log and the progress display.
+        reason: String,
+    },
+    /// Start no new sub-batch until the signal clears (in-flight ones finish).
+    Stop {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Which operations a reading is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Every operation.
+    Global,
+    /// Operations on this table (as named in the operation).
+    Table(String),
+}
+
+/// One indicator's verdict for one scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    /// What it is about.
+    pub scope: Scope,
+    /// What to do.
+    pub signal: Signal,
+}
+
+/// What an indicator may look at: the store's database and the tables the
+/// running operations work on.
+#[derive(Debug, Clone)]
+pub struct HealthContext {
+    /// The store (and through it, the database).
+    pub store: Store,
+    /// Target tables of the operations running on this node.
+    pub tables: Vec<String>,
+}
+
+/// A source of health readings. Implement it for an application's own
+/// signal, or wrap an async closure with [`indicator_fn`].
+#[async_trait]
+pub trait HealthIndicator: Send + Sync + 'static {
+    /// A short name for logs.
+    fn name(&self) -> &str;
+
+    /// The current readings. An error is logged and the indicator counts as
+    /// silent for this poll (it neither stops nor releases anything).
+    async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String>;
+}
+
+/// The signals in force: global and per table. Operations receive it
+/// whenever it changes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HealthSnapshot {
+    /// For every operation.
+    pub global: Option<Signal>,
+    /// For operations on one table.
+    pub tables: BTreeMap<String, Signal>,
+}
+
+/// The health-signal actor.
+#[derive(Debug)]
+pub struct HealthMonitor;
+
+/// Arguments of [`HealthMonitor`].
+pub struct HealthMonitorArgs {
+    /// The store.
+    pub store: Store,
+    /// Indicators polled in order.
+    pub indicators: Vec<Arc<dyn HealthIndicator>>,
+    /// Time between polls.
+    pub interval: Duration,
+    /// Consecutive polls a better signal must be seen before it takes effect.
+    pub clear_after: u32,
+    /// Where changed snapshots are published.
+    pub port: Arc<OutputPort<HealthSnapshot>>,
+}
+
+/// Messages of [`HealthMonitor`].
+#[derive(Debug)]
+pub enum HealthMessage {
+    /// Poll the indicators now.
+    Poll,
+    /// An operation on `table` started here.
+    Watch(String),
+    /// An operation on `table` stopped here.
+    Unwatch(String),
+}
+
+/// The monitor's state.
+pub struct HealthState {
+    args: HealthMonitorArgs,
+    tables: HashMap<String, usize>,
+    in_force: HashMap<Scope, Signal>,
+    better_seen: HashMap<Scope, (Signal, u32)>,
+    published: HealthSnapshot,
+}
+
+impl Actor for HealthMonitor {
+    type Msg = HealthMessage;
+    type State = HealthState;
+    type Arguments = HealthMonitorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: HealthMonitorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        myself.send_interval(args.interval, || HealthMessage::Poll);
+        Ok(HealthState {
+            args,
+            tables: HashMap::new(),
+            in_force: HashMap::new(),
+            better_seen: HashMap::new(),
+            published: HealthSnapshot::default(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: HealthMessage,
+        state: &mut HealthState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            HealthMessage::Watch(table) => {
+                *state.tables.entry(table).or_default() += 1;
+                // A newcomer learns the signals in force at once.
+                state.args.port.send(state.published.clone());
+            }
+            HealthMessage::Unwatch(table) => {
+                if let Some(n) = state.tables.get_mut(&table) {
+                    *n -= 1;
+                    if *n == 0 {
+                        state.tables.remove(&table);
+                    }
+                }
+            }
+            HealthMessage::Poll => state.poll().await,
+        }
+        Ok(())
+    }
+}
+
+impl HealthState {
+    async fn poll(&mut self) {
+        let context = HealthContext {
+            store: self.args.store.clone(),
+            tables: self.tables.keys().cloned().collect(),
+        };
+        let mut raw: HashMap<Scope, Signal> = HashMap::new();
+        for indicator in &self.args.indicators {
+            let readings = match tokio::time::timeout(
+                Duration::from_secs(2),
+                indicator.check(&context),
+            )
+            .await
+            {
+                Ok(Ok(readings)) => readings,
+                Ok(Err(error)) => {
+                    tracing::warn!(indicator = indicator.name(), %error, "health indicator failed");
+                    continue;
+                }
+                Err(_) => {
+                    tracing::warn!(indicator = indicator.name(), "health indicator timed out");
+                    continue;
+                }
+            };
+            for reading in readings {
+                let slot = raw.entry(reading.scope).or_insert(Signal::Normal);
+                *slot = worst(slot, &reading.signal);
+            }
+        }
+        let scopes: Vec<Scope> = raw.keys().chain(self.in_force.keys()).cloned().collect();
+        for scope in scopes {
+            let seen = raw.remove(&scope).unwrap_or(Signal::Normal);
+            self.settle(scope, seen);
+        }
+        let snapshot = HealthSnapshot {
+            global: self.in_force.get(&Scope::Global).cloned(),
+            tables: self
+                .in_force
+                .iter()
+                .filter_map(|(scope, signal)| match scope {
+                    Scope::Table(t) => Some((t.clone(), signal.clone())),
+                    Scope::Global => None,
+                })
+                .collect(),
+        };
+        if snapshot != self.published {
+            tracing::info!(?snapshot, "health signals changed");
+            self.published = snapshot.clone();
+            self.args.port.send(snapshot);
+        }
+    }
+
+    /// Applies the hysteresis rule to one scope.
+    fn settle(&mut self, scope: Scope, seen: Signal) {
+        let current = self.in_force.get(&scope).cloned().unwrap_or(Signal::Normal);
+        if severity(&seen) >= severity(&current) {
+            self.better_seen.remove(&scope);
+            if seen == Signal::Normal {
+                self.in_force.remove(&scope);
+            } else {
+                self.in_force.insert(scope, seen);
+            }
+            return;
+        }
+        let count = match self.better_seen.get(&scope) {
+            Some((signal, n)) if *signal == seen => n + 1,
+            _ => 1,
+        };
+        if count >= self.args.clear_after {
+            self.better_seen.remove(&scope);
+            if seen == Signal::Normal {
+                self.in_force.remove(&scope);
+            } else {
+                self.in_force.insert(scope, seen);
+            }
+        } else {
+            self.better_seen.insert(scope, (seen, count));
+        }
+    }
+}
+
+impl HealthSnapshot {
+    /// The signal an operation on `table` obeys: the worse of the global one and its table's.
+    pub fn for_table(&self, table: &str) -> Signal {
+        let global = self.global.clone().unwrap_or(Signal::Normal);
+        match self.tables.get(table) {
+            Some(signal) => worst(&global, signal),
+            None => global,
+        }
+    }
+}
+
+/// Wraps an async closure as an indicator whose signal applies to every
+/// operation.
+///
+/// ```
+/// use sluice_runtime::health::{indicator_fn, Signal};
+/// let quiet_hours = indicator_fn("office-hours", || async {
+///     Signal::Throttle { percent: 50, reason: "office hours".into() }
+/// });
+/// # let _ = quiet_hours;
+/// ```
+pub fn indicator_fn<F, Fut>(name: &str, check: F) -> Arc<dyn HealthIndicator>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Signal> + Send + 'static,
+{
+    Arc::new(FnIndicator {
+        name: name.to_owned(),
+        check: Box::new(move || Box::pin(check())),
+    })
+}
+
+type BoxedCheck = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Signal> + Send>> + Send + Sync>;
+
+struct FnIndicator {
+    name: String,
+    check: BoxedCheck,
+}
+
+#[async_trait]
+impl HealthIndicator for FnIndicator {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn check(&self, _: &HealthContext) -> Result<Vec<Reading>, String> {
+        Ok(vec![Reading {
+            scope: Scope::Global,
+            signal: (self.check)().await,
+        }])
+    }
+}
+
+/// Maps a measured value to a signal with threshold hysteresis: throttle at
+/// `throttle_at`, stop at `stop_at`, and leave a state only once the value
+/// is below `release` × its threshold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// Value from which operations slow down.
+    pub throttle_at: f64,
+    /// Value from which operations stop.
+    pub stop_at: f64,
+    /// Fraction of a threshold the value must fall under to leave its state.
+    pub release: f64,
+}
+
+impl Thresholds {
+    /// The signal for `value`, given the signal this indicator gave last time.
+    /// Throttle speed falls linearly from 50 % at `throttle_at` to 10 % near `stop_at`.
+    pub fn classify(&self, value: f64, previous: &Signal, what: &str) -> Signal {
+        let stop_line = match previous {
+            Signal::Stop { .. } => self.stop_at * self.release,
+            _ => self.stop_at,
+        };
+        let throttle_line = match previous {
+            Signal::Normal => self.throttle_at,
+            _ => self.throttle_at * self.release,
+        };
+        if value >= stop_line {
+            Signal::Stop {
+                reason: format!("{what} {value:.0} ≥ {:.0}", self.stop_at),
+            }
+        } else if value >= throttle_line {
+            let span = (self.stop_at - self.throttle_at).max(f64::EPSILON);
+            let depth = ((value - self.throttle_at) / span).clamp(0.0, 1.0);
+            Signal::Throttle {
+                percent: (50.0 - 40.0 * depth).round() as u8,
+                reason: format!("{what} {value:.0} ≥ {:.0}", self.throttle_at),
+            }
+        } else {
+            Signal::Normal
+        }
+    }
+}
+
+/// The worse of two signals (stop over throttle over normal; the slower throttle).
+pub fn worst(a: &Signal, b: &Signal) -> Signal {
+    if severity(b) > severity(a) {
+        b.clone()
+    } else {
+        a.clone()
+    }
+}
+
+fn severity(signal: &Signal) -> u32 {
+    match signal {
+        Signal::Normal => 0,
+        Signal::Throttle { percent, .. } => 200 - u32::from(*percent),
+        Signal::Stop { .. } => 1_000,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn throttle(percent: u8) -> Signal {
+        Signal::Throttle {
+            percent,
+            reason: "x".into(),
+        }
+    }
+
+    #[test]
+    fn the_worst_signal_wins() {
+        let stop = Signal::Stop { reason: "s".into() };
+        assert_eq!(worst(&Signal::Normal, &throttle(50)), throttle(50));
+        assert_eq!(worst(&throttle(20), &throttle(50)), throttle(20));
+        assert_eq!(worst(&throttle(20), &stop), stop);
+        let snapshot = HealthSnapshot {
+            global: Some(throttle(50)),
+            tables: [("events".to_owned(), stop.clone())].into(),
+        };
+        assert_eq!(snapshot.for_table("events"), stop);
+        assert_eq!(snapshot.for_table("other"), throttle(50));
+    }
+
+    #[test]
+    fn thresholds_hold_a_state_until_the_value_falls_clearly_below() {
+        let t = Thresholds {
+            throttle_at: 100.0,
+            stop_at: 200.0,
+            release: 0.8,
+        };
+        assert_eq!(t.classify(99.0, &Signal::Normal, "lag"), Signal::Normal);
+        let throttled = t.classify(100.0, &Signal::Normal, "lag");
+        assert!(matches!(throttled, Signal::Throttle { percent: 50, .. }));
+        // Hovering just under the threshold does not release it...
+        assert!(matches!(
+            t.classify(95.0, &throttled, "lag"),
+            Signal::Throttle { .. }
+        ));
+        // ...falling below 80 % of it does.
+        assert_eq!(t.classify(79.0, &throttled, "lag"), Signal::Normal);
+        let stopped = t.classify(250.0, &throttled, "lag");
+        assert!(matches!(stopped, Signal::Stop { .. }));
+        assert!(matches!(
+            t.classify(170.0, &stopped, "lag"),
+            Signal::Stop { .. }
+        ));
+        assert!(matches!(
+            t.classify(150.0, &stopped, "lag"),
+            Signal::Throttle { .. }
+        ));
+    }
+}

@@ -1,0 +1,205 @@
+//! Built-in health indicators.
+//!
+//! PostgreSQL: long-running transactions, lock waits on target tables,
+//! autovacuum on target tables, replication lag of connected replicas (none
+//! connected: silent), connection saturation. SQLite: the write-ahead log's
+//! un-checkpointed backlog (a growing WAL means writers outpace checkpoints).
+//! Each reads system views with static SQL; thresholds are plain fields.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use sluice_store::{Backend, Store};
+
+use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
+
+/// The built-in indicators for the store's backend, with default thresholds.
+pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
+    match store.backend() {
+        Backend::Postgres(_) => vec![
+            Arc::new(ValueIndicator::new(
+                Measure::LongestTransactionSeconds,
+                Thresholds {
+                    throttle_at: 60.0,
+                    stop_at: 300.0,
+                    release: 0.8,
+                },
+            )),
+            Arc::new(ValueIndicator::new(
+                Measure::ReplicationLagSeconds,
+                Thresholds {
+                    throttle_at: 5.0,
+                    stop_at: 30.0,
+                    release: 0.6,
+                },
+            )),
+            Arc::new(ValueIndicator::new(
+                Measure::ConnectionsUsedPercent,
+                Thresholds {
+                    throttle_at: 80.0,
+                    stop_at: 95.0,
+                    release: 0.9,
+                },
+            )),
+            Arc::new(TableActivity),
+        ],
+        Backend::Sqlite(_) => vec![Arc::new(ValueIndicator::new(
+            Measure::SqliteWalBacklogPages,
+            Thresholds {
+                throttle_at: 20_000.0,
+                stop_at: 80_000.0,
+                release: 0.5,
+            },
+        ))],
+    }
+}
+
+/// What a [`ValueIndicator`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// Age in seconds of the oldest open transaction of another session.
+    LongestTransactionSeconds,
+    /// The largest replay lag of a connected replica, in seconds (0 without replicas).
+    ReplicationLagSeconds,
+    /// Sessions as a percentage of `max_connections`.
+    ConnectionsUsedPercent,
+    /// SQLite: WAL frames not yet checkpointed (after a passive checkpoint).
+    SqliteWalBacklogPages,
+}
+
+/// A global indicator from one measured value and its thresholds.
+pub struct ValueIndicator {
+    measure: Measure,
+    thresholds: Thresholds,
+    previous: Mutex<Signal>,
+}
+
+impl ValueIndicator {
+    /// Measures `measure` against `thresholds`.
+    pub fn new(measure: Measure, thresholds: Thresholds) -> Self {
+        ValueIndicator {
+            measure,
+            thresholds,
+            previous: Mutex::new(Signal::Normal),
+        }
+    }
+
+    async fn measure(&self, store: &Store) -> Result<Option<f64>, sqlx::Error> {
+        Ok(match (self.measure, store.backend()) {
+            (Measure::LongestTransactionSeconds, Backend::Postgres(pool)) => {
+                sqlx::query_scalar(
+                    "SELECT COALESCE(EXTRACT(EPOCH FROM max(now() - xact_start)), 0)::float8 \
+                     FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() \
+                     AND state <> 'idle' AND backend_type = 'client backend'",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+            (Measure::ReplicationLagSeconds, Backend::Postgres(pool)) => {
+                sqlx::query_scalar(
+                    "SELECT COALESCE(EXTRACT(EPOCH FROM max(replay_lag)), 0)::float8 FROM pg_stat_replication",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+            (Measure::ConnectionsUsedPercent, Backend::Postgres(pool)) => {
+                sqlx::query_scalar(
+                    "SELECT (100.0 * count(*) / current_setting('max_connections')::float8)::float8 \
+                     FROM pg_stat_activity WHERE backend_type = 'client backend'",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+            (Measure::SqliteWalBacklogPages, Backend::Sqlite(pool)) => {
+                let (_busy, log, done): (i64, i64, i64) =
+                    sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                        .fetch_one(pool)
+                        .await?;
+                Some((log - done).max(0) as f64)
+            }
+            _ => None,
+        })
+    }
+}
+
+#[async_trait]
+impl HealthIndicator for ValueIndicator {
+    fn name(&self) -> &str {
+        match self.measure {
+            Measure::LongestTransactionSeconds => "long-running transactions",
+            Measure::ReplicationLagSeconds => "replication lag",
+            Measure::ConnectionsUsedPercent => "connection saturation",
+            Measure::SqliteWalBacklogPages => "WAL backlog",
+        }
+    }
+
+    async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
+        let Some(value) = self
+            .measure(&context.store)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(Vec::new());
+        };
+        let mut previous = self.previous.lock().expect("indicator state lock");
+        let signal = self.thresholds.classify(value, &previous, self.name());
+        *previous = signal.clone();
+        Ok(vec![Reading {
+            scope: Scope::Global,
+            signal,
+        }])
+    }
+}
+
+/// PostgreSQL, per target table: sessions waiting for a lock on it stop its
+/// operations (they would only add to the queue); autovacuum working on it
+/// throttles them to half speed.
+pub struct TableActivity;
+
+#[async_trait]
+impl HealthIndicator for TableActivity {
+    fn name(&self) -> &str {
+        "lock waits and autovacuum"
+    }
+
+    async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
+        let Backend::Postgres(pool) = context.store.backend() else {
+            return Ok(Vec::new());
+        };
+        if context.tables.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tables = serde_json::to_string(&context.tables).map_err(|e| e.to_string())?;
+        let rows: Vec<(String, i64, bool)> = sqlx::query_as(
+            "SELECT t.name, \
+               (SELECT count(*) FROM pg_locks l WHERE NOT l.granted AND l.relation = to_regclass(t.name)), \
+               EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = to_regclass(t.name)) \
+             FROM jsonb_array_elements_text($1::jsonb) AS t(name)",
+        )
+        .bind(tables)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(table, waiting, vacuuming)| {
+                let signal = if waiting > 0 {
+                    Signal::Stop {
+                        reason: format!("{waiting} session(s) waiting for a lock on {table}"),
+                    }
+                } else if vacuuming {
+                    Signal::Throttle {
+                        percent: 50,
+                        reason: format!("autovacuum is working on {table}"),
+                    }
+                } else {
+                    return None;
+                };
+                Some(Reading {
+                    scope: Scope::Table(table),
+                    signal,
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,719 @@
+//! One actor per running operation: it owns the operation's state machine on
+//! this node.
+//!
+//! Its loop: claim a batch of its operation left pending or orphaned, or plan
+//! the next one from the persisted cursor (recorded before it runs); send the
+//! batch's sub-batches to the pool one at a time, each starting where the
+//! last committed one ended; record the batch's outcome; sleep the pause;
+//! repeat until the scope is exhausted (`finished`), a limit is reached
+//! (`yielded`, runnable again later), or the attempts run out (`failed`).
+//!
+//! Everything it knows is reloaded from the store when it starts, so a
+//! restart (after a panic, or on another node) continues exactly where the
+//! committed state is. What it guarantees about timing:
+//! - a health stop: no sub-batch starts after the actor receives it; the one
+//!   in flight finishes;
+//! - an operator's pause or cancel written anywhere: noticed within
+//!   `control_interval`, then no new sub-batch starts;
+//! - a lost lease (another node took over): no further write of this actor
+//!   is accepted by the store, and it stops.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use sluice_operations::{
+    OperationError, PreparedOperation, Strategy, SubBatchOutcome, SubBatchRequest,
+    batching::next_batch_end,
+};
+use sluice_store::{
+    Batch, BatchLease, BatchStatus, Cursor, Event, Expected, Health, Lease, OperationStatus,
+    Projection, StoreError,
+};
+
+use crate::config::{Progress, RuntimeContext};
+use crate::health::{HealthMessage, HealthSnapshot, Signal};
+use crate::pool::{PoolMessage, SubBatchJob};
+use crate::sizing::{BatchSizer, backoff, shrink_after_failure, throttled_pause, throttled_size};
+
+/// The operation actor.
+#[derive(Debug)]
+pub struct OperationActor;
+
+/// Arguments of [`OperationActor`].
+pub struct OperationArgs {
+    /// The runtime's shared context.
+    pub context: RuntimeContext,
+    /// The operation, claimed by this node.
+    pub operation_id: i64,
+}
+
+/// Messages of [`OperationActor`].
+pub enum OperationMessage {
+    /// Make progress if nothing holds the operation back.
+    Step,
+    /// The pool ran a sub-batch.
+    SubBatchDone(Result<SubBatchOutcome, OperationError>),
+    /// The health signals changed.
+    Health(HealthSnapshot),
+    /// Renew leases, look for operator controls written elsewhere, check limits.
+    Tick,
+    /// Stop after the sub-batch in flight, giving the operation back as pending.
+    Shutdown,
+}
+
+/// The actor's state, rebuilt from the store on every start.
+pub struct OperationState {
+    context: RuntimeContext,
+    id: i64,
+    lease: Lease,
+    projection: Projection,
+    operation: Arc<dyn PreparedOperation>,
+    batch: Option<ActiveBatch>,
+    in_flight: Option<Instant>,
+    step_scheduled: bool,
+    signal: Signal,
+    sizer: BatchSizer,
+    run_started: Instant,
+    rows_this_run: i64,
+    scope_exhausted: bool,
+    stopping: Option<Stopping>,
+    last_renewal: Instant,
+}
+
+struct ActiveBatch {
+    lease: BatchLease,
+    end: Option<Cursor>,
+    progress: Option<Cursor>,
+    size: i64,
+    sub_batch_size: i64,
+    rows: i64,
+    busy: Duration,
+}
+
+/// Why the actor is winding down.
+#[derive(Debug, Clone, PartialEq)]
+enum Stopping {
+    /// The node shuts down: give the operation back (`yielded`).
+    Shutdown,
+    /// A run limit was reached: give it back (`yielded`) to continue later.
+    Yield(String),
+    /// Someone else changed it (paused, cancelled, taken over): just stop.
+    Released(String),
+}
+
+impl Actor for OperationActor {
+    type Msg = OperationMessage;
+    type State = OperationState;
+    type Arguments = OperationArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: OperationArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let context = args.context;
+        let store = &context.store;
+        let record = store.operation(args.operation_id).await?;
+        let node = &context.config.node;
+        let lease = record
+            .lease
+            .clone()
+            .filter(|l| &l.node == node && record.state.status == OperationStatus::Running)
+            .ok_or_else(|| format!("operation {} is not held by node {node}", record.id))?;
+        let operation = match context
+            .registry
+            .prepare(&record.state.kind, &record.state.arguments)
+        {
+            Ok(operation) => operation,
+            Err(error) => {
+                let failed = Event::Failed {
+                    error: format!("cannot run this operation: {error}"),
+                };
+                store
+                    .append(record.id, Expected::Any, Some(&lease), &[failed])
+                    .await?;
+                return Err(error.into());
+            }
+        };
+        // A batch this node held before a restart may still have a sub-batch
+        // of the previous actor in the pool: give it back so that sub-batch's
+        // commit is refused and the batch is claimed afresh (a new epoch).
+        for batch in store.batches(record.id).await? {
+            if batch.status == BatchStatus::Running
+                && batch.claimed_by.as_deref() == Some(node)
+                && let Some(held) = batch.lease()
+            {
+                let _ = store.release_batch(&held).await;
+            }
+        }
+        context.health.subscribe(myself.clone(), |snapshot| {
+            Some(OperationMessage::Health(snapshot))
+        });
+        if let Some(monitor) = context.monitor() {
+            let _ = monitor.cast(HealthMessage::Watch(record.state.table.clone()));
+        }
+        myself.send_interval(context.config.control_interval, || OperationMessage::Tick);
+        let config = &context.config;
+        let sizer = BatchSizer::new(
+            config.target_batch_duration,
+            config.min_batch_size,
+            config.max_batch_size,
+        );
+        tracing::info!(operation = record.id, kind = %record.state.kind, node = %node, "operation started");
+        Ok(OperationState {
+            id: record.id,
+            lease,
+            projection: record.state,
+            operation,
+            batch: None,
+            in_flight: None,
+            step_scheduled: false,
+            signal: Signal::Normal,
+            sizer,
+            run_started: Instant::now(),
+            rows_this_run: 0,
+            scope_exhausted: false,
+            stopping: None,
+            last_renewal: Instant::now(),
+            context,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut OperationState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.schedule_step(&myself, Duration::ZERO);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut OperationState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(monitor) = state.context.monitor() {
+            let _ = monitor.cast(HealthMessage::Unwatch(state.projection.table.clone()));
+        }
+        if let Ok(record) = state.context.store.operation(state.id).await {
+            state.projection = record.state;
+        }
+        state.report();
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: OperationMessage,
+        state: &mut OperationState,
+    ) -> Result<(), ActorProcessingErr> {
+        let outcome = match message {
+            OperationMessage::Step => {
+                state.step_scheduled = false;
+                state.step(&myself).await
+            }
+            OperationMessage::SubBatchDone(outcome) => {
+                let took = state.in_flight.take().map(|t| t.elapsed());
+                state
+                    .sub_batch_done(&myself, outcome, took.unwrap_or_default())
+                    .await
+            }
+            OperationMessage::Health(snapshot) => state.health(&myself, &snapshot).await,
+            OperationMessage::Tick => state.tick().await,
+            OperationMessage::Shutdown => {
+                state.stopping.get_or_insert(Stopping::Shutdown);
+                Ok(())
+            }
+        };
+        if let Err(error) = outcome {
+            state.recover(&myself, error)?;
+        }
+        if state.stopping.is_some() && state.in_flight.is_none() {
+            state.wind_down().await;
+            myself.stop(None);
+        }
+        Ok(())
+    }
+}
+
+impl OperationState {
+    /// Starts the next sub-batch unless something holds the operation back.
+    async fn step(&mut self, myself: &ActorRef<OperationMessage>) -> Result<(), OperationError> {
+        if self.in_flight.is_some() || self.stopping.is_some() {
+            return Ok(());
+        }
+        self.record_health().await?;
+        if matches!(self.signal, Signal::Stop { .. }) {
+            // Resumed by the health message that lifts the stop.
+            return Ok(());
+        }
+        if self.batch.is_none() && !self.open_batch(myself).await? {
+            return Ok(());
+        }
+        let percent = self.percent();
+        let batch = self.batch.as_ref().expect("a batch is open");
+        let request = SubBatchRequest {
+            lease: batch.lease.clone(),
+            from: batch.progress.clone(),
+            end: batch.end.clone(),
+            size: throttled_size(batch.sub_batch_size, percent),
+            timeout: self.context.config.sub_batch_timeout,
+        };
+        let job = SubBatchJob {
+            request,
+            operation: Arc::clone(&self.operation),
+            reply: myself.clone(),
+        };
+        self.in_flight = Some(Instant::now());
+        let sent = self
+            .context
+            .pool()
+            .is_some_and(|pool| pool.cast(PoolMessage::Run(job)).is_ok());
+        if !sent {
+            self.in_flight = None;
+            self.schedule_step(myself, self.context.config.retry_base);
+        }
+        Ok(())
+    }
+
+    /// Takes a batch to work on: one of this operation's left pending (a
+    /// retry) or orphaned by a dead node, else the next one planned from the
+    /// cursor. Returns false when there is none and the operation ended or
+    /// yielded.
+    async fn open_batch(
+        &mut self,
+        myself: &ActorRef<OperationMessage>,
+    ) -> Result<bool, OperationError> {
+        let store = &self.context.store;
+        let config = &self.context.config;
+        let node = &config.node;
+        if let Some(batch) = store
+            .claim_batches(node, Some(self.id), 1, config.lease_ttl)
+            .await?
+            .into_iter()
+            .next()
+        {
+            self.batch = Some(ActiveBatch::from(batch));
+            return Ok(true);
+        }
+        if let Some(reason) = self.limit_reached() {
+            self.stopping = Some(Stopping::Yield(reason));
+            return Ok(false);
+        }
+        let size = throttled_size(self.projection.batch_size, self.percent());
+        let end = match self.operation.shape().strategy() {
+            Strategy::Keyset(_) => {
+                let end = next_batch_end(
+                    store,
+                    self.operation.shape(),
+                    self.projection.cursor.as_ref(),
+                    size,
+                )
+                .await?;
+                if end.is_none() {
+                    return self.finish(myself).await;
+                }
+                end
+            }
+            Strategy::Loop { .. } if self.scope_exhausted => return self.finish(myself).await,
+            Strategy::Loop { .. } => None,
+        };
+        let (_, appended) = store.plan_batch(&self.lease, end, size).await?;
+        self.projection = appended.record.state;
+        match store
+            .claim_batches(node, Some(self.id), 1, config.lease_ttl)
+            .await?
+            .into_iter()
+            .next()
+        {
+            Some(batch) => {
+                self.batch = Some(ActiveBatch::from(batch));
+                Ok(true)
+            }
+            // Another node's worker took it; look again shortly.
+            None => {
+                self.schedule_step(myself, config.retry_base);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Records `finished` once every planned batch succeeded; otherwise waits
+    /// for the batches still held elsewhere.
+    async fn finish(
+        &mut self,
+        myself: &ActorRef<OperationMessage>,
+    ) -> Result<bool, OperationError> {
+        let planned = self.projection.batches_planned;
+        if self.projection.batches_succeeded < planned {
+            self.schedule_step(myself, self.context.config.retry_base);
+            return Ok(false);
+        }
+        let appended = self
+            .context
+            .store
+            .append(
+                self.id,
+                Expected::Any,
+                Some(&self.lease),
+                &[Event::Finished],
+            )
+            .await?;
+        self.projection = appended.record.state;
+        tracing::info!(
+            operation = self.id,
+            rows = self.projection.rows_done,
+            "operation finished"
+        );
+        self.stopping = Some(Stopping::Released("finished".into()));
+        Ok(false)
+    }
+
+    async fn sub_batch_done(
+        &mut self,
+        myself: &ActorRef<OperationMessage>,
+        outcome: Result<SubBatchOutcome, OperationError>,
+        took: Duration,
+    ) -> Result<(), OperationError> {
+        let Some(batch) = self.batch.as_mut() else {
+            return Ok(());
+        };
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => return self.sub_batch_failed(myself, error).await,
+        };
+        batch.busy += took;
+        let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
+        batch.rows += rows;
+        self.rows_this_run += rows;
+        if outcome.reached.is_some() {
+            batch.progress = outcome.reached;
+        }
+        let is_loop = batch.end.is_none();
+        if is_loop && outcome.last {
+            self.scope_exhausted = true;
+        }
+        let done = outcome.last || (is_loop && batch.rows >= batch.size);
+        if done {
+            let batch = self.batch.take().expect("checked above");
+            // Adapt on full batches only, normalised to the unthrottled size.
+            let base = self.projection.batch_size;
+            let next = (batch.rows * 2 >= batch.size).then(|| {
+                let scaled = batch.busy.mul_f64(base as f64 / batch.size.max(1) as f64);
+                self.sizer.observe(base, scaled)
+            });
+            let appended = self
+                .context
+                .store
+                .complete_batch(&batch.lease, batch.rows, batch.busy, next)
+                .await?;
+            self.projection = appended.record.state;
+        }
+        self.report();
+        let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
+        self.schedule_step(myself, throttled_pause(pause, self.percent()));
+        Ok(())
+    }
+
+    /// A failed sub-batch: retry the batch after a backoff with smaller
+    /// sub-batches, or fail the operation once its attempts are spent.
+    async fn sub_batch_failed(
+        &mut self,
+        myself: &ActorRef<OperationMessage>,
+        error: OperationError,
+    ) -> Result<(), OperationError> {
+        let batch = self.batch.take().expect("a batch is open");
+        if let OperationError::Store(StoreError::BatchLeaseLost { .. }) = error {
+            tracing::warn!(
+                operation = self.id,
+                ordinal = batch.lease.ordinal,
+                "batch taken over"
+            );
+            self.schedule_step(myself, Duration::ZERO);
+            return Ok(());
+        }
+        let config = &self.context.config;
+        let attempt = u32::try_from(batch.lease.attempt).unwrap_or(u32::MAX);
+        let message = error.to_string();
+        tracing::warn!(operation = self.id, ordinal = batch.lease.ordinal, attempt, error = %message, "sub-batch failed");
+        let store = &self.context.store;
+        if attempt >= config.max_attempts {
+            store
+                .fail_batch(&batch.lease, &message, false, None)
+                .await?;
+            let failed = Event::Failed {
+                error: format!(
+                    "batch {} failed {attempt} times; last error: {message}",
+                    batch.lease.ordinal
+                ),
+            };
+            self.fail(failed).await?;
+            return Ok(());
+        }
+        let smaller = error
+            .is_transient()
+            .then(|| shrink_after_failure(batch.sub_batch_size));
+        let appended = store
+            .fail_batch(&batch.lease, &message, true, smaller)
+            .await?;
+        self.projection = appended.record.state;
+        let p = &self.projection;
+        if p.batches_planned >= 10
+            && p.batch_failures as f64 / p.batches_planned as f64 > config.max_failure_ratio
+        {
+            let failed = Event::Failed {
+                error: format!(
+                    "{} failed attempts over {} batches exceed the allowed ratio {}; last error: {message}",
+                    p.batch_failures, p.batches_planned, config.max_failure_ratio
+                ),
+            };
+            self.fail(failed).await?;
+            return Ok(());
+        }
+        let wait = backoff(attempt, config.retry_base, config.retry_cap, jitter());
+        self.schedule_step(myself, wait);
+        Ok(())
+    }
+
+    async fn fail(&mut self, failed: Event) -> Result<(), OperationError> {
+        let appended = self
+            .context
+            .store
+            .append(self.id, Expected::Any, Some(&self.lease), &[failed])
+            .await?;
+        self.projection = appended.record.state;
+        tracing::error!(operation = self.id, error = ?self.projection.last_error, "operation failed");
+        self.stopping = Some(Stopping::Released("failed".into()));
+        Ok(())
+    }
+
+    async fn health(
+        &mut self,
+        myself: &ActorRef<OperationMessage>,
+        snapshot: &HealthSnapshot,
+    ) -> Result<(), OperationError> {
+        let signal = snapshot.for_table(&self.projection.table);
+        if signal == self.signal {
+            return Ok(());
+        }
+        let was_stopped = matches!(self.signal, Signal::Stop { .. });
+        self.signal = signal;
+        self.record_health().await?;
+        self.report();
+        if was_stopped && self.in_flight.is_none() {
+            self.schedule_step(myself, Duration::ZERO);
+        }
+        Ok(())
+    }
+
+    /// Appends `throttled` when the signal obeyed differs from the one last recorded.
+    async fn record_health(&mut self) -> Result<(), OperationError> {
+        let (health, reason) = match &self.signal {
+            Signal::Normal => (Health::Normal, None),
+            Signal::Throttle { percent, reason } => (
+                Health::Throttled {
+                    percent: (*percent).clamp(1, 99),
+                },
+                Some(reason.clone()),
+            ),
+            Signal::Stop { reason } => (Health::Stopped, Some(reason.clone())),
+        };
+        if health == self.projection.health || self.projection.status != OperationStatus::Running {
+            return Ok(());
+        }
+        let event = Event::Throttled { health, reason };
+        let appended = self
+            .context
+            .store
+            .append(self.id, Expected::Any, Some(&self.lease), &[event])
+            .await?;
+        self.projection = appended.record.state;
+        tracing::info!(operation = self.id, signal = ?self.signal, "health signal recorded");
+        Ok(())
+    }
+
+    /// Renews leases, notices controls written elsewhere, and watches the
+    /// in-flight sub-batch's deadline.
+    async fn tick(&mut self) -> Result<(), OperationError> {
+        let store = &self.context.store;
+        let config = &self.context.config;
+        if self.last_renewal.elapsed() >= config.lease_ttl / 3 {
+            match store.renew_lease(&self.lease, config.lease_ttl).await {
+                Ok(lease) => self.lease = lease,
+                Err(StoreError::LeaseLost { .. }) => {
+                    self.stopping
+                        .get_or_insert(Stopping::Released("lease lost".into()));
+                }
+                Err(other) => return Err(other.into()),
+            }
+            if let Some(batch) = &self.batch {
+                let _ = store
+                    .renew_batch_lease(&batch.lease, config.lease_ttl)
+                    .await;
+            }
+            self.last_renewal = Instant::now();
+        }
+        let record = store.operation(self.id).await?;
+        let ours = record.lease.as_ref().map(|l| l.epoch) == Some(self.lease.epoch);
+        if record.state.status != OperationStatus::Running || !ours {
+            let why = if ours {
+                record.state.status.as_str().to_owned()
+            } else {
+                "taken over".to_owned()
+            };
+            self.stopping.get_or_insert(Stopping::Released(why));
+        }
+        if let Some(reason) = self.limit_reached() {
+            self.stopping.get_or_insert(Stopping::Yield(reason));
+        }
+        // A pool that lost a job (it was replaced) never answers: give up on
+        // the sub-batch; its transaction is gone with its worker.
+        if let Some(started) = self.in_flight
+            && started.elapsed() > config.sub_batch_timeout + config.lease_ttl
+        {
+            self.in_flight = None;
+            self.batch = None;
+        }
+        Ok(())
+    }
+
+    /// Gives back what this actor holds as it stops.
+    async fn wind_down(&mut self) {
+        let store = &self.context.store;
+        if let Some(batch) = self.batch.take() {
+            let _ = store.release_batch(&batch.lease).await;
+        }
+        let event = match self.stopping.clone() {
+            Some(Stopping::Shutdown) => Event::Yielded {
+                reason: "node shutting down".into(),
+            },
+            Some(Stopping::Yield(reason)) => Event::Yielded { reason },
+            _ => return,
+        };
+        match store
+            .append(self.id, Expected::Any, Some(&self.lease), &[event])
+            .await
+        {
+            Ok(appended) => self.projection = appended.record.state,
+            Err(e) => tracing::warn!(operation = self.id, error = %e, "could not yield"),
+        }
+    }
+
+    /// Handles an error from a step: transient database trouble is retried
+    /// after a backoff; a lost lease stops the actor; anything else fails
+    /// the actor so its supervisor restarts it from the store.
+    fn recover(
+        &mut self,
+        myself: &ActorRef<OperationMessage>,
+        error: OperationError,
+    ) -> Result<(), ActorProcessingErr> {
+        let OperationError::Store(error) = error else {
+            return Err(error.into());
+        };
+        match error {
+            StoreError::LeaseLost { .. } => {
+                self.stopping
+                    .get_or_insert(Stopping::Released("lease lost".into()));
+                Ok(())
+            }
+            StoreError::BatchLeaseLost { .. } => {
+                self.batch = None;
+                self.schedule_step(myself, Duration::ZERO);
+                Ok(())
+            }
+            e if e.is_transient() => {
+                tracing::warn!(operation = self.id, error = %e, "database trouble; retrying");
+                let config = &self.context.config;
+                self.schedule_step(
+                    myself,
+                    backoff(2, config.retry_base, config.retry_cap, jitter()),
+                );
+                Ok(())
+            }
+            other => Err(other.into()),
+        }
+    }
+
+    fn limit_reached(&self) -> Option<String> {
+        let limits = self.projection.limits;
+        if let Some(ms) = limits.max_runtime_ms
+            && self.run_started.elapsed() >= Duration::from_millis(ms.unsigned_abs())
+        {
+            return Some(format!("ran for its limit of {ms} ms"));
+        }
+        if let Some(rows) = limits.max_rows_per_run
+            && self.rows_this_run >= rows
+        {
+            return Some(format!("changed its limit of {rows} rows in this run"));
+        }
+        None
+    }
+
+    fn schedule_step(&mut self, myself: &ActorRef<OperationMessage>, after: Duration) {
+        if self.step_scheduled {
+            return;
+        }
+        self.step_scheduled = true;
+        if after.is_zero() {
+            let _ = myself.cast(OperationMessage::Step);
+        } else {
+            myself.send_after(after, || OperationMessage::Step);
+        }
+    }
+
+    fn percent(&self) -> u8 {
+        match self.signal {
+            Signal::Throttle { percent, .. } => percent.clamp(1, 99),
+            _ => 100,
+        }
+    }
+
+    fn report(&self) {
+        let p = &self.projection;
+        let in_batch = self.batch.as_ref().map_or(0, |b| b.rows);
+        let held_back = match &self.signal {
+            Signal::Normal => None,
+            Signal::Throttle { percent, reason } => {
+                Some(format!("throttled to {percent}%: {reason}"))
+            }
+            Signal::Stop { reason } => Some(format!("stopped: {reason}")),
+        };
+        let _ = self.context.progress.send(Progress {
+            operation_id: self.id,
+            kind: p.kind.clone(),
+            status: p.status,
+            rows_done: p.rows_done + in_batch,
+            estimated_rows: p.estimated_rows,
+            batches: p.batches_succeeded,
+            batch_size: p.batch_size,
+            held_back,
+        });
+    }
+}
+
+impl From<Batch> for ActiveBatch {
+    fn from(batch: Batch) -> Self {
+        let lease = batch.lease().expect("a claimed batch is running");
+        ActiveBatch {
+            lease,
+            progress: batch.progress.or(batch.start),
+            end: batch.end,
+            size: batch.batch_size,
+            sub_batch_size: batch.sub_batch_size,
+            rows: batch.rows_affected,
+            busy: Duration::ZERO,
+        }
+    }
+}
+
+/// A jitter fraction in `[0, 1)` from the clock's sub-second noise (no RNG
+/// dependency needed for spreading retries).
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    f64::from(nanos % 1_000) / 1_000.0
+}

@@ -1,0 +1,329 @@
+//! The embedding API: [`RuntimeBuilder`] starts a runtime, [`Runtime`] is
+//! the handle an application keeps.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use ractor::{Actor, ActorRef, OutputPort, call_t};
+use sluice_operations::{EnqueueOptions, Operation, OperationError, Registry, enqueue};
+use sluice_store::{
+    ConnectOptions, Enqueued, ListFilter, OperationRecord, OperationStatus, Store, StoreError,
+};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use crate::config::{Progress, RuntimeConfig, RuntimeContext};
+use crate::control::{Action, ControlError, Controlled, Selection, control};
+use crate::health::HealthIndicator;
+use crate::indicators::default_indicators;
+use crate::supervisor::{RuntimeSupervisor, SupervisorArgs, SupervisorMessage};
+
+/// Configures and starts a [`Runtime`].
+///
+/// ```no_run
+/// # async fn example() -> Result<(), sluice_runtime::RuntimeError> {
+/// let runtime = sluice_runtime::RuntimeBuilder::new("sqlite:app.sqlite")
+///     .concurrency(4)
+///     .start()
+///     .await?;
+/// runtime.shutdown().await?;
+/// # Ok(()) }
+/// ```
+pub struct RuntimeBuilder {
+    source: Source,
+    registry: Registry,
+    config: RuntimeConfig,
+    indicators: Vec<Arc<dyn HealthIndicator>>,
+    builtin_indicators: bool,
+}
+
+enum Source {
+    Url(String),
+    Store(Store),
+}
+
+/// A running runtime: enqueue and control operations, wait for them, watch
+/// progress, shut down. Dropping it without [`Runtime::shutdown`] stops the
+/// actors abruptly (in-flight sub-batches roll back; leases lapse and the
+/// work is resumed later, by this or another node).
+pub struct Runtime {
+    context: RuntimeContext,
+    supervisor: ActorRef<SupervisorMessage>,
+    task: JoinHandle<()>,
+}
+
+/// Why a runtime call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An operation was refused or failed to prepare.
+    #[error(transparent)]
+    Operation(#[from] OperationError),
+    /// An operator control was refused.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The actor system could not start or answer.
+    #[error("actor runtime: {0}")]
+    Actors(String),
+    /// A wait ran out of time.
+    #[error("operation {id} did not end within {waited:?} (it is {status})")]
+    Timeout {
+        /// The operation.
+        id: i64,
+        /// How long was waited.
+        waited: Duration,
+        /// Its status when the wait ended.
+        status: &'static str,
+    },
+}
+
+impl RuntimeBuilder {
+    /// A runtime on the database at `url` (`sqlite:PATH`, `postgres://…`),
+    /// with the built-in operation kinds and health indicators.
+    pub fn new(url: &str) -> Self {
+        RuntimeBuilder::from_source(Source::Url(url.to_owned()))
+    }
+
+    /// A runtime on an existing store (e.g. from an application's sqlx pool
+    /// through [`Store::sqlite`] or [`Store::postgres`]).
+    pub fn with_store(store: Store) -> Self {
+        RuntimeBuilder::from_source(Source::Store(store))
+    }
+
+    fn from_source(source: Source) -> Self {
+        RuntimeBuilder {
+            source,
+            registry: Registry::with_builtins(),
+            config: RuntimeConfig::default(),
+            indicators: Vec::new(),
+            builtin_indicators: true,
+        }
+    }
+
+    /// Registers an operation kind.
+    pub fn register<O: Operation>(mut self, operation: O) -> Self {
+        self.registry.register(operation);
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: RuntimeConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// This node's name (default: host name and process id).
+    pub fn node(mut self, node: &str) -> Self {
+        self.config.node = node.to_owned();
+        self
+    }
+
+    /// Operations running at once on this node.
+    pub fn concurrency(mut self, operations: usize) -> Self {
+        self.config.concurrency = operations.max(1);
+        self
+    }
+
+    /// Sub-batch workers.
+    pub fn pool_size(mut self, workers: usize) -> Self {
+        self.config.pool_size = workers.max(1);
+        self
+    }
+
+    /// Adds a health indicator (see [`crate::health::indicator_fn`] for closures).
+    pub fn indicator(mut self, indicator: Arc<dyn HealthIndicator>) -> Self {
+        self.indicators.push(indicator);
+        self
+    }
+
+    /// Leaves out the built-in indicators for the store's backend.
+    pub fn without_builtin_indicators(mut self) -> Self {
+        self.builtin_indicators = false;
+        self
+    }
+
+    /// Connects (creating and migrating an SQLite file if needed), starts
+    /// the actor tree and returns its handle.
+    pub async fn start(self) -> Result<Runtime, RuntimeError> {
+        let store = match self.source {
+            Source::Store(store) => store,
+            Source::Url(url) => {
+                let options = ConnectOptions {
+                    max_connections: (self.config.pool_size + 4) as u32,
+                    ..ConnectOptions::default()
+                };
+                Store::connect_with(&url, &options).await?
+            }
+        };
+        let mut indicators = if self.builtin_indicators {
+            default_indicators(&store)
+        } else {
+            Vec::new()
+        };
+        indicators.extend(self.indicators);
+        let (progress, _) = broadcast::channel(1_024);
+        let context = RuntimeContext {
+            store,
+            registry: self.registry,
+            config: Arc::new(self.config),
+            health: Arc::new(OutputPort::default()),
+            progress,
+            services: Arc::new(RwLock::new(None)),
+        };
+        let args = SupervisorArgs {
+            context: context.clone(),
+            indicators,
+        };
+        let (supervisor, task) = Actor::spawn(None, RuntimeSupervisor, args)
+            .await
+            .map_err(|e| RuntimeError::Actors(e.to_string()))?;
+        Ok(Runtime {
+            context,
+            supervisor,
+            task,
+        })
+    }
+}
+
+impl Runtime {
+    /// The store this runtime works on.
+    pub fn store(&self) -> &Store {
+        &self.context.store
+    }
+
+    /// This node's settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.context.config
+    }
+
+    /// Checks and enqueues an operation of a registered kind with typed
+    /// arguments; returns the new operation, or the active one with the same
+    /// kind and arguments (`created == false`).
+    pub async fn enqueue<O: Operation>(
+        &self,
+        operation: &O,
+        arguments: &O::Arguments,
+        options: &EnqueueOptions,
+    ) -> Result<Enqueued, RuntimeError> {
+        let json = serde_json::to_value(arguments)
+            .map_err(|e| OperationError::Arguments(e.to_string()))?;
+        self.enqueue_json(operation.kind(), &json, options).await
+    }
+
+    /// Like [`Runtime::enqueue`], for a kind named at run time with JSON arguments.
+    pub async fn enqueue_json(
+        &self,
+        kind: &str,
+        arguments: &serde_json::Value,
+        options: &EnqueueOptions,
+    ) -> Result<Enqueued, RuntimeError> {
+        Ok(enqueue(
+            &self.context.store,
+            &self.context.registry,
+            kind,
+            arguments,
+            options,
+        )
+        .await?)
+    }
+
+    /// Pauses one operation, a kind or everything.
+    pub async fn pause(
+        &self,
+        selection: &Selection,
+        reason: &str,
+    ) -> Result<Controlled, RuntimeError> {
+        Ok(control(&self.context.store, Action::Pause, selection, reason).await?)
+    }
+
+    /// Resumes paused operations.
+    pub async fn resume(&self, selection: &Selection) -> Result<Controlled, RuntimeError> {
+        Ok(control(&self.context.store, Action::Resume, selection, "").await?)
+    }
+
+    /// Cancels operations for good.
+    pub async fn cancel(
+        &self,
+        selection: &Selection,
+        reason: &str,
+    ) -> Result<Controlled, RuntimeError> {
+        Ok(control(&self.context.store, Action::Cancel, selection, reason).await?)
+    }
+
+    /// Retries failed operations.
+    pub async fn retry(&self, selection: &Selection) -> Result<Controlled, RuntimeError> {
+        Ok(control(&self.context.store, Action::Retry, selection, "").await?)
+    }
+
+    /// Progress reports of every operation running on this node.
+    pub fn subscribe(&self) -> broadcast::Receiver<Progress> {
+        self.context.progress.subscribe()
+    }
+
+    /// Waits until operation `id` is finished, failed or cancelled (or
+    /// `timeout` passes) and returns it.
+    pub async fn wait(&self, id: i64, timeout: Duration) -> Result<OperationRecord, RuntimeError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut progress = self.subscribe();
+        loop {
+            let record = self.context.store.operation(id).await?;
+            if matches!(
+                record.state.status,
+                OperationStatus::Finished | OperationStatus::Failed | OperationStatus::Cancelled
+            ) {
+                return Ok(record);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RuntimeError::Timeout {
+                    id,
+                    waited: timeout,
+                    status: record.state.status.as_str(),
+                });
+            }
+            // Woken by this node's progress, or by the clock for changes made elsewhere.
+            let _ = tokio::time::timeout(Duration::from_millis(100), progress.recv()).await;
+        }
+    }
+
+    /// Runs until no operation is pending or running anywhere (work held by
+    /// another node's live or lapsed lease counts as not done), then returns.
+    pub async fn run_until_idle(&self) -> Result<(), RuntimeError> {
+        loop {
+            let running = call_t!(self.supervisor, SupervisorMessage::Running, 5_000)
+                .map_err(|e| RuntimeError::Actors(e.to_string()))?;
+            if running.is_empty() && !self.work_left().await? {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn work_left(&self) -> Result<bool, RuntimeError> {
+        for status in [OperationStatus::Pending, OperationStatus::Running] {
+            let filter = ListFilter {
+                status: Some(status),
+                kind: None,
+                limit: Some(1),
+            };
+            if !self.context.store.list(&filter).await?.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Stops claiming, lets every sub-batch in flight finish, gives running
+    /// operations back as pending (resumed by the next runtime that runs),
+    /// and stops the actors.
+    pub async fn shutdown(self) -> Result<(), RuntimeError> {
+        let stopped = call_t!(self.supervisor, SupervisorMessage::Shutdown, 120_000);
+        if let Err(e) = stopped {
+            self.supervisor.stop(None);
+            return Err(RuntimeError::Actors(e.to_string()));
+        }
+        let _ = self.task.await;
+        Ok(())
+    }
+}

@@ -1,0 +1,300 @@
+//! The runtime supervisor: the root of the actor tree.
+//!
+//! It starts the [`HealthMonitor`], the [`SubBatchPool`] and the
+//! [`Reconciler`], and one [`OperationActor`] per operation the reconciler
+//! claimed. It restarts what fails: the monitor, pool and reconciler always;
+//! an operation actor from the store's state, up to `restart_budget` times
+//! within `restart_window`, after which the operation is failed with the
+//! reason (and no other operation is touched).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
+};
+use sluice_store::{Event, Expected};
+
+use crate::config::{RuntimeContext, Services};
+use crate::health::HealthIndicator;
+use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs};
+use crate::operation_actor::{OperationActor, OperationArgs, OperationMessage};
+use crate::pool::{PoolArgs, PoolMessage, SubBatchPool};
+use crate::reconciler::{Reconciler, ReconcilerMessage};
+
+/// The supervisor actor.
+#[derive(Debug)]
+pub struct RuntimeSupervisor;
+
+/// Arguments of [`RuntimeSupervisor`].
+pub struct SupervisorArgs {
+    /// The shared context.
+    pub context: RuntimeContext,
+    /// Health indicators for the monitor.
+    pub indicators: Vec<std::sync::Arc<dyn HealthIndicator>>,
+}
+
+/// Messages of [`RuntimeSupervisor`].
+pub enum SupervisorMessage {
+    /// Run this operation, which this node has just claimed.
+    Start(i64),
+    /// Which operations have an actor here.
+    Running(RpcReplyPort<Vec<i64>>),
+    /// Stop claiming, let every operation actor finish its sub-batch in
+    /// flight and give its operation back, then stop; reply when done.
+    Shutdown(RpcReplyPort<()>),
+}
+
+/// The supervisor's state.
+pub struct SupervisorState {
+    context: RuntimeContext,
+    indicators: Vec<std::sync::Arc<dyn HealthIndicator>>,
+    monitor: ActorRef<HealthMessage>,
+    pool: ActorRef<PoolMessage>,
+    reconciler: Option<ActorRef<ReconcilerMessage>>,
+    operations: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
+    restarts: HashMap<i64, VecDeque<Instant>>,
+    shutdown: Option<Vec<RpcReplyPort<()>>>,
+}
+
+impl Actor for RuntimeSupervisor {
+    type Msg = SupervisorMessage;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: SupervisorArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let monitor = spawn_monitor(&myself, &args.context, &args.indicators).await?;
+        let pool = spawn_pool(&myself, &args.context).await?;
+        publish(&args.context, &pool, &monitor);
+        let reconciler = spawn_reconciler(&myself, &args.context).await?;
+        Ok(SupervisorState {
+            context: args.context,
+            indicators: args.indicators,
+            monitor,
+            pool,
+            reconciler: Some(reconciler),
+            operations: HashMap::new(),
+            restarts: HashMap::new(),
+            shutdown: None,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: SupervisorMessage,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMessage::Start(id) => {
+                if state.shutdown.is_none() {
+                    state.start_operation(&myself, id).await;
+                }
+            }
+            SupervisorMessage::Running(reply) => {
+                let _ = reply.send(state.operations.values().map(|(id, _)| *id).collect());
+            }
+            SupervisorMessage::Shutdown(reply) => {
+                if let Some(reconciler) = state.reconciler.take() {
+                    reconciler.stop(None);
+                }
+                for (_, actor) in state.operations.values() {
+                    let _ = actor.cast(OperationMessage::Shutdown);
+                }
+                state.shutdown.get_or_insert_with(Vec::new).push(reply);
+                state.finish_shutdown_if_done(&myself);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                state.operations.remove(&cell.get_id());
+                if state.shutdown.is_none() {
+                    state.replace_service(&myself, &cell, "stopped").await?;
+                }
+                state.finish_shutdown_if_done(&myself);
+            }
+            SupervisionEvent::ActorFailed(cell, error) => {
+                let reason = error.to_string();
+                if let Some((id, _)) = state.operations.remove(&cell.get_id()) {
+                    state.operation_failed(&myself, id, &reason).await;
+                } else if state.shutdown.is_none() {
+                    state.replace_service(&myself, &cell, &reason).await?;
+                }
+                state.finish_shutdown_if_done(&myself);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl SupervisorState {
+    async fn start_operation(&mut self, myself: &ActorRef<SupervisorMessage>, id: i64) {
+        if self.operations.values().any(|(running, _)| *running == id) {
+            return;
+        }
+        let args = OperationArgs {
+            context: self.context.clone(),
+            operation_id: id,
+        };
+        match Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await {
+            Ok((actor, _)) => {
+                self.operations.insert(actor.get_id(), (id, actor));
+            }
+            Err(e) => tracing::warn!(operation = id, error = %e, "operation actor did not start"),
+        }
+    }
+
+    /// An operation actor failed: restart it from the store within the
+    /// budget, else fail the operation with the reason.
+    async fn operation_failed(
+        &mut self,
+        myself: &ActorRef<SupervisorMessage>,
+        id: i64,
+        reason: &str,
+    ) {
+        let config = &self.context.config;
+        let window = self.restarts.entry(id).or_default();
+        let now = Instant::now();
+        window.retain(|at| now.duration_since(*at) < config.restart_window);
+        window.push_back(now);
+        let restarts = window.len();
+        if self.shutdown.is_some() {
+            return;
+        }
+        if restarts as u32 <= config.restart_budget {
+            tracing::warn!(operation = id, restarts, %reason, "operation actor failed; restarting it");
+            self.start_operation(myself, id).await;
+            return;
+        }
+        tracing::error!(operation = id, restarts, %reason, "operation actor keeps failing; failing the operation");
+        let store = &self.context.store;
+        let lease = match store.operation(id).await {
+            Ok(record) => record.lease.filter(|l| l.node == config.node),
+            Err(_) => None,
+        };
+        if let Some(lease) = lease {
+            let failed = Event::Failed {
+                error: format!(
+                    "the operation's actor failed {restarts} times within {:?}; last: {reason}",
+                    config.restart_window
+                ),
+            };
+            if let Err(e) = store
+                .append(id, Expected::Any, Some(&lease), &[failed])
+                .await
+            {
+                tracing::warn!(operation = id, error = %e, "could not record the failure");
+            }
+        }
+        self.restarts.remove(&id);
+    }
+
+    /// The monitor, the pool or the reconciler died: start a new one.
+    async fn replace_service(
+        &mut self,
+        myself: &ActorRef<SupervisorMessage>,
+        cell: &ActorCell,
+        reason: &str,
+    ) -> Result<(), ActorProcessingErr> {
+        let id = cell.get_id();
+        if id == self.monitor.get_id() {
+            tracing::warn!(%reason, "health monitor died; restarting it");
+            self.monitor = spawn_monitor(myself, &self.context, &self.indicators).await?;
+            publish(&self.context, &self.pool, &self.monitor);
+        } else if id == self.pool.get_id() {
+            tracing::warn!(%reason, "sub-batch pool died; restarting it");
+            self.pool = spawn_pool(myself, &self.context).await?;
+            publish(&self.context, &self.pool, &self.monitor);
+        } else if self.reconciler.as_ref().is_some_and(|r| r.get_id() == id) {
+            tracing::warn!(%reason, "reconciler died; restarting it");
+            self.reconciler = Some(spawn_reconciler(myself, &self.context).await?);
+        }
+        Ok(())
+    }
+
+    fn finish_shutdown_if_done(&mut self, myself: &ActorRef<SupervisorMessage>) {
+        if self.operations.is_empty()
+            && let Some(waiters) = self.shutdown.as_mut()
+            && !waiters.is_empty()
+        {
+            for waiter in waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+            myself.stop_children(None);
+            myself.stop(None);
+        }
+    }
+}
+
+fn publish(
+    context: &RuntimeContext,
+    pool: &ActorRef<PoolMessage>,
+    monitor: &ActorRef<HealthMessage>,
+) {
+    if let Ok(mut services) = context.services.write() {
+        *services = Some(Services {
+            pool: pool.clone(),
+            monitor: monitor.clone(),
+        });
+    }
+}
+
+async fn spawn_monitor(
+    supervisor: &ActorRef<SupervisorMessage>,
+    context: &RuntimeContext,
+    indicators: &[std::sync::Arc<dyn HealthIndicator>],
+) -> Result<ActorRef<HealthMessage>, ActorProcessingErr> {
+    let args = HealthMonitorArgs {
+        store: context.store.clone(),
+        indicators: indicators.to_vec(),
+        interval: context.config.health_interval,
+        clear_after: context.config.health_clear_after,
+        port: context.health.clone(),
+    };
+    Ok(
+        Actor::spawn_linked(None, HealthMonitor, args, supervisor.get_cell())
+            .await?
+            .0,
+    )
+}
+
+async fn spawn_pool(
+    supervisor: &ActorRef<SupervisorMessage>,
+    context: &RuntimeContext,
+) -> Result<ActorRef<PoolMessage>, ActorProcessingErr> {
+    let args = PoolArgs {
+        store: context.store.clone(),
+        size: context.config.pool_size,
+    };
+    Ok(
+        Actor::spawn_linked(None, SubBatchPool, args, supervisor.get_cell())
+            .await?
+            .0,
+    )
+}
+
+async fn spawn_reconciler(
+    supervisor: &ActorRef<SupervisorMessage>,
+    context: &RuntimeContext,
+) -> Result<ActorRef<ReconcilerMessage>, ActorProcessingErr> {
+    let args = (context.clone(), supervisor.clone());
+    Ok(
+        Actor::spawn_linked(None, Reconciler, args, supervisor.get_cell())
+            .await?
+            .0,
+    )
+}
