@@ -61,15 +61,19 @@ pub fn nth_after(
 pub fn probe(shape: &Shape, first: Option<&Cursor>, size: i64) -> Statement {
     match shape.strategy() {
         Strategy::Keyset(columns) => nth_after(shape, columns, first, None, size),
-        Strategy::Loop { key } => loop_rows(
-            shape,
-            key,
-            size,
-            Statement::new("SELECT ")
-                .ident(key)
-                .push(" FROM ")
-                .ident(shape.table()),
-        ),
+        // The rows a loop sub-batch takes are found by this inner query; the
+        // outer statement then reaches them by key.
+        Strategy::Loop { key } => shape
+            .filter()
+            .and_to(
+                Statement::new("SELECT ")
+                    .ident(key)
+                    .push(" FROM ")
+                    .ident(shape.table())
+                    .push(" WHERE 1 = 1"),
+            )
+            .push(" LIMIT ")
+            .value(size.into()),
     }
 }
 

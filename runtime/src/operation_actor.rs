@@ -453,9 +453,9 @@ impl OperationState {
             self.fail(failed).await?;
             return Ok(());
         }
-        let smaller = error
-            .is_transient()
-            .then(|| shrink_after_failure(batch.sub_batch_size));
+        // Every failure retries with smaller sub-batches: less work per
+        // transaction is what helps a timeout, and costs little otherwise.
+        let smaller = Some(shrink_after_failure(batch.sub_batch_size));
         let appended = store
             .fail_batch(&batch.lease, &message, true, smaller)
             .await?;

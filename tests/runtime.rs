@@ -1,0 +1,629 @@
+//! The runtime end to end on real databases: built-in and custom operations
+//! run through the actor tree, health stops, retries, failures and operator
+//! controls, each checked from the data and the event log.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sluice_operations::{
+    DeleteAgedRows, EnqueueOptions, Filter, Operation, OperationError, Shape, SubBatch,
+};
+use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
+use sluice_store::{Event, Health, OperationStatus, Store};
+
+use common::TestDb;
+
+for_each_backend!(
+    aged_rows_are_deleted_and_young_rows_kept,
+    update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts,
+    keyset_batches_cover_duplicate_timestamps_exactly_once,
+    a_stop_signal_holds_every_new_sub_batch_until_it_clears,
+    a_sub_batch_failing_twice_is_retried_smaller_and_finishes,
+    a_sub_batch_that_always_fails_fails_the_operation,
+    an_operator_pause_from_outside_stops_the_worker_and_resume_finishes,
+);
+
+/// Settings that make tests quick: short intervals, small leases.
+fn quick() -> RuntimeConfig {
+    RuntimeConfig {
+        node: "test-node".into(),
+        lease_ttl: Duration::from_secs(3),
+        reconcile_interval: Duration::from_millis(50),
+        control_interval: Duration::from_millis(50),
+        health_interval: Duration::from_millis(20),
+        health_clear_after: 2,
+        retry_base: Duration::from_millis(10),
+        retry_cap: Duration::from_millis(50),
+        min_batch_size: 10,
+        ..RuntimeConfig::default()
+    }
+}
+
+/// Quick settings with the batch size fixed at `size` (no adaptation).
+fn fixed_batches(size: i64) -> RuntimeConfig {
+    RuntimeConfig {
+        min_batch_size: size,
+        max_batch_size: size,
+        ..quick()
+    }
+}
+
+fn builder(db: &TestDb) -> RuntimeBuilder {
+    RuntimeBuilder::with_store(db.store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+}
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Waits, with a deadline, until `check` holds.
+async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `events(id, created_at, payload)`: `aged` rows at 2020 and `young` rows at 2099
+/// (ISO text on SQLite, timestamptz on PostgreSQL), ids 1.., indexed on created_at.
+async fn create_events(db: &TestDb, aged: i64, young: i64) {
+    let pg = db.backend == "postgres";
+    db.execute(if pg {
+        "CREATE TABLE events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT)"
+    } else {
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, payload TEXT)"
+    })
+    .await;
+    db.execute("CREATE INDEX events_created_at_idx ON events (created_at)")
+        .await;
+    let insert = |from: i64, to: i64, at: &str| {
+        if pg {
+            format!(
+                "INSERT INTO events SELECT g, TIMESTAMPTZ '{at}', 'x' FROM generate_series({from}, {to}) g"
+            )
+        } else {
+            format!(
+                "WITH RECURSIVE g(v) AS (SELECT {from} UNION ALL SELECT v + 1 FROM g WHERE v < {to}) \
+                 INSERT INTO events SELECT v, '{at}', 'x' FROM g"
+            )
+        }
+    };
+    if aged > 0 {
+        db.execute(&insert(1, aged, "2020-01-01T00:00:00Z")).await;
+    }
+    if young > 0 {
+        db.execute(&insert(aged + 1, aged + young, "2099-01-01T00:00:00Z"))
+            .await;
+    }
+}
+
+async fn status(store: &Store, id: i64) -> OperationStatus {
+    store.operation(id).await.unwrap().state.status
+}
+
+async fn finish(runtime: &Runtime, id: i64) -> sluice_store::OperationRecord {
+    let record = runtime.wait(id, WAIT).await.unwrap();
+    runtime.store().verify(id).await.unwrap();
+    record
+}
+
+/// Seed 000's two canonical cases: older rows go, newer stay; a batch that
+/// hits its limit is followed by another until fewer than the limit match.
+async fn aged_rows_are_deleted_and_young_rows_kept(db: &TestDb) {
+    create_events(db, 2_345, 400).await;
+    let runtime = builder(db)
+        .config(fixed_batches(500))
+        .start()
+        .await
+        .unwrap();
+    let args = DeleteAgedRows::arguments(
+        &db.store,
+        "events",
+        "created_at",
+        "id",
+        Duration::from_secs(86_400),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 500,
+        sub_batch_size: 100,
+        ..EnqueueOptions::default()
+    };
+    let enqueued = runtime
+        .enqueue(&DeleteAgedRows, &args, &options)
+        .await
+        .unwrap();
+    assert!(enqueued.created);
+    let record = finish(&runtime, enqueued.id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.rows_done, 2_345);
+    assert_eq!(record.state.estimated_rows, Some(2_345));
+    // Four full batches of 500, then one that found fewer than the limit.
+    assert_eq!(record.state.batches_succeeded, 5, "{:?}", record.state);
+    let rows: Vec<i64> = db
+        .store
+        .batches(enqueued.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.rows_affected)
+        .collect();
+    assert_eq!(rows, [500, 500, 500, 500, 345]);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 400);
+    assert_eq!(db.scalar("SELECT MIN(id) FROM events").await, 2_346);
+    runtime.shutdown().await.unwrap();
+}
+
+async fn update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts(db: &TestDb) {
+    db.execute("CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0)")
+        .await;
+    // Keys with gaps: multiples of 3 and 7 only.
+    let series = if db.backend == "postgres" {
+        "INSERT INTO items (id, grp) SELECT g, g % 2 FROM generate_series(1, 6000) g WHERE g % 3 = 0 OR g % 7 = 0"
+    } else {
+        "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 6000) \
+         INSERT INTO items (id, grp) SELECT v, v % 2 FROM g WHERE v % 3 = 0 OR v % 7 = 0"
+    };
+    db.execute(series).await;
+    let runtime = builder(db).start().await.unwrap();
+    let options = EnqueueOptions {
+        batch_size: 300,
+        sub_batch_size: 70,
+        ..EnqueueOptions::default()
+    };
+    let args = serde_json::json!({"table": "items", "key": "id", "set": "counter = counter + 1", "where": "grp = 1"});
+    let enqueued = runtime
+        .enqueue_json("update-in-batches", &args, &options)
+        .await
+        .unwrap();
+    // Rows inserted while it runs: beyond the last key (processed when they
+    // come before the final batch is planned, out of scope otherwise) and
+    // into the gaps (behind or ahead of the cursor).
+    for n in 0..40_i64 {
+        let id = 6_001 + n * 5;
+        let gap = 1 + n * 149; // not a multiple of 3 or 7 for most n
+        db.execute(&format!("INSERT INTO items (id, grp) VALUES ({id}, 1)"))
+            .await;
+        let _ = db
+            .try_execute(&format!("INSERT INTO items (id, grp) VALUES ({gap}, 1)"))
+            .await;
+    }
+    let record = finish(&runtime, enqueued.id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    let cursor = record
+        .state
+        .cursor
+        .clone()
+        .expect("a range operation has a cursor");
+    let last = match cursor.0[0] {
+        sluice_store::CursorValue::Int(v) => v,
+        _ => unreachable!(),
+    };
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter > 1")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 0 AND counter <> 0")
+            .await,
+        0
+    );
+    // A matching row left unchanged is provably out of scope: it was
+    // inserted behind the cursor of a batch that had already run, or beyond
+    // the final cursor. Every original row was changed.
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1 AND counter = 0 AND id <= 6000 AND (id % 3 = 0 OR id % 7 = 0)")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM items WHERE grp = 1 AND counter = 0 AND id > {last}"
+        ))
+        .await,
+        db.scalar(&format!("SELECT COUNT(*) FROM items WHERE id > {last}"))
+            .await
+    );
+    assert_eq!(
+        record.state.rows_done,
+        db.scalar("SELECT SUM(counter) FROM items").await
+    );
+    runtime.shutdown().await.unwrap();
+}
+
+/// A custom keyset operation over (day, id) where many rows share a day.
+struct MarkByDay;
+
+#[derive(Serialize, Deserialize)]
+struct MarkArgs {
+    before: String,
+}
+
+#[async_trait]
+impl Operation for MarkByDay {
+    type Arguments = MarkArgs;
+
+    fn kind(&self) -> &'static str {
+        "mark-by-day"
+    }
+
+    fn shape(&self, args: &MarkArgs) -> Result<Shape, OperationError> {
+        Shape::keyset("visits", &["day", "id"])?
+            .scope(Filter::new().lt("day", args.before.as_str()))
+    }
+
+    async fn run(&self, _: &MarkArgs, batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
+        batch.update(&[("seen", 1_i64.into())]).await
+    }
+}
+
+async fn keyset_batches_cover_duplicate_timestamps_exactly_once(db: &TestDb) {
+    db.execute("CREATE TABLE visits (id BIGINT PRIMARY KEY, day TEXT NOT NULL, seen INTEGER NOT NULL DEFAULT 0)")
+        .await;
+    db.execute("CREATE INDEX visits_day_id_idx ON visits (day, id)")
+        .await;
+    // 30 days × 37 visits, ids interleaved across days (so id order ≠ day order).
+    let fill = if db.backend == "postgres" {
+        "INSERT INTO visits (id, day) SELECT g, '2026-01-' || lpad(((g * 7) % 30 + 1)::text, 2, '0') FROM generate_series(1, 1110) g"
+    } else {
+        "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 1110) \
+         INSERT INTO visits (id, day) SELECT v, printf('2026-01-%02d', (v * 7) % 30 + 1) FROM g"
+    };
+    db.execute(fill).await;
+    let runtime = builder(db)
+        .config(fixed_batches(50))
+        .register(MarkByDay)
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 50, // smaller than one day's rows: batch ends fall inside a day
+        sub_batch_size: 13,
+        ..EnqueueOptions::default()
+    };
+    let args = MarkArgs {
+        before: "2026-01-21".into(),
+    };
+    let enqueued = runtime.enqueue(&MarkByDay, &args, &options).await.unwrap();
+    let record = finish(&runtime, enqueued.id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    let in_scope = db
+        .scalar("SELECT COUNT(*) FROM visits WHERE day < '2026-01-21'")
+        .await;
+    assert_eq!(in_scope, 740);
+    assert_eq!(record.state.rows_done, in_scope);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM visits WHERE day < '2026-01-21' AND seen <> 1")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM visits WHERE day >= '2026-01-21' AND seen <> 0")
+            .await,
+        0
+    );
+    // Consecutive batches are contiguous (start = previous end) and increasing.
+    let batches = db.store.batches(enqueued.id).await.unwrap();
+    assert!(batches.len() >= 14);
+    for pair in batches.windows(2) {
+        assert_eq!(pair[1].start, pair[0].end);
+        assert!(pair[1].end > pair[0].end);
+    }
+    runtime.shutdown().await.unwrap();
+}
+
+async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
+    create_events(db, 3_000, 10).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let polls = Arc::new(AtomicU32::new(0));
+    let indicator = {
+        let (stop, polls) = (stop.clone(), polls.clone());
+        indicator_fn("test switch", move || {
+            let stopped = stop.load(Ordering::SeqCst);
+            polls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if stopped {
+                    Signal::Stop {
+                        reason: "test says stop".into(),
+                    }
+                } else {
+                    Signal::Normal
+                }
+            }
+        })
+    };
+    let runtime = builder(db).indicator(indicator).start().await.unwrap();
+    let args = DeleteAgedRows::arguments(
+        &db.store,
+        "events",
+        "created_at",
+        "id",
+        Duration::from_secs(60),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 200,
+        sub_batch_size: 20,
+        pause: Duration::from_millis(5),
+        ..EnqueueOptions::default()
+    };
+    let id = runtime
+        .enqueue(&DeleteAgedRows, &args, &options)
+        .await
+        .unwrap()
+        .id;
+    until("some rows deleted", || async {
+        db.scalar("SELECT COUNT(*) FROM events").await < 2_900
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    until("the stop is recorded", || async {
+        db.store.operation(id).await.unwrap().state.health == Health::Stopped
+    })
+    .await;
+    // Let the sub-batch in flight finish (a few polls), then watch several more.
+    let settle = polls.load(Ordering::SeqCst) + 3;
+    until("polls", || async { polls.load(Ordering::SeqCst) >= settle }).await;
+    let held = db.scalar("SELECT COUNT(*) FROM events").await;
+    let later = polls.load(Ordering::SeqCst) + 10;
+    until("more polls", || async {
+        polls.load(Ordering::SeqCst) >= later
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM events").await,
+        held,
+        "a sub-batch ran while stopped"
+    );
+    assert!(held > 10, "it finished before the stop could be observed");
+    stop.store(false, Ordering::SeqCst);
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 10);
+    // From the log: between the stop and the release, no batch was planned.
+    let events = db.store.events(id, 0).await.unwrap();
+    let stopped_at = events
+        .iter()
+        .position(|e| {
+            matches!(
+                e.event,
+                Event::Throttled {
+                    health: Health::Stopped,
+                    ..
+                }
+            )
+        })
+        .unwrap();
+    let released_at = events[stopped_at..]
+        .iter()
+        .position(|e| {
+            matches!(
+                e.event,
+                Event::Throttled {
+                    health: Health::Normal,
+                    ..
+                }
+            )
+        })
+        .unwrap()
+        + stopped_at;
+    assert!(
+        !events[stopped_at..released_at]
+            .iter()
+            .any(|e| matches!(e.event, Event::BatchPlanned { .. })),
+        "a batch was planned while stopped"
+    );
+    runtime.shutdown().await.unwrap();
+}
+
+/// Deletes `rows` rows, failing its first `failures` sub-batches.
+struct Flaky {
+    failures: u32,
+    calls: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl Operation for Flaky {
+    type Arguments = serde_json::Value;
+
+    fn kind(&self) -> &'static str {
+        "flaky"
+    }
+
+    fn shape(&self, _: &serde_json::Value) -> Result<Shape, OperationError> {
+        Shape::range("events", "id")
+    }
+
+    async fn run(
+        &self,
+        _: &serde_json::Value,
+        batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        let deleted = batch.delete().await?;
+        if call < self.failures {
+            return Err(OperationError::Failed(format!("boom {call}")));
+        }
+        Ok(deleted)
+    }
+}
+
+async fn a_sub_batch_failing_twice_is_retried_smaller_and_finishes(db: &TestDb) {
+    create_events(db, 500, 0).await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let flaky = Flaky {
+        failures: 2,
+        calls: calls.clone(),
+    };
+    let runtime = builder(db).register(flaky).start().await.unwrap();
+    let options = EnqueueOptions {
+        batch_size: 200,
+        sub_batch_size: 100,
+        ..EnqueueOptions::default()
+    };
+    let id = runtime
+        .enqueue_json("flaky", &serde_json::json!({}), &options)
+        .await
+        .unwrap()
+        .id;
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
+    // The failed attempts' deletes were rolled back: every row counted once.
+    assert_eq!(
+        record.state.rows_done, 500,
+        "the failed attempts' deletes were not counted"
+    );
+    let failures: Vec<Option<i64>> = db
+        .store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::BatchFailed {
+                next_sub_batch_size,
+                ..
+            } => Some(next_sub_batch_size),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failures, vec![Some(75), Some(56)]);
+    assert_eq!(record.state.sub_batch_size, 56);
+    runtime.shutdown().await.unwrap();
+}
+
+async fn a_sub_batch_that_always_fails_fails_the_operation(db: &TestDb) {
+    create_events(db, 50, 0).await;
+    let flaky = Flaky {
+        failures: u32::MAX,
+        calls: Arc::new(AtomicU32::new(0)),
+    };
+    let mut config = quick();
+    config.max_attempts = 3;
+    let runtime = builder(db)
+        .config(config)
+        .register(flaky)
+        .start()
+        .await
+        .unwrap();
+    let id = runtime
+        .enqueue_json("flaky", &serde_json::json!({}), &EnqueueOptions::default())
+        .await
+        .unwrap()
+        .id;
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.status, OperationStatus::Failed);
+    let error = record.state.last_error.unwrap();
+    assert!(
+        error.contains("failed 3 times") && error.contains("boom 2"),
+        "{error}"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM events").await,
+        50,
+        "nothing was kept"
+    );
+    runtime.shutdown().await.unwrap();
+}
+
+async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db: &TestDb) {
+    create_events(db, 3_000, 0).await;
+    let runtime = builder(db).start().await.unwrap();
+    let args = DeleteAgedRows::arguments(
+        &db.store,
+        "events",
+        "created_at",
+        "id",
+        Duration::from_secs(60),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 100,
+        sub_batch_size: 10,
+        pause: Duration::from_millis(5),
+        ..EnqueueOptions::default()
+    };
+    let id = runtime
+        .enqueue(&DeleteAgedRows, &args, &options)
+        .await
+        .unwrap()
+        .id;
+    until("running", || async {
+        db.scalar("SELECT COUNT(*) FROM events").await < 2_950
+    })
+    .await;
+    // Another process would open its own store on the same database.
+    let other = Store::connect(&db.url).await.unwrap();
+    sluice_runtime::control(
+        &other,
+        sluice_runtime::Action::Pause,
+        &Selection::One(id),
+        "maintenance window",
+    )
+    .await
+    .unwrap();
+    // Within the control interval the actor stops: its lease is released
+    // and the rows stop changing.
+    until("the worker lets go", || async {
+        db.store.operation(id).await.unwrap().lease.is_none()
+            && db
+                .store
+                .batches(id)
+                .await
+                .unwrap()
+                .iter()
+                .all(|b| b.status != sluice_store::BatchStatus::Running)
+    })
+    .await;
+    let held = db.scalar("SELECT COUNT(*) FROM events").await;
+    assert!(held > 0);
+    assert_eq!(status(&db.store, id).await, OperationStatus::Paused);
+    let recorded: i64 = db
+        .store
+        .batches(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.rows_affected)
+        .sum();
+    assert_eq!(
+        recorded + held,
+        3_000,
+        "every committed row is recorded with its batch"
+    );
+    sluice_runtime::control(
+        &other,
+        sluice_runtime::Action::Resume,
+        &Selection::One(id),
+        "",
+    )
+    .await
+    .unwrap();
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.rows_done, 3_000);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
+    other.close().await;
+    runtime.shutdown().await.unwrap();
+}
