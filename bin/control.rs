@@ -5,7 +5,8 @@
 //! statuses the state machine accepts the event in.
 
 use clap::Args;
-use sluice_store::{Event, Expected, ListFilter, Store, StoreError};
+use sluice_runtime::{ControlError, Selection, control};
+use sluice_store::Store;
 
 use crate::failure::Failure;
 use crate::render;
@@ -30,88 +31,20 @@ pub struct ControlArgs {
     json: bool,
 }
 
-/// An operator control.
-#[derive(Debug, Clone, Copy)]
-pub enum Action {
-    /// Stop starting sub-batches until resumed.
-    Pause,
-    /// Lift a pause.
-    Resume,
-    /// Stop for good.
-    Cancel,
-    /// Run a failed operation again.
-    Retry,
-}
-
-impl Action {
-    fn event(self, reason: &str) -> Event {
-        match self {
-            Action::Pause => Event::Paused {
-                reason: reason.to_owned(),
-            },
-            Action::Resume => Event::Resumed,
-            Action::Cancel => Event::Cancelled {
-                reason: reason.to_owned(),
-            },
-            Action::Retry => Event::Retried,
-        }
-    }
-
-    /// The verb, as printed.
-    pub fn verb(self) -> &'static str {
-        match self {
-            Action::Pause => "pause",
-            Action::Resume => "resume",
-            Action::Cancel => "cancel",
-            Action::Retry => "retry",
-        }
-    }
-}
+pub use sluice_runtime::Action;
 
 /// Applies `action` to the operations `args` name and reports what changed.
 pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<(), Failure> {
-    let event = action.event(&args.reason);
-    if let Some(id) = args.id {
-        let appended = store
-            .append(id, Expected::Any, None, std::slice::from_ref(&event))
-            .await
-            .map_err(|e| match e {
-                StoreError::Illegal { source, .. } => {
-                    Failure::BadInput(format!("cannot {} operation {id}: {source}", action.verb()))
-                }
-                other => other.into(),
-            })?;
-        return render::controlled(action.verb(), &[appended.record.id], &[], args.json);
-    }
-    if let Some(kind) = &args.kind
-        && kind.trim().is_empty()
-    {
-        return Err(Failure::BadInput("--kind must not be empty".into()));
-    }
-    // Only the statuses the state machine accepts this event in: never a scan
-    // of every operation that ever ran.
-    let mut candidates = Vec::new();
-    for status in event.legal_from() {
-        let filter = ListFilter {
-            status: Some(*status),
-            kind: args.kind.clone(),
-            limit: Some(i64::MAX),
-        };
-        candidates.extend(store.list(&filter).await?.into_iter().map(|r| r.id));
-    }
-    candidates.sort_unstable();
-    let mut changed = Vec::new();
-    let mut skipped = Vec::new();
-    for id in candidates {
-        // The status may have changed since the listing; the state machine decides.
-        match store
-            .append(id, Expected::Any, None, std::slice::from_ref(&event))
-            .await
-        {
-            Ok(_) => changed.push(id),
-            Err(StoreError::Illegal { .. }) => skipped.push(id),
-            Err(other) => return Err(other.into()),
-        }
-    }
-    render::controlled(action.verb(), &changed, &skipped, args.json)
+    let selection = match (&args.id, &args.kind) {
+        (Some(id), _) => Selection::One(*id),
+        (None, Some(kind)) => Selection::Kind(kind.clone()),
+        (None, None) => Selection::All,
+    };
+    let outcome = control(store, action, &selection, &args.reason)
+        .await
+        .map_err(|e| match e {
+            ControlError::Store(e) => Failure::from(e),
+            other => Failure::BadInput(other.to_string()),
+        })?;
+    render::controlled(action.verb(), &outcome.changed, &outcome.skipped, args.json)
 }

@@ -5,8 +5,12 @@
 //! unreachable database.
 
 mod control;
+mod demo;
+mod enqueue;
 mod failure;
+mod progress;
 mod render;
+mod run;
 
 use std::process::ExitCode;
 
@@ -34,6 +38,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Fill a demo table with a million rows, delete the aged ones with a
+    /// health stop midway, verify, and summarise.
+    Demo(demo::DemoArgs),
+    /// Check and enqueue an operation.
+    #[command(subcommand)]
+    Enqueue(enqueue::EnqueueCommand),
+    /// Run a worker: claim runnable operations and run them.
+    Run(run::RunArgs),
     /// List operations, oldest first.
     List {
         /// Only operations in this status (pending, running, paused, failed, finished, cancelled).
@@ -91,7 +103,16 @@ struct PruneArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return usage_error(&e),
+    };
+    init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -109,6 +130,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let options = ConnectOptions {
         acquire_timeout: std::time::Duration::from_secs(5),
+        max_connections: 16,
         ..ConnectOptions::default()
     };
     let store = Store::connect_with(&cli.database_url, &options)
@@ -127,6 +149,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 
 async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
     match command {
+        Command::Demo(args) => demo::run(store, args).await,
+        Command::Enqueue(command) => enqueue::run(store, command).await,
+        Command::Run(args) => run::run(store, args).await,
         Command::List {
             status,
             kind,
@@ -154,6 +179,30 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             render::pruned(deleted, args.older_than, args.json)
         }
     }
+}
+
+/// A command-line usage error as one line on stderr, exit code 2.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    let text = error.to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid arguments");
+    let first = first.trim_start_matches("error: ");
+    eprintln!("error: {first} (see --help)");
+    ExitCode::from(2)
+}
+
+/// Logs to stderr at `warn` unless `RUST_LOG` says otherwise; ractor's actor
+/// spans and sqlx's slow-statement notices (batches are meant to take a
+/// while) stay quiet.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ractor=warn,sqlx=error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn parse_status(name: &str) -> Result<OperationStatus, String> {

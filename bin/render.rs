@@ -196,6 +196,26 @@ pub fn controlled(
     Ok(())
 }
 
+/// `sluice enqueue`, for people.
+pub fn enqueued(record: &OperationRecord, created: bool) {
+    let s = &record.state;
+    let rows = s
+        .estimated_rows
+        .map_or("an unknown number of".to_owned(), |n| n.to_string());
+    if created {
+        println!(
+            "enqueued operation {} ({} on {}, {rows} rows in scope); `sluice run` runs it",
+            record.id, s.kind, s.table
+        );
+    } else {
+        println!(
+            "operation {} with the same kind and arguments is already {}; nothing new was enqueued",
+            record.id,
+            s.status.as_str()
+        );
+    }
+}
+
 /// `sluice prune`.
 pub fn pruned(deleted: u64, older_than: Duration, as_json: bool) -> Result<(), Failure> {
     let cutoff = chrono::Utc::now()

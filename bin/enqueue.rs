@@ -1,0 +1,174 @@
+//! `sluice enqueue <kind> …`: the built-in operations from the command line.
+//! Every check (names, catalogue, plan, sizes) runs before anything is
+//! written; a refusal is bad input (exit 2) and changes nothing.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+use sluice_operations::{
+    DeleteAgedRows, EnqueueOptions, OperationError, Registry, builtin::UpdateInBatchesArguments,
+    enqueue,
+};
+use sluice_store::{Limits, Store};
+
+use crate::failure::Failure;
+use crate::{parse_duration, render};
+
+/// The kinds `sluice enqueue` knows.
+#[derive(Debug, Subcommand)]
+pub enum EnqueueCommand {
+    /// Delete rows whose timestamp column is older than a duration, LIMIT n at
+    /// a time until fewer than n match.
+    DeleteAgedRows {
+        /// The table.
+        #[arg(long)]
+        table: String,
+        /// The timestamp column (timestamp/timestamptz, ISO-8601 text, or integer epoch seconds).
+        #[arg(long)]
+        column: String,
+        /// Delete rows older than this (e.g. 90d, 12h, 30m).
+        #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+        older_than: Duration,
+        #[command(flatten)]
+        common: CommonOptions,
+    },
+    /// Run an UPDATE's SET over the rows matching a WHERE, in ranges of a unique key.
+    UpdateInBatches {
+        /// The table.
+        #[arg(long)]
+        table: String,
+        /// The SET list, e.g. "counter = counter + 1" (your own SQL).
+        #[arg(long)]
+        set: String,
+        /// The condition, e.g. "status = 'stale'" (your own SQL; every row when omitted).
+        #[arg(long = "where")]
+        condition: Option<String>,
+        #[command(flatten)]
+        common: CommonOptions,
+    },
+}
+
+/// Options every kind takes.
+#[derive(Debug, Args)]
+pub struct CommonOptions {
+    /// The unique, indexed column that names rows (the ranges walk it).
+    #[arg(long, default_value = "id")]
+    key: String,
+    /// Rows per batch (adapted toward the target batch duration as it runs).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=10_000_000))]
+    batch_size: i64,
+    /// Rows per sub-batch (one transaction each).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
+    sub_batch_size: i64,
+    /// Sleep between sub-batches (e.g. 50ms).
+    #[arg(long, default_value = "0ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    pause: Duration,
+    /// Stop each run after this long and continue later (e.g. 30m).
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+    max_runtime: Option<Duration>,
+    /// Stop each run after this many rows and continue later.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    max_rows: Option<i64>,
+    /// Higher runs earlier.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    priority: i32,
+    /// Accept it even though its batch query would scan the whole table.
+    #[arg(long)]
+    force: bool,
+    /// Print the operation as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Checks and enqueues; prints the operation's id.
+pub async fn run(store: &Store, command: EnqueueCommand) -> Result<(), Failure> {
+    let (kind, arguments, common) = match command {
+        EnqueueCommand::DeleteAgedRows {
+            table,
+            column,
+            older_than,
+            common,
+        } => {
+            let arguments = DeleteAgedRows::arguments(
+                store,
+                &table,
+                &column,
+                &common.key,
+                older_than,
+                chrono::Utc::now(),
+            )
+            .await?;
+            (
+                "delete-aged-rows",
+                serde_json::to_value(arguments).expect("arguments serialise"),
+                common,
+            )
+        }
+        EnqueueCommand::UpdateInBatches {
+            table,
+            set,
+            condition,
+            common,
+        } => {
+            let arguments = UpdateInBatchesArguments {
+                table,
+                key: common.key.clone(),
+                set,
+                condition,
+            };
+            (
+                "update-in-batches",
+                serde_json::to_value(arguments).expect("arguments serialise"),
+                common,
+            )
+        }
+    };
+    let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let options = EnqueueOptions {
+        batch_size: common.batch_size,
+        sub_batch_size: common.sub_batch_size,
+        pause: common.pause,
+        limits: Limits {
+            max_runtime_ms: common.max_runtime.map(millis),
+            max_rows_per_run: common.max_rows,
+        },
+        priority: common.priority,
+        force: common.force,
+        ..EnqueueOptions::default()
+    };
+    let enqueued = enqueue(
+        store,
+        &Registry::with_builtins(),
+        kind,
+        &arguments,
+        &options,
+    )
+    .await?;
+    let record = store.operation(enqueued.id).await?;
+    if common.json {
+        let value = json!({
+            "id": enqueued.id,
+            "created": enqueued.created,
+            "kind": kind,
+            "status": record.state.status.as_str(),
+            "estimated_rows": record.state.estimated_rows,
+        });
+        println!("{value}");
+        return Ok(());
+    }
+    render::enqueued(&record, enqueued.created);
+    Ok(())
+}
+
+impl From<OperationError> for Failure {
+    fn from(error: OperationError) -> Self {
+        if error.is_bad_input() {
+            return Failure::BadInput(error.to_string());
+        }
+        match error {
+            OperationError::Store(e) => e.into(),
+            other => Failure::Runtime(other.into()),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! `sluice run`: a worker. It claims runnable operations from the store,
+//! runs them with the health monitor live, and shows their progress; with
+//! `--until-idle` it exits once no operation is pending or running anywhere
+//! (work held by another node's lease counts as not done). Ctrl-C or SIGTERM
+//! shut it down gracefully: sub-batches in flight finish, running operations
+//! are given back as pending.
+
+use clap::Args;
+use sluice_runtime::{RuntimeBuilder, RuntimeError};
+use sluice_store::Store;
+
+use crate::failure::Failure;
+use crate::progress::ProgressDisplay;
+
+/// Options of `sluice run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Exit once no runnable work is left.
+    #[arg(long)]
+    until_idle: bool,
+    /// Operations run at once by this worker.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    concurrency: u32,
+    /// Sub-batches run at once by this worker.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pool_size: u32,
+    /// This worker's name in leases and events (default: host name and process id).
+    #[arg(long)]
+    node: Option<String>,
+}
+
+/// Runs a worker until idle or until a shutdown signal.
+pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
+    let mut builder = RuntimeBuilder::with_store(store.clone())
+        .concurrency(args.concurrency as usize)
+        .pool_size(args.pool_size as usize);
+    if let Some(node) = &args.node {
+        if node.trim().is_empty() {
+            return Err(Failure::BadInput("--node must not be empty".into()));
+        }
+        builder = builder.node(node);
+    }
+    let runtime = builder.start().await.map_err(runtime_failure)?;
+    let node = runtime.config().node.clone();
+    eprintln!("worker {node} started");
+    let display = ProgressDisplay::start(runtime.subscribe());
+    let outcome = if args.until_idle {
+        tokio::select! {
+            idle = runtime.run_until_idle() => idle,
+            _ = shutdown_signal() => Ok(()),
+        }
+    } else {
+        shutdown_signal().await;
+        Ok(())
+    };
+    let stopped = runtime.shutdown().await;
+    display.stop().await;
+    outcome.and(stopped).map_err(runtime_failure)?;
+    eprintln!("worker {node} stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}
+
+/// A runtime error as a command failure.
+pub fn runtime_failure(error: RuntimeError) -> Failure {
+    match error {
+        RuntimeError::Store(e) => e.into(),
+        RuntimeError::Operation(e) => e.into(),
+        other => Failure::Runtime(other.into()),
+    }
+}
