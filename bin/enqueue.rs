@@ -56,10 +56,10 @@ pub struct CommonOptions {
     #[arg(long, default_value = "id")]
     key: String,
     /// Rows per batch (adapted toward the target batch duration as it runs).
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=10_000_000))]
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=10_000_000), allow_hyphen_values = true)]
     batch_size: i64,
     /// Rows per sub-batch (one transaction each).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=1_000_000), allow_hyphen_values = true)]
     sub_batch_size: i64,
     /// Sleep between sub-batches (e.g. 50ms).
     #[arg(long, default_value = "0ms", value_parser = parse_duration, allow_hyphen_values = true)]
@@ -68,7 +68,7 @@ pub struct CommonOptions {
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     max_runtime: Option<Duration>,
     /// Stop each run after this many rows and continue later.
-    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_hyphen_values = true)]
     max_rows: Option<i64>,
     /// Higher runs earlier.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]

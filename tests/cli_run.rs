@@ -1,0 +1,438 @@
+//! The `sluice` binary running operations: enqueue → run --until-idle → show,
+//! operator controls from a second process while a worker runs, a worker
+//! killed with SIGKILL and its work taken over, and enqueue's bad-input
+//! cases (exit 2, one line, nothing changed).
+
+mod common;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::TestDb;
+use serde_json::Value;
+use sluice_store::{ListFilter, OperationStatus};
+
+for_each_backend!(
+    enqueue_run_until_idle_and_show_report_the_right_counts,
+    a_second_process_pauses_and_resumes_a_running_worker,
+    enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,
+);
+
+mod postgres_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_killed_worker_s_operation_is_taken_over_and_every_row_changed_once() {
+        let Some(db) = crate::common::TestDb::postgres().await else {
+            return;
+        };
+        super::a_killed_worker_s_operation_is_taken_over(&db).await;
+        db.cleanup().await;
+    }
+}
+
+fn sluice(db: &TestDb, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env("SLUICE_DATABASE_URL", &db.url)
+        .output()
+        .expect("run the sluice binary")
+}
+
+fn worker(db: &TestDb, node: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "run",
+            "--node",
+            node,
+            "--lease-ttl",
+            "2s",
+            "--pool-size",
+            "2",
+        ])
+        .env("SLUICE_DATABASE_URL", &db.url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a worker")
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `items(id, grp, counter, created_at)` with `n` rows, ids with gaps
+/// (multiples of 3 only), indexed on created_at; every other row is aged.
+async fn create_items(db: &TestDb, n: i64) {
+    let pg = db.backend == "postgres";
+    db.execute(if pg {
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL)"
+    } else {
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL)"
+    })
+    .await;
+    let fill = if pg {
+        format!(
+            "INSERT INTO items (id, grp, created_at) SELECT g * 3, g % 2, \
+             CASE WHEN g % 2 = 0 THEN TIMESTAMPTZ '2020-01-01Z' ELSE TIMESTAMPTZ '2099-01-01Z' END \
+             FROM generate_series(1, {n}) g"
+        )
+    } else {
+        format!(
+            "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < {n}) \
+             INSERT INTO items (id, grp, created_at) SELECT v * 3, v % 2, \
+             CASE WHEN v % 2 = 0 THEN '2020-01-01T00:00:00Z' ELSE '2099-01-01T00:00:00Z' END FROM g"
+        )
+    };
+    db.execute(&fill).await;
+    db.execute("CREATE INDEX items_created_at_idx ON items (created_at)")
+        .await;
+}
+
+async fn enqueue_run_until_idle_and_show_report_the_right_counts(db: &TestDb) {
+    create_items(db, 5_000).await;
+    let deleted = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "items",
+            "--column",
+            "created_at",
+            "--older-than",
+            "30d",
+            "--batch-size",
+            "400",
+            "--sub-batch-size",
+            "150",
+            "--json",
+        ],
+    ));
+    assert_eq!(deleted["created"], true);
+    assert_eq!(deleted["estimated_rows"], 2_500);
+    let updated = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--batch-size",
+            "300",
+            "--json",
+        ],
+    ));
+    let run = sluice(db, &["run", "--until-idle", "--node", "cli-worker"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        out.contains("finished"),
+        "progress lines end finished: {out}"
+    );
+
+    for (op, rows) in [(&deleted, 2_500), (&updated, 2_500)] {
+        let id = op["id"].as_i64().unwrap().to_string();
+        let shown = json(&sluice(db, &["show", &id, "--json"]));
+        assert_eq!(shown["status"], "finished", "{shown}");
+        assert_eq!(shown["rows_done"], rows, "{shown}");
+        assert_eq!(shown["node"], "cli-worker");
+        db.store.verify(op["id"].as_i64().unwrap()).await.unwrap();
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 2_500);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
+            .await,
+        0
+    );
+    // Nothing left to do: a second run returns at once.
+    assert!(sluice(db, &["run", "--until-idle"]).status.success());
+}
+
+async fn a_second_process_pauses_and_resumes_a_running_worker(db: &TestDb) {
+    create_items(db, 20_000).await;
+    let op = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--batch-size",
+            "200",
+            "--sub-batch-size",
+            "50",
+            "--pause",
+            "20ms",
+            "--json",
+        ],
+    ));
+    let id = op["id"].as_i64().unwrap();
+    let mut child = worker(db, "paused-worker");
+    until("the worker starts changing rows", || async {
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+            .await
+            > 0
+    })
+    .await;
+    let paused = sluice(db, &["pause", &id.to_string(), "--reason", "deploy"]);
+    assert!(paused.status.success());
+    // The worker notices within its control interval and lets go.
+    until("the worker lets go of the operation", || async {
+        let record = db.store.operation(id).await.unwrap();
+        record.lease.is_none()
+            && db
+                .store
+                .batches(id)
+                .await
+                .unwrap()
+                .iter()
+                .all(|b| b.status != sluice_store::BatchStatus::Running)
+    })
+    .await;
+    let held = db.scalar("SELECT SUM(counter) FROM items").await;
+    let record = db.store.operation(id).await.unwrap();
+    assert_eq!(record.state.status, OperationStatus::Paused);
+    let resumed = sluice(db, &["resume", &id.to_string()]);
+    assert!(resumed.status.success());
+    until("the operation finishes", || async {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    assert!(held < 20_000, "it was paused midway");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
+            .await,
+        0
+    );
+    // SIGTERM: a graceful stop with exit code 0.
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(child.wait().unwrap().success());
+    db.store.verify(id).await.unwrap();
+}
+
+async fn a_killed_worker_s_operation_is_taken_over(db: &TestDb) {
+    create_items(db, 60_000).await;
+    let op = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--batch-size",
+            "500",
+            "--sub-batch-size",
+            "100",
+            "--pause",
+            "5ms",
+            "--json",
+        ],
+    ));
+    let id = op["id"].as_i64().unwrap();
+    let mut a = worker(db, "worker-a");
+    let mut b = worker(db, "worker-b");
+    until(
+        "one worker holds the operation and has changed rows",
+        || async {
+            db.store.operation(id).await.unwrap().lease.is_some()
+                && db
+                    .scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+                    .await
+                    > 2_000
+        },
+    )
+    .await;
+    let holder = db.store.operation(id).await.unwrap().lease.unwrap().node;
+    let (victim, survivor) = if holder == "worker-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    victim.kill().unwrap(); // SIGKILL: no goodbye, leases left to lapse
+    victim.wait().unwrap();
+    let mut c = worker(db, "worker-c");
+    until("the operation finishes elsewhere", || async {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    let record = db.store.operation(id).await.unwrap();
+    assert_ne!(record.state.node.as_deref(), Some(holder.as_str()));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1 AND counter <> 1")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 0 AND counter <> 0")
+            .await,
+        0
+    );
+    assert_eq!(record.state.rows_done, 30_000);
+    db.store.verify(id).await.unwrap();
+    for child in [survivor, &mut c] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+async fn enqueue_refuses_bad_input_with_exit_2_and_changes_nothing(db: &TestDb) {
+    create_items(db, 100).await;
+    db.execute("CREATE TABLE unindexed (id BIGINT PRIMARY KEY, created_at TEXT NOT NULL)")
+        .await;
+    db.execute("INSERT INTO unindexed VALUES (1, '2020-01-01T00:00:00Z')")
+        .await;
+    let aged = |table: &str, column: &str, older: &str| {
+        vec![
+            "enqueue".to_owned(),
+            "delete-aged-rows".into(),
+            "--table".into(),
+            table.into(),
+            "--column".into(),
+            column.into(),
+            "--older-than".into(),
+            older.into(),
+        ]
+    };
+    let update = |table: &str, set: &str, condition: &str| {
+        vec![
+            "enqueue".to_owned(),
+            "update-in-batches".into(),
+            "--table".into(),
+            table.into(),
+            "--set".into(),
+            set.into(),
+            "--where".into(),
+            condition.into(),
+        ]
+    };
+    let with = |mut args: Vec<String>, extra: &[&str]| {
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (aged("itmes", "created_at", "30d"), "unknown table `itmes`"),
+        (
+            aged("items", "created", "30d"),
+            "table `items` has no column `created`",
+        ),
+        (
+            aged("items; DROP TABLE items", "created_at", "30d"),
+            "is not a plain SQL identifier",
+        ),
+        (
+            aged("items", "created_at--", "30d"),
+            "is not a plain SQL identifier",
+        ),
+        (
+            aged("it\u{0435}ms", "created_at", "30d"),
+            "is not a plain SQL identifier",
+        ),
+        (
+            aged("items", "created_at", "30 days"),
+            "invalid value '30 days'",
+        ),
+        (
+            aged("items", "created_at", "-5d"),
+            "negative durations are not allowed",
+        ),
+        (
+            with(aged("items", "created_at", "30d"), &["--batch-size", "0"]),
+            "--batch-size",
+        ),
+        (
+            with(
+                aged("items", "created_at", "30d"),
+                &["--sub-batch-size", "-3"],
+            ),
+            "--sub-batch-size",
+        ),
+        (
+            with(aged("items", "created_at", "30d"), &["--key", "nope"]),
+            "no column `nope`",
+        ),
+        (
+            aged("unindexed", "created_at", "30d"),
+            "refusing a full scan of table `unindexed`: no index serves `created_at`",
+        ),
+        (
+            update(
+                "items",
+                "counter = counter + 1; DROP TABLE items",
+                "grp = 1",
+            ),
+            "contains `;`",
+        ),
+        (
+            update("items", "counter = 1", "grp = = 1"),
+            "the database refused the operation's SQL",
+        ),
+        (
+            vec!["enqueue".into(), "drop-everything".into()],
+            "unrecognized subcommand 'drop-everything'",
+        ),
+    ];
+    for (args, expected) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = sluice(db, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err}");
+        assert!(
+            err.contains(expected),
+            "{args:?}: expected `{expected}` in {err}"
+        );
+    }
+    let filter = ListFilter {
+        status: None,
+        kind: None,
+        limit: None,
+    };
+    assert!(
+        db.store.list(&filter).await.unwrap().is_empty(),
+        "nothing was enqueued"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 100);
+    // --force accepts the full scan.
+    let forced_args = with(aged("unindexed", "created_at", "30d"), &["--force"]);
+    let forced_args: Vec<&str> = forced_args.iter().map(String::as_str).collect();
+    let forced = sluice(db, &forced_args);
+    assert!(
+        forced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
+}
