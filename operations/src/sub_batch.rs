@@ -176,8 +176,9 @@ async fn run_within(
     request: &SubBatchRequest,
 ) -> Result<SubBatchOutcome, OperationError> {
     let shape = operation.shape();
-    let mut tx = store.begin_sub_batch(&request.lease).await?;
-    tx.set_statement_timeout(request.timeout).await?;
+    let mut tx = store
+        .begin_sub_batch_within(&request.lease, Some(request.timeout))
+        .await?;
     let bounds = match shape.strategy() {
         Strategy::Keyset(columns) => {
             let end = request.end.clone().ok_or_else(|| {

@@ -282,8 +282,20 @@ impl Runtime {
                     status: record.state.status.as_str(),
                 });
             }
-            // Woken by this node's progress, or by the clock for changes made elsewhere.
-            let _ = tokio::time::timeout(Duration::from_millis(100), progress.recv()).await;
+            // Woken by this node's report that it ended, or by the clock
+            // (changes made elsewhere); other reports do not cost a query.
+            let _ = tokio::time::timeout(Duration::from_millis(250), async {
+                loop {
+                    match progress.recv().await {
+                        Ok(p) if p.operation_id == id && p.status.is_terminal() => return,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await
+                        }
+                    }
+                }
+            })
+            .await;
         }
     }
 

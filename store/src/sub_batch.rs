@@ -36,9 +36,30 @@ enum Tx {
 impl Store {
     /// Opens a sub-batch transaction for a batch this node holds.
     pub async fn begin_sub_batch(&self, lease: &BatchLease) -> Result<SubBatchTx, StoreError> {
-        let tx = match self.backend() {
-            Backend::Sqlite(pool) => Tx::Sqlite(queries::sqlite::begin_write(pool).await?),
-            Backend::Postgres(pool) => Tx::Postgres(queries::postgres::begin_write(pool).await?),
+        self.begin_sub_batch_within(lease, None).await
+    }
+
+    /// Like [`Store::begin_sub_batch`], bounding every statement of the
+    /// transaction to `timeout` on PostgreSQL (`SET LOCAL statement_timeout`,
+    /// sent with the `BEGIN` in one round trip; a statement over it fails
+    /// with SQLSTATE 57014). SQLite has no such setting: the runtime bounds
+    /// the whole sub-batch with a timer instead.
+    pub async fn begin_sub_batch_within(
+        &self,
+        lease: &BatchLease,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<SubBatchTx, StoreError> {
+        let tx = match (self.backend(), timeout) {
+            (Backend::Sqlite(pool), _) => Tx::Sqlite(queries::sqlite::begin_write(pool).await?),
+            (Backend::Postgres(pool), None) => {
+                Tx::Postgres(queries::postgres::begin_write(pool).await?)
+            }
+            (Backend::Postgres(pool), Some(timeout)) => {
+                // A number this code formats, not input: safe to inline.
+                let ms = timeout.as_millis().clamp(1, i32::MAX as u128);
+                let begin = format!("BEGIN; SET LOCAL statement_timeout = {ms}");
+                Tx::Postgres(pool.begin_with(sqlx::AssertSqlSafe(begin)).await?)
+            }
         };
         Ok(SubBatchTx {
             tx,
@@ -93,24 +114,6 @@ impl SubBatchTx {
             }
         };
         Ok(row)
-    }
-
-    /// Bounds every later statement of this transaction to `timeout` on
-    /// PostgreSQL (`statement_timeout`, local to the transaction; a statement
-    /// over it fails with SQLSTATE 57014). SQLite has no such setting: the
-    /// runtime bounds the whole sub-batch with a timer instead.
-    pub async fn set_statement_timeout(
-        &mut self,
-        timeout: std::time::Duration,
-    ) -> Result<(), StoreError> {
-        if let Tx::Postgres(tx) = &mut self.tx {
-            let ms = timeout.as_millis().max(1).to_string();
-            sqlx::query("SELECT set_config('statement_timeout', $1, true)")
-                .bind(ms)
-                .execute(&mut **tx)
-                .await?;
-        }
-        Ok(())
     }
 
     /// Records the sub-batch as done (the batch's progress moves to `progress`,

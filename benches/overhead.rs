@@ -1,0 +1,196 @@
+//! End-to-end harness: deleting aged rows with the runtime's built-in
+//! `delete-aged-rows` versus a hand-written loop issuing the same statements
+//! (`DELETE … WHERE id IN (SELECT id … WHERE created_at < $1 LIMIT n)`, one
+//! transaction per statement, until fewer than `n` rows go) at the same
+//! size, on SQLite and PostgreSQL, alternating in one run.
+//!
+//! `cargo bench --bench overhead` (env: `SLUICE_BENCH_ROWS`, default
+//! 1,000,000; `SLUICE_BENCH_REPEATS`, default 3; `SLUICE_BENCH_BACKENDS`,
+//! e.g. `postgres`, default both; `SLUICE_TEST_POSTGRES_URL`).
+//! Prints the median of each and their ratio.
+
+use std::time::{Duration, Instant};
+
+use sluice_operations::{DeleteAgedRows, EnqueueOptions};
+use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
+use sluice_store::{Backend, SqlValue, Statement, Store};
+
+const SUB_BATCH: i64 = 1_000;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
+    let repeats: usize = env("SLUICE_BENCH_REPEATS", 3);
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let sqlite = format!("sqlite:{}", dir.path().join("bench.sqlite").display());
+    let postgres = std::env::var("SLUICE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    println!("rows {rows}, sub-batch {SUB_BATCH}, repeats {repeats}");
+    let only = std::env::var("SLUICE_BENCH_BACKENDS").unwrap_or_default();
+    for url in [sqlite, postgres] {
+        if !only.is_empty() && !only.split(',').any(|b| url.starts_with(b)) {
+            continue;
+        }
+        let store = match Store::connect(&url).await {
+            Ok(store) => store,
+            Err(e) => {
+                println!("{}: skipped ({e})", sluice_store::redact_url(&url));
+                continue;
+            }
+        };
+        let name = match store.backend() {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        };
+        let (mut by_loop, mut by_runtime) = (Vec::new(), Vec::new());
+        for _ in 0..repeats {
+            fill(&store, rows).await;
+            by_loop.push(hand_written_loop(&store, rows).await);
+            fill(&store, rows).await;
+            by_runtime.push(with_runtime(&store, rows).await);
+        }
+        let (l, r) = (median(&mut by_loop), median(&mut by_runtime));
+        println!(
+            "{name}: loop {:.2} s, runtime {:.2} s, runtime/loop {:.3} (loop runs {:?}, runtime runs {:?})",
+            l.as_secs_f64(),
+            r.as_secs_f64(),
+            r.as_secs_f64() / l.as_secs_f64(),
+            secs(&by_loop),
+            secs(&by_runtime),
+        );
+        store
+            .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
+            .await
+            .unwrap();
+        store.close().await;
+    }
+}
+
+/// `bench_events` with `rows` rows, all aged, indexed on `created_at`.
+async fn fill(store: &Store, rows: i64) {
+    store
+        .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
+        .await
+        .unwrap();
+    let (create, head, tail) = match store.backend() {
+        Backend::Sqlite(_) => (
+            "CREATE TABLE bench_events (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, payload TEXT NOT NULL)",
+            "WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < ",
+            ") INSERT INTO bench_events SELECT v, printf('2020-01-01T00:%02d:%02dZ', v % 60, v % 59), \
+             'payload ' || v FROM n",
+        ),
+        Backend::Postgres(_) => (
+            "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL)",
+            "INSERT INTO bench_events SELECT g, TIMESTAMPTZ '2020-01-01Z' + (g % 3600) * INTERVAL '1 second', \
+             'payload ' || g FROM generate_series(1, ",
+            ") g",
+        ),
+    };
+    store.execute(&Statement::new(create)).await.unwrap();
+    let insert = Statement::new(head).value(SqlValue::Int(rows)).push(tail);
+    store.execute(&insert).await.unwrap();
+    store
+        .execute(&Statement::new(
+            "CREATE INDEX IF NOT EXISTS bench_events_created_at_idx ON bench_events (created_at)",
+        ))
+        .await
+        .unwrap();
+    if let Backend::Postgres(_) = store.backend() {
+        store
+            .execute(&Statement::new("ANALYZE bench_events"))
+            .await
+            .unwrap();
+    }
+}
+
+async fn hand_written_loop(store: &Store, rows: i64) -> Duration {
+    let cutoff = cutoff(store);
+    let started = Instant::now();
+    let mut deleted = 0;
+    loop {
+        let statement = Statement::new(
+            "DELETE FROM bench_events WHERE id IN (SELECT id FROM bench_events WHERE created_at < ",
+        )
+        .value(cutoff.clone())
+        .push(" LIMIT ")
+        .value(SqlValue::Int(SUB_BATCH))
+        .push(")");
+        let n = store.execute(&statement).await.unwrap() as i64;
+        deleted += n;
+        if n < SUB_BATCH {
+            break;
+        }
+    }
+    assert_eq!(deleted, rows);
+    started.elapsed()
+}
+
+async fn with_runtime(store: &Store, rows: i64) -> Duration {
+    let config = RuntimeConfig {
+        node: "bench".into(),
+        pool_size: 1,
+        min_batch_size: 20 * SUB_BATCH,
+        max_batch_size: 20 * SUB_BATCH,
+        ..RuntimeConfig::default()
+    };
+    let runtime = RuntimeBuilder::with_store(store.clone())
+        .config(config)
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap();
+    let arguments = DeleteAgedRows::arguments(
+        store,
+        "bench_events",
+        "created_at",
+        "id",
+        Duration::from_secs(86_400),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 20 * SUB_BATCH,
+        sub_batch_size: SUB_BATCH,
+        ..EnqueueOptions::default()
+    };
+    // Timed from enqueue (checks, EXPLAIN, COUNT included) to finished.
+    let started = Instant::now();
+    let id = runtime
+        .enqueue(&DeleteAgedRows, &arguments, &options)
+        .await
+        .unwrap()
+        .id;
+    let record = runtime.wait(id, Duration::from_secs(3_600)).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(record.state.rows_done, rows);
+    runtime.shutdown().await.unwrap();
+    took
+}
+
+fn cutoff(store: &Store) -> SqlValue {
+    match store.backend() {
+        Backend::Sqlite(_) => SqlValue::Text("2021-01-01T00:00:00Z".into()),
+        Backend::Postgres(_) => SqlValue::Timestamp(chrono::Utc::now() - chrono::Duration::days(1)),
+    }
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
+}
+
+fn secs(samples: &[Duration]) -> Vec<String> {
+    samples
+        .iter()
+        .map(|d| format!("{:.2}", d.as_secs_f64()))
+        .collect()
+}
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
