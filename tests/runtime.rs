@@ -149,6 +149,18 @@ async fn aged_rows_are_deleted_and_young_rows_kept(db: &TestDb) {
         .await
         .unwrap();
     assert!(enqueued.created);
+    // Young rows inserted while it runs are out of scope: all kept.
+    let young_at = if db.backend == "postgres" {
+        "TIMESTAMPTZ '2099-06-01T00:00:00Z'"
+    } else {
+        "'2099-06-01T00:00:00Z'"
+    };
+    for id in 10_001..10_031 {
+        db.execute(&format!(
+            "INSERT INTO events (id, created_at, payload) VALUES ({id}, {young_at}, 'late')"
+        ))
+        .await;
+    }
     let record = finish(&runtime, enqueued.id).await;
     assert_eq!(record.state.status, OperationStatus::Finished);
     assert_eq!(record.state.rows_done, 2_345);
@@ -164,7 +176,7 @@ async fn aged_rows_are_deleted_and_young_rows_kept(db: &TestDb) {
         .map(|b| b.rows_affected)
         .collect();
     assert_eq!(rows, [500, 500, 500, 500, 345]);
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 400);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 430);
     assert_eq!(db.scalar("SELECT MIN(id) FROM events").await, 2_346);
     runtime.shutdown().await.unwrap();
 }
@@ -295,24 +307,58 @@ async fn keyset_batches_cover_duplicate_timestamps_exactly_once(db: &TestDb) {
     let options = EnqueueOptions {
         batch_size: 50, // smaller than one day's rows: batch ends fall inside a day
         sub_batch_size: 13,
+        pause: Duration::from_millis(2),
         ..EnqueueOptions::default()
     };
     let args = MarkArgs {
         before: "2026-01-21".into(),
     };
     let enqueued = runtime.enqueue(&MarkByDay, &args, &options).await.unwrap();
+    // Visits recorded while it runs, on days already walked and days ahead.
+    for n in 0..30_i64 {
+        let day = format!("2026-01-{:02}", n % 30 + 1);
+        db.execute(&format!(
+            "INSERT INTO visits (id, day) VALUES ({}, '{day}')",
+            5_000 + n
+        ))
+        .await;
+    }
     let record = finish(&runtime, enqueued.id).await;
     assert_eq!(record.state.status, OperationStatus::Finished);
-    let in_scope = db
-        .scalar("SELECT COUNT(*) FROM visits WHERE day < '2026-01-21'")
-        .await;
-    assert_eq!(in_scope, 740);
-    assert_eq!(record.state.rows_done, in_scope);
+    let cursor = record.state.cursor.clone().unwrap();
+    let (last_day, last_id) = match (&cursor.0[0], &cursor.0[1]) {
+        (sluice_store::CursorValue::Text(d), sluice_store::CursorValue::Int(i)) => (d.clone(), *i),
+        other => panic!("unexpected cursor {other:?}"),
+    };
     assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM visits WHERE day < '2026-01-21' AND seen <> 1")
+        db.scalar("SELECT COUNT(*) FROM visits WHERE seen > 1")
             .await,
         0
     );
+    // Every original visit in scope was marked once.
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM visits WHERE id <= 1110 AND day < '2026-01-21' AND seen <> 1"
+        )
+        .await,
+        0
+    );
+    // A late visit in scope left unmarked came behind the cursor (its range
+    // had run): out of scope, never half-processed. None is left ahead of
+    // the final cursor: the walk only ends when nothing in scope is beyond it.
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM visits WHERE day < '2026-01-21' AND seen = 0 \
+             AND (day, id) > ('{last_day}', {last_id})"
+        ))
+        .await,
+        0
+    );
+    let marked = db
+        .scalar("SELECT COUNT(*) FROM visits WHERE seen = 1")
+        .await;
+    assert_eq!(record.state.rows_done, marked);
+    assert!(marked >= 740);
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM visits WHERE day >= '2026-01-21' AND seen <> 0")
             .await,
