@@ -58,16 +58,4 @@ impl OperationError {
             }
         }
     }
-
-    /// True when running the same sub-batch again (smaller, later) may work:
-    /// a statement timeout, a busy database, a lost connection.
-    pub fn is_transient(&self) -> bool {
-        self.is_timeout() || matches!(self, OperationError::Store(e) if e.is_transient())
-    }
-
-    /// True when a statement ran over its time limit.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, OperationError::TimedOut(_))
-            || matches!(self, OperationError::Store(e) if e.is_timeout())
-    }
 }

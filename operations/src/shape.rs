@@ -217,11 +217,6 @@ impl Filter {
         self
     }
 
-    /// True when the filter matches every row.
-    pub fn is_empty(&self) -> bool {
-        self.clauses.is_empty()
-    }
-
     /// Appends ` AND <clause>` for every clause to `statement`.
     pub fn and_to(&self, mut statement: Statement) -> Statement {
         for clause in &self.clauses {

@@ -586,6 +586,7 @@ impl OperationState {
         if let Some(batch) = self.batch.take() {
             let _ = store.release_batch(&batch.lease).await;
         }
+        tracing::info!(operation = self.id, why = ?self.stopping, "operation actor stopping");
         let event = match self.stopping.clone() {
             Some(Stopping::Shutdown) => Event::Yielded {
                 reason: "node shutting down".into(),

@@ -55,7 +55,7 @@ pub struct PoolState {
 
 struct Worker {
     actor: ActorRef<WorkerMessage>,
-    /// The reply address and batch of the job it runs.
+    /// Whom to answer for the job it runs, if any.
     busy: Option<ActorRef<OperationMessage>>,
 }
 

@@ -123,11 +123,4 @@ impl StoreError {
             _ => false,
         }
     }
-
-    /// True when a statement ran over its time limit (PostgreSQL
-    /// `statement_timeout`, SQLSTATE 57014): worth retrying with less work.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, StoreError::Database(e)
-            if e.as_database_error().is_some_and(|d| d.code().as_deref() == Some("57014")))
-    }
 }
