@@ -9,15 +9,14 @@
 use std::time::Duration;
 
 use sluice_store::{
-    Backend, Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError,
-    spec::canonical_json,
+    Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError, spec::canonical_json,
 };
 
 use crate::batching::probe;
 use crate::error::OperationError;
 use crate::operation::Registry;
 use crate::shape::Strategy;
-use crate::target::{TargetError, check_target, full_scan_line};
+use crate::target::{check_target, refuse_full_scan};
 
 /// How an operation is to run, beside its arguments.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,19 +88,10 @@ pub async fn enqueue(
         Strategy::Loop { .. } => None,
     };
     let query = probe(shape, first.as_ref(), options.batch_size);
+    // Explained even with --force: the database checks the operator's SQL.
     let plan = store.explain(&query).await.map_err(refused_sql)?;
-    let postgres = matches!(store.backend(), Backend::Postgres(_));
-    if !options.force
-        && let Some(line) = full_scan_line(&plan, shape.table().name(), postgres)
-    {
-        let column = shape.indexed_column();
-        return Err(TargetError::FullScan {
-            table: shape.table().to_string(),
-            column: column.to_string(),
-            index_name: format!("{}_{}_idx", shape.table().name(), column.name()),
-            plan: line,
-        }
-        .into());
+    if !options.force {
+        refuse_full_scan(store, shape.table(), shape.indexed_column(), &plan)?;
     }
 
     let count = shape.filter().and_to(

@@ -107,16 +107,28 @@ pub async fn check_index(
     probe: &Statement,
 ) -> Result<(), TargetError> {
     let plan = store.explain(probe).await?;
+    refuse_full_scan(store, table, column, &plan)
+}
+
+/// Refuses `plan` (the planner's plan for a statement over `table` filtering
+/// or ordering on `column`) when it reads the whole table, naming the index
+/// that would serve it.
+pub fn refuse_full_scan(
+    store: &Store,
+    table: &Ident,
+    column: &Ident,
+    plan: &[String],
+) -> Result<(), TargetError> {
     let postgres = matches!(store.backend(), Backend::Postgres(_));
-    if let Some(line) = full_scan_line(&plan, table.name(), postgres) {
-        return Err(TargetError::FullScan {
+    match full_scan_line(plan, table.name(), postgres) {
+        Some(line) => Err(TargetError::FullScan {
             table: table.to_string(),
             column: column.to_string(),
             index_name: format!("{}_{}_idx", table.name(), column.name()),
             plan: line,
-        });
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The plan line that reads all of `table`, if any.
@@ -124,7 +136,7 @@ pub async fn check_index(
 /// SQLite: a `SCAN table` detail (a `SEARCH` uses an index or the rowid).
 /// PostgreSQL: a `Seq Scan on table`, or an index scan on it without an
 /// `Index Cond` (walking a whole index only for its order reads every row).
-pub(crate) fn full_scan_line(plan: &[String], table: &str, postgres: bool) -> Option<String> {
+fn full_scan_line(plan: &[String], table: &str, postgres: bool) -> Option<String> {
     let node = |line: &str| line.trim_start().trim_start_matches("->").trim().to_owned();
     if !postgres {
         return plan.iter().map(|l| node(l)).find(|l| {
