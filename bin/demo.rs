@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use sluice_operations::{DeleteAgedRows, EnqueueOptions};
 use sluice_runtime::{RuntimeBuilder, Signal, indicator_fn};
-use sluice_store::{
-    Backend, CursorValue, Event, Health, OperationStatus, SqlValue, Statement, Store,
-};
+use sluice_store::{Backend, Event, Health, OperationStatus, SqlValue, Statement, Store};
 
 use crate::failure::Failure;
 use crate::progress::ProgressDisplay;
@@ -205,13 +203,7 @@ async fn summarise(
         return Err(Failure::Runtime(anyhow::anyhow!("unexpected cutoff form")));
     };
     let count = |statement: Statement| async move {
-        match store.fetch_cursor(&statement, 1).await?.map(|c| c.0) {
-            Some(values) => match values.first() {
-                Some(CursorValue::Int(n)) => Ok::<i64, Failure>(*n),
-                _ => Ok(0),
-            },
-            None => Ok(0),
-        }
+        Ok::<i64, Failure>(store.fetch_int(&statement).await?.unwrap_or(0))
     };
     let aged_left = count(
         Statement::new("SELECT COUNT(*) FROM demo_events WHERE created_at < ")

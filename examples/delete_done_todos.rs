@@ -83,12 +83,9 @@ pub async fn run(url: &str) -> Result<(i64, i64), Box<dyn std::error::Error>> {
         .await?;
     let finished = runtime.wait(operation.id, Duration::from_secs(60)).await?;
     let left = store
-        .fetch_cursor(&Statement::new("SELECT COUNT(*) FROM todos"), 1)
+        .fetch_int(&Statement::new("SELECT COUNT(*) FROM todos"))
         .await?
-        .map_or(0, |c| match c.0[0] {
-            sluice_store::CursorValue::Int(n) => n,
-            _ => 0,
-        });
+        .unwrap_or(0);
     runtime.shutdown().await?;
     Ok((finished.state.rows_done, left))
 }

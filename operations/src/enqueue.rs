@@ -99,14 +99,7 @@ pub async fn enqueue(
             .ident(shape.table())
             .push(" WHERE 1 = 1"),
     );
-    let estimated = store
-        .fetch_cursor(&count, 1)
-        .await
-        .map_err(refused_sql)?
-        .and_then(|c| match c.0.first() {
-            Some(sluice_store::CursorValue::Int(n)) => Some(*n),
-            _ => None,
-        });
+    let estimated = store.fetch_int(&count).await.map_err(refused_sql)?;
 
     let mut spec = OperationSpec::new(
         kind,

@@ -137,6 +137,19 @@ impl Store {
         }
     }
 
+    /// Runs a read statement and returns its first row's first column as an
+    /// integer (a `COUNT(*)`, a `MAX(id)`), or `None` when there is no row, a
+    /// NULL, or a non-integer value.
+    pub async fn fetch_int(&self, statement: &Statement) -> Result<Option<i64>, StoreError> {
+        Ok(match self.fetch_cursor(statement, 1).await? {
+            Some(Cursor(values)) => match values.first() {
+                Some(CursorValue::Int(n)) => Some(*n),
+                _ => None,
+            },
+            None => None,
+        })
+    }
+
     /// Runs one statement outside any transaction; returns the rows affected.
     pub async fn execute(&self, statement: &Statement) -> Result<u64, StoreError> {
         Ok(match self.backend() {
