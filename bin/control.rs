@@ -5,7 +5,7 @@
 //! statuses the state machine accepts the event in.
 
 use clap::Args;
-use sluice_runtime::{ControlError, Selection, control};
+use sluice_runtime::{Selection, control};
 use sluice_store::Store;
 
 use crate::failure::Failure;
@@ -40,11 +40,6 @@ pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<
         (None, Some(kind)) => Selection::Kind(kind.clone()),
         (None, None) => Selection::All,
     };
-    let outcome = control(store, action, &selection, &args.reason)
-        .await
-        .map_err(|e| match e {
-            ControlError::Store(e) => Failure::from(e),
-            other => Failure::BadInput(other.to_string()),
-        })?;
+    let outcome = control(store, action, &selection, &args.reason).await?;
     render::controlled(action.verb(), &outcome.changed, &outcome.skipped, args.json)
 }

@@ -17,7 +17,6 @@ use sluice_store::{Backend, Event, Health, OperationStatus, SqlValue, Statement,
 
 use crate::failure::Failure;
 use crate::progress::ProgressDisplay;
-use crate::run::runtime_failure;
 
 /// Options of `sluice demo`.
 #[derive(Debug, Args)]
@@ -41,8 +40,8 @@ pub async fn run(store: &Store, args: DemoArgs) -> Result<(), Failure> {
         ));
     }
     println!(
-        "creating demo_events with {} rows ({}% older than {AGE_DAYS} days)…",
-        args.rows, 80
+        "creating demo_events with {} rows (80% older than {AGE_DAYS} days)…",
+        args.rows
     );
     let started = Instant::now();
     create_table(store, args.rows).await?;
@@ -62,22 +61,20 @@ pub async fn run(store: &Store, args: DemoArgs) -> Result<(), Failure> {
         sub_batch_size: 1_000,
         ..EnqueueOptions::default()
     };
+    // Rows deleted so far, and the count at which the demonstration stop
+    // fires (unset until the operation's size is known).
     let done = Arc::new(AtomicI64::new(0));
-    let stop_window: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let stop_at = Arc::new(AtomicI64::new(i64::MAX));
     let runtime = RuntimeBuilder::with_store(store.clone())
         .pool_size(2)
-        .indicator(demo_indicator(
-            done.clone(),
-            stop_window.clone(),
-            args.stop_for,
-        ))
+        .indicator(demo_indicator(done.clone(), stop_at.clone(), args.stop_for))
         .start()
         .await
-        .map_err(runtime_failure)?;
+        .map_err(Failure::from)?;
     let enqueued = runtime
         .enqueue(&DeleteAgedRows, &arguments, &options)
         .await
-        .map_err(runtime_failure)?;
+        .map_err(Failure::from)?;
     let id = enqueued.id;
     let aged = runtime
         .store()
@@ -87,8 +84,7 @@ pub async fn run(store: &Store, args: DemoArgs) -> Result<(), Failure> {
         .estimated_rows
         .unwrap_or(0);
     // The demonstration indicator stops the operation once 40 % is done.
-    let threshold = (aged as f64 * STOP_AT_FRACTION) as i64;
-    done.store(-threshold, Ordering::SeqCst);
+    stop_at.store((aged as f64 * STOP_AT_FRACTION) as i64, Ordering::SeqCst);
     println!(
         "enqueued operation {id}: delete-aged-rows on demo_events.created_at, {aged} rows in scope"
     );
@@ -98,7 +94,7 @@ pub async fn run(store: &Store, args: DemoArgs) -> Result<(), Failure> {
         tokio::spawn(async move {
             while let Ok(p) = reports.recv().await {
                 if p.operation_id == id {
-                    done.store(p.rows_done - threshold, Ordering::SeqCst);
+                    done.store(p.rows_done, Ordering::SeqCst);
                 }
             }
         })
@@ -109,8 +105,8 @@ pub async fn run(store: &Store, args: DemoArgs) -> Result<(), Failure> {
     let took = run_started.elapsed();
     display.stop().await;
     follower.abort();
-    runtime.shutdown().await.map_err(runtime_failure)?;
-    let record = waited.map_err(runtime_failure)?;
+    runtime.shutdown().await.map_err(Failure::from)?;
+    let record = waited.map_err(Failure::from)?;
     if record.state.status != OperationStatus::Finished {
         return Err(Failure::Runtime(anyhow::anyhow!(
             "operation {id} ended {}: {}",
@@ -161,12 +157,14 @@ async fn create_table(store: &Store, rows: i64) -> Result<(), Failure> {
 /// A stand-in for a real signal such as replica lag: once the operation is
 /// 40 % done it says "stop" for `stop_for`, then "normal" again.
 fn demo_indicator(
-    progress_past_threshold: Arc<AtomicI64>,
-    window: Arc<Mutex<Option<Instant>>>,
+    done: Arc<AtomicI64>,
+    stop_at: Arc<AtomicI64>,
     stop_for: Duration,
 ) -> Arc<dyn sluice_runtime::HealthIndicator> {
+    // When the stop began (once set, it never fires again).
+    let window: Mutex<Option<Instant>> = Mutex::new(None);
     indicator_fn("demo: simulated replica lag", move || {
-        let past = progress_past_threshold.load(Ordering::SeqCst) >= 0;
+        let past = done.load(Ordering::SeqCst) >= stop_at.load(Ordering::SeqCst);
         let mut window = window.lock().expect("demo indicator lock");
         let stopped = match *window {
             None if past => {

@@ -7,8 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use sluice_operations::{
-    DeleteAgedRows, EnqueueOptions, OperationError, Registry, builtin::UpdateInBatchesArguments,
-    enqueue,
+    DeleteAgedRows, EnqueueOptions, Registry, builtin::UpdateInBatchesArguments, enqueue,
 };
 use sluice_store::{Limits, Store};
 
@@ -159,16 +158,4 @@ pub async fn run(store: &Store, command: EnqueueCommand) -> Result<(), Failure> 
     }
     render::enqueued(&record, enqueued.created);
     Ok(())
-}
-
-impl From<OperationError> for Failure {
-    fn from(error: OperationError) -> Self {
-        if error.is_bad_input() {
-            return Failure::BadInput(error.to_string());
-        }
-        match error {
-            OperationError::Store(e) => e.into(),
-            other => Failure::Runtime(other.into()),
-        }
-    }
 }

@@ -3,6 +3,8 @@
 
 use std::process::ExitCode;
 
+use sluice_operations::OperationError;
+use sluice_runtime::{ControlError, RuntimeError};
 use sluice_store::StoreError;
 
 /// A command's failure.
@@ -41,6 +43,38 @@ impl From<StoreError> for Failure {
                 Failure::BadInput(format!("invalid database URL: {error}"))
             }
             other => Failure::Runtime(other.into()),
+        }
+    }
+}
+
+impl From<OperationError> for Failure {
+    fn from(error: OperationError) -> Self {
+        if error.is_bad_input() {
+            return Failure::BadInput(error.to_string());
+        }
+        match error {
+            OperationError::Store(e) => e.into(),
+            other => Failure::Runtime(other.into()),
+        }
+    }
+}
+
+impl From<RuntimeError> for Failure {
+    fn from(error: RuntimeError) -> Self {
+        match error {
+            RuntimeError::Store(e) => e.into(),
+            RuntimeError::Operation(e) => e.into(),
+            RuntimeError::Control(e) => e.into(),
+            other => Failure::Runtime(other.into()),
+        }
+    }
+}
+
+impl From<ControlError> for Failure {
+    fn from(error: ControlError) -> Self {
+        match error {
+            ControlError::Store(e) => e.into(),
+            other => Failure::BadInput(other.to_string()),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! are given back as pending.
 
 use clap::Args;
-use sluice_runtime::{RuntimeBuilder, RuntimeError};
+use sluice_runtime::RuntimeBuilder;
 use sluice_store::Store;
 
 use crate::failure::Failure;
@@ -54,7 +54,7 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
         }
         builder = builder.node(node);
     }
-    let runtime = builder.start().await.map_err(runtime_failure)?;
+    let runtime = builder.start().await.map_err(Failure::from)?;
     let node = runtime.config().node.clone();
     eprintln!("worker {node} started");
     let display = ProgressDisplay::start(runtime.subscribe());
@@ -69,7 +69,7 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     };
     let stopped = runtime.shutdown().await;
     display.stop().await;
-    outcome.and(stopped).map_err(runtime_failure)?;
+    outcome.and(stopped).map_err(Failure::from)?;
     eprintln!("worker {node} stopped");
     Ok(())
 }
@@ -81,14 +81,5 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
-    }
-}
-
-/// A runtime error as a command failure.
-pub fn runtime_failure(error: RuntimeError) -> Failure {
-    match error {
-        RuntimeError::Store(e) => e.into(),
-        RuntimeError::Operation(e) => e.into(),
-        other => Failure::Runtime(other.into()),
     }
 }

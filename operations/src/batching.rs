@@ -44,14 +44,7 @@ pub fn nth_after(
     until: Option<&Cursor>,
     n: i64,
 ) -> Statement {
-    let statement = Statement::new("SELECT ")
-        .idents(columns)
-        .push(" FROM ")
-        .ident(shape.table())
-        .push(" WHERE 1 = 1");
-    let statement = range_predicate(statement, columns, after, until);
-    let statement = shape.filter().and_to(statement).push(" ORDER BY ");
-    columns_in_order(statement, columns, "")
+    in_order(shape, columns, after, until, "")
         .push(" LIMIT 1 OFFSET ")
         .value((n.max(1) - 1).into())
 }
@@ -138,14 +131,25 @@ pub fn keyset_columns(shape: &Shape) -> Result<&[Ident], OperationError> {
 }
 
 fn last_after(shape: &Shape, columns: &[Ident], after: Option<&Cursor>) -> Statement {
+    in_order(shape, columns, after, None, " DESC").push(" LIMIT 1")
+}
+
+/// `SELECT cols FROM table WHERE <range> AND <scope> ORDER BY cols <direction>`.
+fn in_order(
+    shape: &Shape,
+    columns: &[Ident],
+    after: Option<&Cursor>,
+    until: Option<&Cursor>,
+    direction: &'static str,
+) -> Statement {
     let statement = Statement::new("SELECT ")
         .idents(columns)
         .push(" FROM ")
         .ident(shape.table())
         .push(" WHERE 1 = 1");
-    let statement = range_predicate(statement, columns, after, None);
+    let statement = range_predicate(statement, columns, after, until);
     let statement = shape.filter().and_to(statement).push(" ORDER BY ");
-    columns_in_order(statement, columns, " DESC").push(" LIMIT 1")
+    columns_in_order(statement, columns, direction)
 }
 
 fn row_compare(

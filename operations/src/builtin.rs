@@ -120,14 +120,10 @@ impl DeleteAgedRows {
                 .push(" WHERE ")
                 .ident(&column_ident)
                 .push(" IS NOT NULL LIMIT 1");
-            match store.fetch_cursor(&sample, 1).await?.map(|c| c.0) {
-                Some(values) if matches!(values[0], CursorValue::Int(_)) => {
-                    Cutoff::EpochSeconds(at.timestamp())
-                }
-                Some(values) => match &values[0] {
-                    CursorValue::Text(example) => Cutoff::Text(iso_like(example, at)),
-                    CursorValue::Int(_) => unreachable!("matched above"),
-                },
+            let first = store.fetch_cursor(&sample, 1).await?;
+            match first.and_then(|c| c.0.into_iter().next()) {
+                Some(CursorValue::Int(_)) => Cutoff::EpochSeconds(at.timestamp()),
+                Some(CursorValue::Text(example)) => Cutoff::Text(iso_like(&example, at)),
                 None => Cutoff::Text(at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
             }
         };

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sluice_store::{BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchTx};
 
-use crate::batching::{keyset_columns, loop_rows, nth_after, range_rows};
+use crate::batching::{loop_rows, nth_after, range_rows};
 use crate::error::OperationError;
 use crate::operation::PreparedOperation;
 use crate::shape::{Shape, Strategy, check_expression};
@@ -191,10 +191,7 @@ async fn run_within(
                 Some(&end),
                 request.size,
             );
-            let sub_end = tx
-                .fetch_cursor(&probe, keyset_columns(shape)?.len())
-                .await?
-                .unwrap_or(end);
+            let sub_end = tx.fetch_cursor(&probe, columns.len()).await?.unwrap_or(end);
             Bounds::Range {
                 start: request.from.clone(),
                 end: sub_end,

@@ -231,28 +231,21 @@ impl HealthState {
     /// Applies the hysteresis rule to one scope.
     fn settle(&mut self, scope: Scope, seen: Signal) {
         let current = self.in_force.get(&scope).cloned().unwrap_or(Signal::Normal);
-        if severity(&seen) >= severity(&current) {
-            self.better_seen.remove(&scope);
-            if seen == Signal::Normal {
-                self.in_force.remove(&scope);
-            } else {
-                self.in_force.insert(scope, seen);
+        if severity(&seen) < severity(&current) {
+            let count = match self.better_seen.get(&scope) {
+                Some((signal, n)) if *signal == seen => n + 1,
+                _ => 1,
+            };
+            if count < self.args.clear_after {
+                self.better_seen.insert(scope, (seen, count));
+                return;
             }
-            return;
         }
-        let count = match self.better_seen.get(&scope) {
-            Some((signal, n)) if *signal == seen => n + 1,
-            _ => 1,
-        };
-        if count >= self.args.clear_after {
-            self.better_seen.remove(&scope);
-            if seen == Signal::Normal {
-                self.in_force.remove(&scope);
-            } else {
-                self.in_force.insert(scope, seen);
-            }
+        self.better_seen.remove(&scope);
+        if seen == Signal::Normal {
+            self.in_force.remove(&scope);
         } else {
-            self.better_seen.insert(scope, (seen, count));
+            self.in_force.insert(scope, seen);
         }
     }
 }
