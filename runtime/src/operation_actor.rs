@@ -77,6 +77,11 @@ pub struct OperationState {
     run_started: Instant,
     rows_this_run: i64,
     scope_exhausted: bool,
+    /// The store may hold a batch of this operation to finish first (true at
+    /// start, after a retryable failure or a lost batch, and while the scope
+    /// is exhausted but batches are unfinished): only then is a claim tried
+    /// before planning, saving a query per batch otherwise.
+    leftovers_possible: bool,
     stopping: Option<Stopping>,
     last_renewal: Instant,
 }
@@ -174,6 +179,7 @@ impl Actor for OperationActor {
             run_started: Instant::now(),
             rows_this_run: 0,
             scope_exhausted: false,
+            leftovers_possible: true,
             stopping: None,
             last_renewal: Instant::now(),
             context,
@@ -290,14 +296,17 @@ impl OperationState {
         let store = &self.context.store;
         let config = &self.context.config;
         let node = &config.node;
-        if let Some(batch) = store
-            .claim_batches(node, Some(self.id), 1, config.lease_ttl)
-            .await?
-            .into_iter()
-            .next()
-        {
-            self.batch = Some(ActiveBatch::from(batch));
-            return Ok(true);
+        if self.leftovers_possible {
+            if let Some(batch) = store
+                .claim_batches(node, Some(self.id), 1, config.lease_ttl)
+                .await?
+                .into_iter()
+                .next()
+            {
+                self.batch = Some(ActiveBatch::from(batch));
+                return Ok(true);
+            }
+            self.leftovers_possible = false;
         }
         if let Some(reason) = self.limit_reached() {
             self.stopping = Some(Stopping::Yield(reason));
@@ -349,6 +358,9 @@ impl OperationState {
     ) -> Result<bool, OperationError> {
         let planned = self.projection.batches_planned;
         if self.projection.batches_succeeded < planned {
+            // Batches not done yet are pending or held under a lease that
+            // has not lapsed: claim them when it does.
+            self.leftovers_possible = true;
             self.schedule_step(myself, self.context.config.retry_base);
             return Ok(false);
         }
@@ -426,6 +438,7 @@ impl OperationState {
         error: OperationError,
     ) -> Result<(), OperationError> {
         let batch = self.batch.take().expect("a batch is open");
+        self.leftovers_possible = true;
         if let OperationError::Store(StoreError::BatchLeaseLost { .. }) = error {
             tracing::warn!(
                 operation = self.id,
@@ -576,6 +589,7 @@ impl OperationState {
         {
             self.in_flight = None;
             self.batch = None;
+            self.leftovers_possible = true;
         }
         Ok(())
     }
@@ -622,6 +636,7 @@ impl OperationState {
             }
             StoreError::BatchLeaseLost { .. } => {
                 self.batch = None;
+                self.leftovers_possible = true;
                 self.schedule_step(myself, Duration::ZERO);
                 Ok(())
             }
