@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::TestDb;
+use common::{TestDb, json, sluice};
 use serde_json::Value;
 use sluice_store::{Cursor, Event, Expected, OperationSpec, OperationStatus, StoreError};
 
@@ -20,26 +20,12 @@ for_each_backend!(
     prune_reports_what_it_deleted,
 );
 
-fn sluice(db: &TestDb, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_DATABASE_URL", &db.url)
-        .output()
-        .expect("run the sluice binary")
-}
-
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json(output: &Output) -> Value {
-    assert!(output.status.success(), "failed: {}", stderr(output));
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(output)))
 }
 
 async fn enqueue(db: &TestDb, kind: &str, table: &str) -> i64 {

@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
 
-use common::TestDb;
+use common::{TestDb, json, sluice, until};
 use serde_json::Value;
 use sluice_store::{ListFilter, OperationStatus};
 
@@ -29,14 +28,6 @@ mod postgres_only {
     }
 }
 
-fn sluice(db: &TestDb, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_DATABASE_URL", &db.url)
-        .output()
-        .expect("run the sluice binary")
-}
-
 fn worker(db: &TestDb, node: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args([
@@ -55,28 +46,20 @@ fn worker(db: &TestDb, node: &str) -> Child {
         .expect("start a worker")
 }
 
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("JSON")
-}
-
-async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Enqueues `update-in-batches --table items --set "counter = counter + 1"`
+/// with `extra` options; returns the `--json` answer.
+fn enqueue_increment(db: &TestDb, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "enqueue",
+        "update-in-batches",
+        "--table",
+        "items",
+        "--set",
+        "counter = counter + 1",
+    ];
+    args.extend_from_slice(extra);
+    args.push("--json");
+    json(&sluice(db, &args))
 }
 
 /// `items(id, grp, counter, created_at)` with `n` rows, ids with gaps
@@ -129,22 +112,7 @@ async fn enqueue_run_until_idle_and_show_report_the_right_counts(db: &TestDb) {
     ));
     assert_eq!(deleted["created"], true);
     assert_eq!(deleted["estimated_rows"], 2_500);
-    let updated = json(&sluice(
-        db,
-        &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
-            "--batch-size",
-            "300",
-            "--json",
-        ],
-    ));
+    let updated = enqueue_increment(db, &["--where", "grp = 1", "--batch-size", "300"]);
     let run = sluice(db, &["run", "--until-idle", "--node", "cli-worker"]);
     assert!(
         run.status.success(),
@@ -177,24 +145,17 @@ async fn enqueue_run_until_idle_and_show_report_the_right_counts(db: &TestDb) {
 
 async fn a_second_process_pauses_and_resumes_a_running_worker(db: &TestDb) {
     create_items(db, 20_000).await;
-    let op = json(&sluice(
+    let op = enqueue_increment(
         db,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
             "--batch-size",
             "200",
             "--sub-batch-size",
             "50",
             "--pause",
             "20ms",
-            "--json",
         ],
-    ));
+    );
     let id = op["id"].as_i64().unwrap();
     let mut child = worker(db, "paused-worker");
     until("the worker starts changing rows", || async {
@@ -242,15 +203,9 @@ async fn a_second_process_pauses_and_resumes_a_running_worker(db: &TestDb) {
 
 async fn a_killed_worker_s_operation_is_taken_over(db: &TestDb) {
     create_items(db, 60_000).await;
-    let op = json(&sluice(
+    let op = enqueue_increment(
         db,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
             "--where",
             "grp = 1",
             "--batch-size",
@@ -259,9 +214,8 @@ async fn a_killed_worker_s_operation_is_taken_over(db: &TestDb) {
             "100",
             "--pause",
             "5ms",
-            "--json",
         ],
-    ));
+    );
     let id = op["id"].as_i64().unwrap();
     let mut a = worker(db, "worker-a");
     let mut b = worker(db, "worker-b");

@@ -14,9 +14,9 @@ use sluice_operations::{
     DeleteAgedRows, EnqueueOptions, Filter, Operation, OperationError, Shape, SubBatch,
 };
 use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
-use sluice_store::{Event, Health, OperationStatus, Store};
+use sluice_store::{Enqueued, Event, Health, OperationStatus, Store};
 
-use common::TestDb;
+use common::{TestDb, until};
 
 for_each_backend!(
     aged_rows_are_deleted_and_young_rows_kept,
@@ -62,21 +62,6 @@ fn builder(db: &TestDb) -> RuntimeBuilder {
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Waits, with a deadline, until `check` holds.
-async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// `events(id, created_at, payload)`: `aged` rows at 2020 and `young` rows at 2099
 /// (ISO text on SQLite, timestamptz on PostgreSQL), ids 1.., indexed on created_at.
 async fn create_events(db: &TestDb, aged: i64, young: i64) {
@@ -110,6 +95,24 @@ async fn create_events(db: &TestDb, aged: i64, young: i64) {
     }
 }
 
+/// Enqueues `delete-aged-rows` on `events.created_at` (older than a day).
+async fn enqueue_aged(runtime: &Runtime, db: &TestDb, options: &EnqueueOptions) -> Enqueued {
+    let args = DeleteAgedRows::arguments(
+        &db.store,
+        "events",
+        "created_at",
+        "id",
+        Duration::from_secs(86_400),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    runtime
+        .enqueue(&DeleteAgedRows, &args, options)
+        .await
+        .unwrap()
+}
+
 async fn status(store: &Store, id: i64) -> OperationStatus {
     store.operation(id).await.unwrap().state.status
 }
@@ -129,25 +132,12 @@ async fn aged_rows_are_deleted_and_young_rows_kept(db: &TestDb) {
         .start()
         .await
         .unwrap();
-    let args = DeleteAgedRows::arguments(
-        &db.store,
-        "events",
-        "created_at",
-        "id",
-        Duration::from_secs(86_400),
-        chrono::Utc::now(),
-    )
-    .await
-    .unwrap();
     let options = EnqueueOptions {
         batch_size: 500,
         sub_batch_size: 100,
         ..EnqueueOptions::default()
     };
-    let enqueued = runtime
-        .enqueue(&DeleteAgedRows, &args, &options)
-        .await
-        .unwrap();
+    let enqueued = enqueue_aged(&runtime, db, &options).await;
     assert!(enqueued.created);
     // Young rows inserted while it runs are out of scope: all kept.
     let young_at = if db.backend == "postgres" {
@@ -395,27 +385,13 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
         })
     };
     let runtime = builder(db).indicator(indicator).start().await.unwrap();
-    let args = DeleteAgedRows::arguments(
-        &db.store,
-        "events",
-        "created_at",
-        "id",
-        Duration::from_secs(60),
-        chrono::Utc::now(),
-    )
-    .await
-    .unwrap();
     let options = EnqueueOptions {
         batch_size: 200,
         sub_batch_size: 20,
         pause: Duration::from_millis(5),
         ..EnqueueOptions::default()
     };
-    let id = runtime
-        .enqueue(&DeleteAgedRows, &args, &options)
-        .await
-        .unwrap()
-        .id;
+    let id = enqueue_aged(&runtime, db, &options).await.id;
     until("some rows deleted", || async {
         db.scalar("SELECT COUNT(*) FROM events").await < 2_900
     })
@@ -594,27 +570,13 @@ async fn a_sub_batch_that_always_fails_fails_the_operation(db: &TestDb) {
 async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db: &TestDb) {
     create_events(db, 3_000, 0).await;
     let runtime = builder(db).start().await.unwrap();
-    let args = DeleteAgedRows::arguments(
-        &db.store,
-        "events",
-        "created_at",
-        "id",
-        Duration::from_secs(60),
-        chrono::Utc::now(),
-    )
-    .await
-    .unwrap();
     let options = EnqueueOptions {
         batch_size: 100,
         sub_batch_size: 10,
         pause: Duration::from_millis(5),
         ..EnqueueOptions::default()
     };
-    let id = runtime
-        .enqueue(&DeleteAgedRows, &args, &options)
-        .await
-        .unwrap()
-        .id;
+    let id = enqueue_aged(&runtime, db, &options).await.id;
     until("running", || async {
         db.scalar("SELECT COUNT(*) FROM events").await < 2_950
     })

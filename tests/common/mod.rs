@@ -5,6 +5,8 @@
 //! reachable, unless `SLUICE_REQUIRE_SERVERS=1` (set by CI) makes that a failure.
 #![allow(dead_code)]
 
+use std::future::Future;
+use std::process::{Command, Output};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -193,6 +195,47 @@ pub async fn claim_lease(store: &Store, node: &str, ttl: Duration) -> Lease {
     let claimed = store.claim_operations(node, 1, ttl).await.expect("claim");
     let first = claimed.into_iter().next().expect("an operation to claim");
     first.record.lease.expect("a claimed operation has a lease")
+}
+
+/// Waits until `check` holds, polling every 10 ms; fails the test with
+/// `what` after 90 seconds.
+pub async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs the built `sluice` binary against `db` and waits for it.
+pub fn sluice(db: &TestDb, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env("SLUICE_DATABASE_URL", &db.url)
+        .output()
+        .expect("run the sluice binary")
+}
+
+/// The JSON a successful command printed.
+pub fn json(output: &Output) -> serde_json::Value {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
 }
 
 /// Declares each listed async test function once per backend:
