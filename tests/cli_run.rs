@@ -7,7 +7,7 @@ mod common;
 
 use std::process::{Child, Command, Stdio};
 
-use common::{TestDb, json, sluice, until};
+use common::{TestDb, json, released, sluice, until};
 use serde_json::Value;
 use sluice_store::{ListFilter, OperationStatus};
 
@@ -167,16 +167,8 @@ async fn a_second_process_pauses_and_resumes_a_running_worker(db: &TestDb) {
     let paused = sluice(db, &["pause", &id.to_string(), "--reason", "deploy"]);
     assert!(paused.status.success());
     // The worker notices within its control interval and lets go.
-    until("the worker lets go of the operation", || async {
-        let record = db.store.operation(id).await.unwrap();
-        record.lease.is_none()
-            && db
-                .store
-                .batches(id)
-                .await
-                .unwrap()
-                .iter()
-                .all(|b| b.status != sluice_store::BatchStatus::Running)
+    until("the worker lets go of the operation", || {
+        released(&db.store, id)
     })
     .await;
     let held = db.scalar("SELECT SUM(counter) FROM items").await;

@@ -16,7 +16,7 @@ use sluice_operations::{
 use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
 use sluice_store::{Enqueued, Event, Health, OperationStatus, Store};
 
-use common::{TestDb, until};
+use common::{TestDb, released, until};
 
 for_each_backend!(
     aged_rows_are_deleted_and_young_rows_kept,
@@ -593,17 +593,7 @@ async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db:
     .unwrap();
     // Within the control interval the actor stops: its lease is released
     // and the rows stop changing.
-    until("the worker lets go", || async {
-        db.store.operation(id).await.unwrap().lease.is_none()
-            && db
-                .store
-                .batches(id)
-                .await
-                .unwrap()
-                .iter()
-                .all(|b| b.status != sluice_store::BatchStatus::Running)
-    })
-    .await;
+    until("the worker lets go", || released(&db.store, id)).await;
     let held = db.scalar("SELECT COUNT(*) FROM events").await;
     assert!(held > 0);
     assert_eq!(status(&db.store, id).await, OperationStatus::Paused);

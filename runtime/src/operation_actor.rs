@@ -364,17 +364,7 @@ impl OperationState {
             self.schedule_step(myself, self.context.config.retry_base);
             return Ok(false);
         }
-        let appended = self
-            .context
-            .store
-            .append(
-                self.id,
-                Expected::Any,
-                Some(&self.lease),
-                &[Event::Finished],
-            )
-            .await?;
-        self.projection = appended.record.state;
+        self.record(Event::Finished).await?;
         tracing::info!(
             operation = self.id,
             rows = self.projection.rows_done,
@@ -492,12 +482,7 @@ impl OperationState {
     }
 
     async fn fail(&mut self, failed: Event) -> Result<(), OperationError> {
-        let appended = self
-            .context
-            .store
-            .append(self.id, Expected::Any, Some(&self.lease), &[failed])
-            .await?;
-        self.projection = appended.record.state;
+        self.record(failed).await?;
         tracing::error!(operation = self.id, error = ?self.projection.last_error, "operation failed");
         self.stopping = Some(Stopping::Released("failed".into()));
         Ok(())
@@ -537,13 +522,7 @@ impl OperationState {
         if health == self.projection.health || self.projection.status != OperationStatus::Running {
             return Ok(());
         }
-        let event = Event::Throttled { health, reason };
-        let appended = self
-            .context
-            .store
-            .append(self.id, Expected::Any, Some(&self.lease), &[event])
-            .await?;
-        self.projection = appended.record.state;
+        self.record(Event::Throttled { health, reason }).await?;
         tracing::info!(operation = self.id, signal = ?self.signal, "health signal recorded");
         Ok(())
     }
@@ -608,13 +587,20 @@ impl OperationState {
             Some(Stopping::Yield(reason)) => Event::Yielded { reason },
             _ => return,
         };
-        match store
-            .append(self.id, Expected::Any, Some(&self.lease), &[event])
-            .await
-        {
-            Ok(appended) => self.projection = appended.record.state,
-            Err(e) => tracing::warn!(operation = self.id, error = %e, "could not yield"),
+        if let Err(e) = self.record(event).await {
+            tracing::warn!(operation = self.id, error = %e, "could not yield");
         }
+    }
+
+    /// Appends `event` under this actor's lease and takes the new projection.
+    async fn record(&mut self, event: Event) -> Result<(), StoreError> {
+        let appended = self
+            .context
+            .store
+            .append(self.id, Expected::Any, Some(&self.lease), &[event])
+            .await?;
+        self.projection = appended.record.state;
+        Ok(())
     }
 
     /// Handles an error from a step: transient database trouble is retried

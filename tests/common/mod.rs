@@ -214,6 +214,18 @@ where
     }
 }
 
+/// True once no node holds operation `id`: it has no lease and none of its
+/// batches is running (what a worker leaves behind when it lets go).
+pub async fn released(store: &Store, id: i64) -> bool {
+    store.operation(id).await.unwrap().lease.is_none()
+        && store
+            .batches(id)
+            .await
+            .unwrap()
+            .iter()
+            .all(|b| b.status != sluice_store::BatchStatus::Running)
+}
+
 /// Runs the built `sluice` binary against `db` and waits for it.
 pub fn sluice(db: &TestDb, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
