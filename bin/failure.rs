@@ -38,6 +38,7 @@ impl From<StoreError> for Failure {
             StoreError::NotFound(_)
             | StoreError::UnsupportedUrl { .. }
             | StoreError::InvalidSpec(_)
+            | StoreError::UnsupportedCursorType { .. }
             | StoreError::Illegal { .. } => Failure::BadInput(error.to_string()),
             StoreError::Database(sqlx::Error::Configuration(_)) => {
                 Failure::BadInput(format!("invalid database URL: {error}"))

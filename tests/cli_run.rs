@@ -17,16 +17,7 @@ for_each_backend!(
     enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,
 );
 
-mod postgres_only {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_killed_worker_s_operation_is_taken_over_and_every_row_changed_once() {
-        let Some(db) = crate::common::TestDb::postgres().await else {
-            return;
-        };
-        super::a_killed_worker_s_operation_is_taken_over(&db).await;
-        db.cleanup().await;
-    }
-}
+postgres_only!(a_killed_worker_s_operation_is_taken_over);
 
 fn worker(db: &TestDb, node: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_sluice"))

@@ -28,6 +28,8 @@ for_each_backend!(
     an_operator_pause_from_outside_stops_the_worker_and_resume_finishes,
 );
 
+postgres_only!(keyset_walks_timestamp_columns_and_int4_ids);
+
 /// Settings that make tests quick: short intervals, small leases.
 fn quick() -> RuntimeConfig {
     RuntimeConfig {
@@ -273,6 +275,150 @@ impl Operation for MarkByDay {
     async fn run(&self, _: &MarkArgs, batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
         batch.update(&[("seen", 1_i64.into())]).await
     }
+}
+
+/// A keyset operation over (a timestamp column, id), the column chosen by argument.
+struct MarkReadings;
+
+#[derive(Serialize, Deserialize)]
+struct ReadingArgs {
+    column: String,
+    before: chrono::DateTime<chrono::Utc>,
+}
+
+#[async_trait]
+impl Operation for MarkReadings {
+    type Arguments = ReadingArgs;
+
+    fn kind(&self) -> &'static str {
+        "mark-readings"
+    }
+
+    fn shape(&self, args: &ReadingArgs) -> Result<Shape, OperationError> {
+        Shape::keyset("readings", &[args.column.as_str(), "id"])?
+            .scope(Filter::new().lt(&args.column, args.before))
+    }
+
+    async fn run(&self, _: &ReadingArgs, batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
+        batch.update_expression("seen = seen + 1").await
+    }
+}
+
+/// PostgreSQL `timestamptz` and `timestamp` batching columns with many rows
+/// per instant and `serial` (int4) ids; a column no cursor can hold is
+/// refused at enqueue.
+async fn keyset_walks_timestamp_columns_and_int4_ids(db: &TestDb) {
+    db.execute(
+        "CREATE TABLE readings (id SERIAL PRIMARY KEY, taken_at TIMESTAMPTZ NOT NULL, \
+         local_at TIMESTAMP NOT NULL, tag UUID NOT NULL DEFAULT gen_random_uuid(), seen INTEGER NOT NULL DEFAULT 0)",
+    )
+    .await;
+    db.execute("CREATE INDEX readings_taken_idx ON readings (taken_at, id)")
+        .await;
+    db.execute("CREATE INDEX readings_local_idx ON readings (local_at, id)")
+        .await;
+    db.execute("CREATE INDEX readings_tag_idx ON readings (tag, id)")
+        .await;
+    // 600 rows over 40 instants (15 per instant, microsecond offsets on some),
+    // ids interleaved across instants.
+    db.execute(
+        "INSERT INTO readings (taken_at, local_at) SELECT \
+         TIMESTAMPTZ '2026-01-01 00:00:00+00' + ((g * 7) % 40) * INTERVAL '1 hour' + (g % 2) * INTERVAL '1 microsecond', \
+         TIMESTAMP '2026-01-01 00:00:00' + ((g * 11) % 40) * INTERVAL '1 minute' \
+         FROM generate_series(1, 600) g",
+    )
+    .await;
+    let runtime = builder(db)
+        .config(fixed_batches(25))
+        .register(MarkReadings)
+        .start()
+        .await
+        .unwrap();
+    let record = mark_readings(&runtime, db, "taken_at", "2026-01-02T06:00:00Z").await; // instants 0..29 of 40
+    assert!(matches!(
+        record.state.cursor.as_ref().unwrap().0[0],
+        sluice_store::CursorValue::Timestamp(_)
+    ));
+    let in_scope = "taken_at < '2026-01-02 06:00:00+00'";
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM readings WHERE {in_scope} AND seen <> 1"
+        ))
+        .await,
+        0
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM readings WHERE NOT ({in_scope}) AND seen <> 0"
+        ))
+        .await,
+        0
+    );
+    assert_eq!(record.state.rows_done, 450);
+
+    // `timestamp` without time zone, read and bound as UTC.
+    let record = mark_readings(&runtime, db, "local_at", "2026-01-01T00:20:00Z").await; // minutes 0..19 of 40
+    assert_eq!(record.state.rows_done, 300);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM readings WHERE local_at < '2026-01-01 00:20:00' AND seen NOT IN (1, 2)")
+            .await,
+        0
+    );
+    assert_eq!(db.scalar("SELECT SUM(seen) FROM readings").await, 750);
+
+    // A uuid cannot order batches: refused before anything is written.
+    let before_count = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
+    let refused = runtime
+        .enqueue(
+            &MarkReadings,
+            &reading_args("tag", "2026-01-02T06:00:00Z"),
+            &EnqueueOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.contains("`tag`") && message.contains("UUID"),
+        "{message}"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_operations").await,
+        before_count
+    );
+    runtime.shutdown().await.unwrap();
+}
+
+fn reading_args(column: &str, before: &str) -> ReadingArgs {
+    ReadingArgs {
+        column: column.into(),
+        before: chrono::DateTime::parse_from_rfc3339(before)
+            .unwrap()
+            .with_timezone(&chrono::Utc),
+    }
+}
+
+/// Runs [`MarkReadings`] on `column` in batches of 25 to the end; checks it
+/// finished and that its log replays.
+async fn mark_readings(
+    runtime: &Runtime,
+    db: &TestDb,
+    column: &str,
+    before: &str,
+) -> sluice_store::OperationRecord {
+    let options = EnqueueOptions {
+        batch_size: 25,
+        sub_batch_size: 7,
+        ..EnqueueOptions::default()
+    };
+    let args = reading_args(column, before);
+    let enqueued = runtime
+        .enqueue(&MarkReadings, &args, &options)
+        .await
+        .unwrap();
+    let record = finish(runtime, enqueued.id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    db.store.verify(enqueued.id).await.unwrap();
+    record
 }
 
 async fn keyset_batches_cover_duplicate_timestamps_exactly_once(db: &TestDb) {

@@ -123,6 +123,7 @@ impl DeleteAgedRows {
             let first = store.fetch_cursor(&sample, 1).await?;
             match first.and_then(|c| c.0.into_iter().next()) {
                 Some(CursorValue::Int(_)) => Cutoff::EpochSeconds(at.timestamp()),
+                Some(CursorValue::Timestamp(_)) => Cutoff::Timestamp(at),
                 Some(CursorValue::Text(example)) => Cutoff::Text(iso_like(&example, at)),
                 None => Cutoff::Text(at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
             }

@@ -53,6 +53,7 @@ impl OperationError {
             | OperationError::Spec(_)
             | OperationError::InvalidSql(_) => true,
             OperationError::Target(e) => e.is_bad_input(),
+            OperationError::Store(StoreError::UnsupportedCursorType { .. }) => true,
             OperationError::Store(_) | OperationError::TimedOut(_) | OperationError::Failed(_) => {
                 false
             }

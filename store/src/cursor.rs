@@ -8,12 +8,16 @@
 //!
 //! In JSON (the form stored in the `operations` and `batches` tables, for an
 //! operator to read) a cursor is a plain array such as `[1042]` or
-//! `["2026-01-01T00:00:00Z", 77]`. In the binary event log it is encoded with
-//! its variant tags, because postcard is not self-describing.
+//! `["2026-01-01T00:00:00Z", 77]`; a value of a PostgreSQL `timestamp` or
+//! `timestamptz` column is an object, `[{"timestamp": "2026-01-01T00:00:00.000000Z"}, 77]`,
+//! so it reads back as a timestamp and not as text. In the binary event log a
+//! value is encoded with its variant tag (postcard is not self-describing), a
+//! timestamp as microseconds since the Unix epoch, PostgreSQL's own precision.
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::Serializer;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +32,9 @@ pub enum CursorValue {
     Int(i64),
     /// A text key (ISO-8601 timestamps stored as text, string keys).
     Text(String),
+    /// A PostgreSQL `timestamp`/`timestamptz` key, to the microsecond (a
+    /// `timestamp` without time zone is read as UTC).
+    Timestamp(DateTime<Utc>),
 }
 
 impl Cursor {
@@ -62,6 +69,7 @@ impl fmt::Display for Cursor {
             match value {
                 CursorValue::Int(v) => write!(f, "{v}")?,
                 CursorValue::Text(v) => write!(f, "{v:?}")?,
+                CursorValue::Timestamp(v) => write!(f, "{}", timestamp_text(v))?,
             }
         }
         f.write_str(")")
@@ -74,6 +82,12 @@ impl Serialize for CursorValue {
             match self {
                 CursorValue::Int(v) => serializer.serialize_i64(*v),
                 CursorValue::Text(v) => serializer.serialize_str(v),
+                CursorValue::Timestamp(v) => {
+                    use serde::ser::SerializeMap;
+                    let mut map = serializer.serialize_map(Some(1))?;
+                    map.serialize_entry(TIMESTAMP_KEY, &timestamp_text(v))?;
+                    map.end()
+                }
             }
         } else {
             match self {
@@ -83,6 +97,12 @@ impl Serialize for CursorValue {
                 CursorValue::Text(v) => {
                     serializer.serialize_newtype_variant("CursorValue", 1, "Text", v)
                 }
+                CursorValue::Timestamp(v) => serializer.serialize_newtype_variant(
+                    "CursorValue",
+                    2,
+                    "Timestamp",
+                    &v.timestamp_micros(),
+                ),
             }
         }
     }
@@ -93,9 +113,14 @@ impl<'de> Deserialize<'de> for CursorValue {
         if deserializer.is_human_readable() {
             deserializer.deserialize_any(PlainValueVisitor)
         } else {
-            TaggedValue::deserialize(deserializer).map(|tagged| match tagged {
-                TaggedValue::Int(v) => CursorValue::Int(v),
-                TaggedValue::Text(v) => CursorValue::Text(v),
+            TaggedValue::deserialize(deserializer).and_then(|tagged| match tagged {
+                TaggedValue::Int(v) => Ok(CursorValue::Int(v)),
+                TaggedValue::Text(v) => Ok(CursorValue::Text(v)),
+                TaggedValue::Timestamp(micros) => DateTime::from_timestamp_micros(micros)
+                    .map(CursorValue::Timestamp)
+                    .ok_or_else(|| {
+                        de::Error::custom(format!("timestamp {micros} µs is out of range"))
+                    }),
             })
         }
     }
@@ -106,7 +131,31 @@ impl<'de> Deserialize<'de> for CursorValue {
 enum TaggedValue {
     Int(i64),
     Text(String),
+    Timestamp(i64),
 }
+
+/// The key of a timestamp value's JSON object.
+const TIMESTAMP_KEY: &str = "timestamp";
+
+/// RFC 3339 in UTC to the microsecond (years outside 0000–9999, which
+/// PostgreSQL allows, carry a sign and more digits).
+fn timestamp_text(at: &DateTime<Utc>) -> String {
+    at.format(TIMESTAMP_FORMAT).to_string()
+}
+
+/// Reads [`timestamp_text`]'s form, or any RFC 3339 timestamp.
+fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|at| at.with_timezone(&Utc))
+        .ok()
+        .or_else(|| {
+            NaiveDateTime::parse_from_str(text, TIMESTAMP_FORMAT)
+                .ok()
+                .map(|at| at.and_utc())
+        })
+}
+
+const TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.6fZ";
 
 /// Reads a bare JSON number or string.
 struct PlainValueVisitor;
@@ -115,7 +164,7 @@ impl<'de> Visitor<'de> for PlainValueVisitor {
     type Value = CursorValue;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an integer or a string")
+        f.write_str("an integer, a string or {\"timestamp\": \"RFC 3339\"}")
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<CursorValue, E> {
@@ -137,6 +186,20 @@ impl<'de> Visitor<'de> for PlainValueVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, _seq: A) -> Result<CursorValue, A::Error> {
         Err(de::Error::custom("a cursor value cannot be an array"))
     }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CursorValue, A::Error> {
+        let (key, text): (String, String) = map
+            .next_entry()?
+            .ok_or_else(|| de::Error::custom("an empty object is not a cursor value"))?;
+        if key != TIMESTAMP_KEY || map.next_key::<String>()?.is_some() {
+            return Err(de::Error::custom(
+                "an object cursor value must be {\"timestamp\": \"RFC 3339\"}",
+            ));
+        }
+        parse_timestamp(&text)
+            .map(CursorValue::Timestamp)
+            .ok_or_else(|| de::Error::custom(format!("`{text}` is not an RFC 3339 timestamp")))
+    }
 }
 
 #[cfg(test)]
@@ -147,7 +210,11 @@ mod tests {
     fn value() -> impl Strategy<Value = CursorValue> {
         prop_oneof![
             any::<i64>().prop_map(CursorValue::Int),
-            ".{0,12}".prop_map(CursorValue::Text)
+            ".{0,12}".prop_map(CursorValue::Text),
+            // PostgreSQL's timestamp range, to the microsecond.
+            (-210_866_803_200_000_000i64..9_214_646_400_000_000i64).prop_map(|micros| {
+                CursorValue::Timestamp(DateTime::from_timestamp_micros(micros).unwrap())
+            })
         ]
     }
 
@@ -184,6 +251,21 @@ mod tests {
             CursorValue::Int(7),
         ]);
         assert_eq!(c.to_json(), r#"["2026-01-01",7]"#);
+    }
+
+    #[test]
+    fn json_timestamp_is_tagged_so_it_reads_back_as_a_timestamp() {
+        let at = DateTime::parse_from_rfc3339("2026-03-01T12:00:00.25Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let c = Cursor(vec![CursorValue::Timestamp(at), CursorValue::Int(7)]);
+        assert_eq!(
+            c.to_json(),
+            r#"[{"timestamp":"2026-03-01T12:00:00.250000Z"},7]"#
+        );
+        assert_eq!(Cursor::from_json(&c.to_json()).unwrap(), c);
+        assert!(Cursor::from_json(r#"[{"time":"2026-03-01T12:00:00Z"}]"#).is_err());
+        assert!(Cursor::from_json(r#"[{"timestamp":"yesterday"}]"#).is_err());
     }
 
     #[test]

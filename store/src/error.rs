@@ -86,6 +86,17 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// A batching column's values cannot be a cursor (only integers, text
+    /// and PostgreSQL timestamps can).
+    #[error(
+        "column `{column}` has type {type_name}, which cannot order batches: use an integer, text or timestamp column"
+    )]
+    UnsupportedCursorType {
+        /// The column as the query named it.
+        column: String,
+        /// The database's name for its type.
+        type_name: String,
+    },
     /// Replaying the event log does not give the stored projection.
     #[error(
         "operation {operation_id}: replaying its {events} events does not reproduce the stored state"

@@ -83,6 +83,7 @@ impl From<&crate::cursor::CursorValue> for SqlValue {
         match v {
             crate::cursor::CursorValue::Int(i) => SqlValue::Int(*i),
             crate::cursor::CursorValue::Text(t) => SqlValue::Text(t.clone()),
+            crate::cursor::CursorValue::Timestamp(at) => SqlValue::Timestamp(*at),
         }
     }
 }

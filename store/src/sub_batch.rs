@@ -104,13 +104,13 @@ impl SubBatchTx {
                 bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
                     .fetch_optional(&mut **tx)
                     .await?
-                    .and_then(|r| row_cursor(&r, width))
+                    .map_or(Ok(None), |r| row_cursor(&r, width))?
             }
             Tx::Postgres(tx) => {
                 bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
                     .fetch_optional(&mut **tx)
                     .await?
-                    .and_then(|r| row_cursor(&r, width))
+                    .map_or(Ok(None), |r| row_cursor(&r, width))?
             }
         };
         Ok(row)

@@ -3,6 +3,7 @@
 //! plan batches, and single statements. Inside a sub-batch, statements run in
 //! a [`crate::SubBatchTx`] instead.
 
+use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::AssertSqlSafe;
 
 use crate::cursor::{Cursor, CursorValue};
@@ -126,13 +127,13 @@ impl Store {
                 let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
                     .fetch_optional(pool)
                     .await?;
-                Ok(row.and_then(|r| row_cursor(&r, width)))
+                row.map_or(Ok(None), |r| row_cursor(&r, width))
             }
             Backend::Postgres(pool) => {
                 let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
                     .fetch_optional(pool)
                     .await?;
-                Ok(row.and_then(|r| row_cursor(&r, width)))
+                row.map_or(Ok(None), |r| row_cursor(&r, width))
             }
         }
     }
@@ -169,21 +170,44 @@ impl Store {
     }
 }
 
-pub(crate) fn row_cursor<R: sqlx::Row>(row: &R, width: usize) -> Option<Cursor>
+/// Reads a row's first `width` columns as a cursor: `None` when one of them
+/// is NULL, an error naming the column when its type cannot be a cursor.
+pub(crate) fn row_cursor<R: sqlx::Row>(row: &R, width: usize) -> Result<Option<Cursor>, StoreError>
 where
     usize: sqlx::ColumnIndex<R>,
     i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i32: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    DateTime<Utc>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    NaiveDateTime: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
+    use sqlx::{Column, TypeInfo, ValueRef};
+    // SQLite would read text or a number as a date too; only PostgreSQL has
+    // real timestamp columns.
+    let postgres = <R::Database as sqlx::Database>::NAME == "PostgreSQL";
     let mut values = Vec::with_capacity(width);
     for i in 0..width {
-        if let Ok(v) = row.try_get::<i64, _>(i) {
-            values.push(CursorValue::Int(v));
-        } else if let Ok(v) = row.try_get::<String, _>(i) {
-            values.push(CursorValue::Text(v));
-        } else {
-            return None;
+        if row.try_get_raw(i)?.is_null() {
+            return Ok(None);
         }
+        let value = if let Ok(v) = row.try_get::<i64, _>(i) {
+            CursorValue::Int(v)
+        } else if let Ok(v) = row.try_get::<i32, _>(i) {
+            CursorValue::Int(v.into())
+        } else if let Ok(v) = row.try_get::<String, _>(i) {
+            CursorValue::Text(v)
+        } else if let (true, Ok(v)) = (postgres, row.try_get::<DateTime<Utc>, _>(i)) {
+            CursorValue::Timestamp(v)
+        } else if let (true, Ok(v)) = (postgres, row.try_get::<NaiveDateTime, _>(i)) {
+            CursorValue::Timestamp(v.and_utc())
+        } else {
+            let column = &row.columns()[i];
+            return Err(StoreError::UnsupportedCursorType {
+                column: column.name().to_owned(),
+                type_name: column.type_info().name().to_owned(),
+            });
+        };
+        values.push(value);
     }
-    Some(Cursor(values))
+    Ok(Some(Cursor(values)))
 }

@@ -277,3 +277,21 @@ macro_rules! for_each_backend {
         }
     };
 }
+
+/// Declares each listed async test function for PostgreSQL alone (skipped
+/// like the others when the server is not reachable).
+#[macro_export]
+macro_rules! postgres_only {
+    ($($name:ident),* $(,)?) => {
+        mod postgres_only {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let Some(db) = $crate::common::TestDb::postgres().await else { return };
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+    };
+}
