@@ -292,6 +292,11 @@ fn detail(event: &Event) -> String {
             reason.clone()
         }
         Event::Failed { error } => error.clone(),
+        Event::BatchSplit {
+            ordinal,
+            at,
+            new_ordinal,
+        } => format!("batch {ordinal} now ends at {at}; batch {new_ordinal} takes the rest"),
         Event::Resumed | Event::Finished | Event::Retried => String::new(),
     }
 }

@@ -25,6 +25,7 @@ for_each_backend!(
     a_stop_signal_holds_every_new_sub_batch_until_it_clears,
     a_sub_batch_failing_twice_is_retried_smaller_and_finishes,
     a_sub_batch_that_always_fails_fails_the_operation,
+    a_batch_that_keeps_timing_out_is_split_in_halves,
     an_operator_pause_from_outside_stops_the_worker_and_resume_finishes,
 );
 
@@ -676,6 +677,105 @@ async fn a_sub_batch_failing_twice_is_retried_smaller_and_finishes(db: &TestDb) 
         .collect();
     assert_eq!(failures, vec![Some(75), Some(56)]);
     assert_eq!(record.state.sub_batch_size, 56);
+    runtime.shutdown().await.unwrap();
+}
+
+/// Marks rows, but runs out of time whenever a sub-batch holds the one slow
+/// row together with more than four others: only small enough ranges pass.
+struct SlowAroundOneRow;
+
+#[async_trait]
+impl Operation for SlowAroundOneRow {
+    type Arguments = serde_json::Value;
+
+    fn kind(&self) -> &'static str {
+        "slow-around-one-row"
+    }
+
+    fn shape(&self, _: &serde_json::Value) -> Result<Shape, OperationError> {
+        Shape::range("items", "id")
+    }
+
+    async fn run(
+        &self,
+        _: &serde_json::Value,
+        batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        let marked = batch.update_expression("seen = seen + 1").await?;
+        let slow = batch.rows_where(sluice_store::Statement::new(
+            "UPDATE items SET slow = slow WHERE slow = 1 AND id IN (SELECT id FROM items",
+        ));
+        let slow = batch.execute(&slow.push(")")).await?;
+        if slow > 0 && marked > 5 {
+            // Far past the sub-batch timeout: the runtime rolls it back.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        Ok(marked)
+    }
+}
+
+async fn a_batch_that_keeps_timing_out_is_split_in_halves(db: &TestDb) {
+    db.execute(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, seen INTEGER NOT NULL DEFAULT 0, slow INTEGER NOT NULL DEFAULT 0)",
+    )
+    .await;
+    let fill = if db.backend == "postgres" {
+        "INSERT INTO items (id) SELECT g FROM generate_series(1, 200) g"
+    } else {
+        "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 200) INSERT INTO items (id) SELECT v FROM g"
+    };
+    db.execute(fill).await;
+    db.execute("UPDATE items SET slow = 1 WHERE id = 40").await;
+    let config = RuntimeConfig {
+        sub_batch_timeout: Duration::from_millis(150),
+        max_attempts: 2,
+        max_failure_ratio: 100.0,
+        ..fixed_batches(64)
+    };
+    let runtime = builder(db)
+        .config(config)
+        .register(SlowAroundOneRow)
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 64,
+        sub_batch_size: 32,
+        ..EnqueueOptions::default()
+    };
+    let enqueued = runtime
+        .enqueue(&SlowAroundOneRow, &serde_json::json!({}), &options)
+        .await
+        .unwrap();
+    let record = finish(&runtime, enqueued.id).await;
+    assert_eq!(
+        record.state.status,
+        OperationStatus::Finished,
+        "{:?}",
+        record.state.last_error
+    );
+    // Every row changed exactly once, the slow one included.
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE seen <> 1")
+            .await,
+        0
+    );
+    assert_eq!(record.state.rows_done, 200);
+    let events = db.store.events(enqueued.id, 0).await.unwrap();
+    let splits = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::BatchSplit { .. }))
+        .count();
+    assert!(splits >= 1, "no batch was split");
+    db.store.verify(enqueued.id).await.unwrap();
+    // The batches, halves included, tile the key range without overlap.
+    let mut batches = db.store.batches(enqueued.id).await.unwrap();
+    assert_eq!(batches.len() as i64, record.state.batches_planned);
+    batches.sort_by(|a, b| a.end.cmp(&b.end));
+    assert_eq!(batches[0].start, None);
+    for pair in batches.windows(2) {
+        assert_eq!(pair[1].start, pair[0].end);
+    }
     runtime.shutdown().await.unwrap();
 }
 

@@ -44,6 +44,19 @@ pub enum OperationError {
 }
 
 impl OperationError {
+    /// True when the work ran out of time: the runtime's sub-batch timer, a
+    /// PostgreSQL statement timeout (SQLSTATE 57014) or lock timeout (55P03).
+    /// Less work per attempt is what helps these.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            OperationError::TimedOut(_) => true,
+            OperationError::Store(StoreError::Database(e)) => e
+                .as_database_error()
+                .is_some_and(|d| matches!(d.code().as_deref(), Some("57014" | "55P03"))),
+            _ => false,
+        }
+    }
+
     /// True when the caller's input is at fault and nothing was changed.
     pub fn is_bad_input(&self) -> bool {
         match self {

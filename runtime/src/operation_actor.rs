@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sluice_operations::{
     OperationError, PreparedOperation, Strategy, SubBatchOutcome, SubBatchRequest,
-    batching::next_batch_end,
+    batching::{keyset_columns, next_batch_end, nth_after},
 };
 use sluice_store::{
     Batch, BatchLease, BatchStatus, Cursor, Event, Expected, Health, Lease, OperationStatus,
@@ -443,6 +443,22 @@ impl OperationState {
         let message = error.to_string();
         tracing::warn!(operation = self.id, ordinal = batch.lease.ordinal, attempt, error = %message, "sub-batch failed");
         let store = &self.context.store;
+        let smaller = Some(shrink_after_failure(batch.sub_batch_size));
+        if attempt >= config.max_attempts
+            && error.is_timeout()
+            && let Some(at) = self.split_point(&batch).await?
+        {
+            // A range that keeps running out of time: its halves are retried
+            // separately, each with a fresh attempt budget.
+            let appended = store
+                .split_batch(&batch.lease, &at, &message, smaller)
+                .await?;
+            self.projection = appended.record.state;
+            tracing::warn!(operation = self.id, ordinal = batch.lease.ordinal, at = %at, "batch split in two after timing out {attempt} times");
+            let wait = backoff(attempt, config.retry_base, config.retry_cap, jitter());
+            self.schedule_step(myself, wait);
+            return Ok(());
+        }
         if attempt >= config.max_attempts {
             store
                 .fail_batch(&batch.lease, &message, false, None)
@@ -458,7 +474,6 @@ impl OperationState {
         }
         // Every failure retries with smaller sub-batches: less work per
         // transaction is what helps a timeout, and costs little otherwise.
-        let smaller = Some(shrink_after_failure(batch.sub_batch_size));
         let appended = store
             .fail_batch(&batch.lease, &message, true, smaller)
             .await?;
@@ -479,6 +494,25 @@ impl OperationState {
         let wait = backoff(attempt, config.retry_base, config.retry_cap, jitter());
         self.schedule_step(myself, wait);
         Ok(())
+    }
+
+    /// Where to cut a range batch's remaining rows in half: the middle row
+    /// after its progress. `None` for a loop batch (no range) or when fewer
+    /// than two rows remain.
+    async fn split_point(&self, batch: &ActiveBatch) -> Result<Option<Cursor>, OperationError> {
+        let Some(end) = &batch.end else {
+            return Ok(None);
+        };
+        let shape = self.operation.shape();
+        let columns = keyset_columns(shape)?;
+        let half = ((batch.size - batch.rows) / 2).max(1);
+        let middle = nth_after(shape, columns, batch.progress.as_ref(), Some(end), half);
+        let at = self
+            .context
+            .store
+            .fetch_cursor(&middle, columns.len())
+            .await?;
+        Ok(at.filter(|at| at < end))
     }
 
     async fn fail(&mut self, failed: Event) -> Result<(), OperationError> {

@@ -94,6 +94,19 @@ pub enum Event {
     },
     /// An operator retried a failed operation.
     Retried,
+    /// A range batch that kept failing was cut in two at `at`: batch
+    /// `ordinal` now ends at `at` and starts its attempts afresh, and batch
+    /// `new_ordinal` takes the rest of its range. (Added after the first
+    /// release of format 1 as its last variant, so every earlier payload
+    /// still decodes unchanged.)
+    BatchSplit {
+        /// The batch cut in two.
+        ordinal: i64,
+        /// Where its first half now ends (inclusive).
+        at: Cursor,
+        /// The batch holding the second half, `(at, old end]`.
+        new_ordinal: i64,
+    },
 }
 
 /// An event as stored: its place in the log and when it was recorded.
@@ -145,6 +158,7 @@ impl Event {
             Event::Failed { .. } => "failed",
             Event::Cancelled { .. } => "cancelled",
             Event::Retried => "retried",
+            Event::BatchSplit { .. } => "batch_split",
         }
     }
 }

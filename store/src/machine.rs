@@ -17,6 +17,7 @@
 //! | running                           | `BatchPlanned`   | running   |
 //! | any but finished                  | `BatchSucceeded` | unchanged (a batch in flight records its outcome) |
 //! | any but finished                  | `BatchFailed`    | unchanged |
+//! | running                           | `BatchSplit`     | running (a failing range batch becomes two) |
 //! | running                           | `Throttled`      | running   |
 //! | running                           | `Yielded`        | pending   |
 //! | pending, running                  | `Paused`         | paused    |
@@ -270,6 +271,7 @@ impl Event {
             Event::Created(_) => &[],
             Event::Started { .. } => &[Pending, Running],
             Event::BatchPlanned { .. }
+            | Event::BatchSplit { .. }
             | Event::Throttled { .. }
             | Event::Yielded { .. }
             | Event::Finished => &[Running],
@@ -448,6 +450,19 @@ fn transition(
                 Vec::new()
             })
         }
+        Event::BatchSplit {
+            ordinal,
+            at,
+            new_ordinal,
+        } => {
+            split_batch(next, *ordinal, at, *new_ordinal)?;
+            Ok(vec![
+                Effect::RetryBatch { ordinal: *ordinal },
+                Effect::RunBatch {
+                    ordinal: *new_ordinal,
+                },
+            ])
+        }
         Event::Throttled { health, reason } => {
             if let Health::Throttled { percent } = health
                 && !(1..=99).contains(percent)
@@ -575,6 +590,41 @@ fn plan_batch(
     Ok(())
 }
 
+/// A split adds one batch behind the cursor: the halves of a range batch
+/// already planned, so the cursor and the succeeded count stay.
+fn split_batch(
+    next: &mut Projection,
+    ordinal: i64,
+    at: &Cursor,
+    new_ordinal: i64,
+) -> Result<(), IllegalTransition> {
+    check_known_batch(next, ordinal)?;
+    if new_ordinal != next.batches_planned + 1 {
+        return Err(IllegalTransition::BatchOrdinal {
+            ordinal: new_ordinal,
+            planned: next.batches_planned,
+        });
+    }
+    let order = |detail: String| IllegalTransition::CursorOrder { ordinal, detail };
+    let width = next.batching_columns.len();
+    if width == 0 || at.width() != width {
+        return Err(order(format!(
+            "split point {at} must have one value per batching column ({width})"
+        )));
+    }
+    match &next.cursor {
+        Some(cursor) if at < cursor => {}
+        Some(cursor) => {
+            return Err(order(format!(
+                "split point {at} is not behind the cursor {cursor}"
+            )));
+        }
+        None => return Err(order("no batch range has been planned to split".into())),
+    }
+    next.batches_planned = new_ordinal;
+    Ok(())
+}
+
 fn check_known_batch(next: &Projection, ordinal: i64) -> Result<(), IllegalTransition> {
     if ordinal < 1 || ordinal > next.batches_planned {
         return Err(IllegalTransition::BatchOrdinal {
@@ -628,7 +678,7 @@ mod tests {
     }
 
     fn step() -> impl Strategy<Value = Step> {
-        (0u8..24, prop::bool::weighted(0.8), -3i64..50).prop_map(|(pick, plausible, n)| Step {
+        (0u8..25, prop::bool::weighted(0.8), -3i64..50).prop_map(|(pick, plausible, n)| Step {
             pick,
             plausible,
             n,
@@ -667,6 +717,7 @@ mod tests {
             18 => 9,
             19..=21 => 10,
             22 => 11,
+            23 => 13,
             _ => 12,
         };
         match category {
@@ -737,6 +788,25 @@ mod tests {
             11 => Event::Cancelled {
                 reason: "operator".into(),
             },
+            13 => {
+                // Plausible: one step behind the cursor's first column.
+                let width = state.batching_columns.len();
+                let at = match (&state.cursor, step.plausible) {
+                    (Some(cursor), true) => {
+                        let mut values = cursor.0.clone();
+                        if let CursorValue::Int(v) = values[0] {
+                            values[0] = CursorValue::Int(v - 1 - n.abs() % 3);
+                        }
+                        Cursor(values)
+                    }
+                    _ => Cursor(vec![CursorValue::Int(n); width.max(1)]),
+                };
+                Event::BatchSplit {
+                    ordinal: known,
+                    at,
+                    new_ordinal: next_ordinal,
+                }
+            }
             _ => {
                 if step.plausible {
                     Event::Retried
@@ -773,7 +843,9 @@ mod tests {
         use OperationStatus::*;
         match kind {
             "started" => matches!(from, Pending | Running),
-            "batch_planned" | "throttled" | "yielded" | "finished" => from == Running,
+            "batch_planned" | "batch_split" | "throttled" | "yielded" | "finished" => {
+                from == Running
+            }
             "batch_succeeded" | "batch_failed" => from != Finished,
             "paused" => matches!(from, Pending | Running),
             "resumed" => from == Paused,
@@ -851,14 +923,16 @@ mod tests {
             prop::option::of(1i64..400),
             prop::collection::vec(step(), 0..80),
         );
-        let (mut finished, mut several_batches) = (0, 0);
+        let (mut finished, mut several_batches, mut splits) = (0, 0, 0);
         for _ in 0..4000 {
             let (columns, max, steps) = histories.new_tree(&mut runner).unwrap().current();
             let mut state = apply(None, &Event::Created(Box::new(spec(columns, max))), 0)
                 .unwrap()
                 .0;
             for step in &steps {
-                if let Ok((next, _)) = apply(Some(&state), &build(step, &state), 1) {
+                let event = build(step, &state);
+                if let Ok((next, _)) = apply(Some(&state), &event, 1) {
+                    splits += usize::from(matches!(event, Event::BatchSplit { .. }));
                     state = next;
                 }
             }
@@ -868,11 +942,12 @@ mod tests {
             several_batches += usize::from(state.batches_planned >= 3);
         }
         eprintln!(
-            "of 4000 histories: {finished} finished after batches, {several_batches} planned 3+ batches"
+            "of 4000 histories: {finished} finished after batches, {several_batches} planned 3+ batches, \
+             {splits} accepted splits"
         );
         assert!(
-            finished >= 100 && several_batches >= 250,
-            "{finished} {several_batches}"
+            finished >= 100 && several_batches >= 250 && splits >= 100,
+            "{finished} {several_batches} {splits}"
         );
     }
 

@@ -463,6 +463,81 @@ macro_rules! backend {
                 Ok(appended)
             }
 
+            pub(crate) async fn split_batch(
+                pool: &Pool,
+                lease: &BatchLease,
+                at: &Cursor,
+                error: &str,
+                next_sub_batch_size: Option<i64>,
+                now: i64,
+            ) -> Result<Appended, StoreError> {
+                let mut tx = begin_write(pool).await?;
+                let row: Option<BatchRow> = sqlx::query_as(DIALECT.pick(
+                    "SELECT * FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
+                    "SELECT * FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running' FOR UPDATE",
+                ))
+                .bind(lease.batch_id)
+                .bind(lease.epoch)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(row) = row else {
+                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                };
+                let batch = Batch::try_from(row)?;
+                let from = batch.progress.as_ref().or(batch.start.as_ref());
+                let Some(end) = batch.end.clone().filter(|end| at < end && from.is_none_or(|f| at > f)) else {
+                    return Err(StoreError::Illegal {
+                        operation_id: lease.operation_id,
+                        source: machine::IllegalTransition::CursorOrder {
+                            ordinal: lease.ordinal,
+                            detail: format!("split point {at} is not inside the batch's remaining range"),
+                        },
+                    });
+                };
+                let record = load_locked(&mut tx, lease.operation_id).await?;
+                let new_ordinal = record.state.batches_planned + 1;
+                let events = [
+                    Event::BatchFailed {
+                        ordinal: lease.ordinal,
+                        attempt: lease.attempt,
+                        error: error.to_owned(),
+                        next_sub_batch_size,
+                    },
+                    Event::BatchSplit { ordinal: lease.ordinal, at: at.clone(), new_ordinal },
+                ];
+                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
+                let remaining = (batch.batch_size - batch.rows_affected).max(2);
+                let sub_batch_size = next_sub_batch_size.unwrap_or(batch.sub_batch_size);
+                // The first half starts its attempts afresh; its committed progress stays.
+                sqlx::query(
+                    "UPDATE sluice_batches SET end_cursor = $2, batch_size = $3, sub_batch_size = $4, last_error = $5, \
+                     status = 'pending', attempts = 0, lease_expires_at = NULL WHERE id = $1",
+                )
+                .bind(lease.batch_id)
+                .bind(at.to_json())
+                .bind(batch.rows_affected + remaining / 2)
+                .bind(sub_batch_size)
+                .bind(error)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO sluice_batches \
+                     (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)",
+                )
+                .bind(lease.operation_id)
+                .bind(new_ordinal)
+                .bind(at.to_json())
+                .bind(end.to_json())
+                .bind(remaining - remaining / 2)
+                .bind(sub_batch_size)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(appended)
+            }
+
             pub(crate) async fn batches(pool: &Pool, operation_id: i64) -> Result<Vec<Batch>, StoreError> {
                 let rows: Vec<BatchRow> =
                     sqlx::query_as("SELECT * FROM sluice_batches WHERE operation_id = $1 ORDER BY ordinal")

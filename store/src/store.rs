@@ -382,6 +382,27 @@ impl Store {
         dispatch!(self.fail_batch(lease, error, retry, next_sub_batch_size, now))
     }
 
+    /// Records a running range batch's failed attempt and cuts the batch in
+    /// two at `at`, appending `batch_failed` and `batch_split` in one
+    /// transaction: the batch now ends at `at`, keeps its committed progress
+    /// and goes back to pending with its attempts reset; a new pending batch
+    /// takes `(at, old end]`. Both use `next_sub_batch_size` when given.
+    ///
+    /// Errors: [`StoreError::BatchLeaseLost`] when the batch was claimed by
+    /// another node since; [`StoreError::Illegal`] when `at` is not inside
+    /// the batch's remaining range (after its progress, before its end) or
+    /// the batch is a loop batch, which has no range. Nothing is written then.
+    pub async fn split_batch(
+        &self,
+        lease: &BatchLease,
+        at: &Cursor,
+        error: &str,
+        next_sub_batch_size: Option<i64>,
+    ) -> Result<Appended, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.split_batch(lease, at, error, next_sub_batch_size, now))
+    }
+
     /// The operation's batches, by ordinal.
     pub async fn batches(&self, operation_id: i64) -> Result<Vec<Batch>, StoreError> {
         dispatch!(self.batches(operation_id))
