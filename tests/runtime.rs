@@ -26,6 +26,9 @@ for_each_backend!(
     a_sub_batch_failing_twice_is_retried_smaller_and_finishes,
     a_sub_batch_that_always_fails_fails_the_operation,
     a_batch_that_keeps_timing_out_is_split_in_halves,
+    an_operation_actor_that_fails_to_start_is_restarted_within_its_budget,
+    an_actor_failing_past_its_budget_fails_only_its_own_operation,
+    a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried,
     an_operator_pause_from_outside_stops_the_worker_and_resume_finishes,
 );
 
@@ -680,6 +683,31 @@ async fn a_sub_batch_failing_twice_is_retried_smaller_and_finishes(db: &TestDb) 
     runtime.shutdown().await.unwrap();
 }
 
+/// `items(id 1..=n, seen 0, slow 0)`.
+async fn create_items(db: &TestDb, n: i64) {
+    db.execute(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, seen INTEGER NOT NULL DEFAULT 0, slow INTEGER NOT NULL DEFAULT 0)",
+    )
+    .await;
+    let fill = if db.backend == "postgres" {
+        format!("INSERT INTO items (id) SELECT g FROM generate_series(1, {n}) g")
+    } else {
+        format!(
+            "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < {n}) INSERT INTO items (id) SELECT v FROM g"
+        )
+    };
+    db.execute(&fill).await;
+}
+
+async fn assert_each_item_changed_once(db: &TestDb) {
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE seen <> 1")
+            .await,
+        0,
+        "some item was not changed exactly once"
+    );
+}
+
 /// Marks rows, but runs out of time whenever a sub-batch holds the one slow
 /// row together with more than four others: only small enough ranges pass.
 struct SlowAroundOneRow;
@@ -715,16 +743,7 @@ impl Operation for SlowAroundOneRow {
 }
 
 async fn a_batch_that_keeps_timing_out_is_split_in_halves(db: &TestDb) {
-    db.execute(
-        "CREATE TABLE items (id BIGINT PRIMARY KEY, seen INTEGER NOT NULL DEFAULT 0, slow INTEGER NOT NULL DEFAULT 0)",
-    )
-    .await;
-    let fill = if db.backend == "postgres" {
-        "INSERT INTO items (id) SELECT g FROM generate_series(1, 200) g"
-    } else {
-        "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 200) INSERT INTO items (id) SELECT v FROM g"
-    };
-    db.execute(fill).await;
+    create_items(db, 200).await;
     db.execute("UPDATE items SET slow = 1 WHERE id = 40").await;
     let config = RuntimeConfig {
         sub_batch_timeout: Duration::from_millis(150),
@@ -755,11 +774,7 @@ async fn a_batch_that_keeps_timing_out_is_split_in_halves(db: &TestDb) {
         record.state.last_error
     );
     // Every row changed exactly once, the slow one included.
-    assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM items WHERE seen <> 1")
-            .await,
-        0
-    );
+    assert_each_item_changed_once(db).await;
     assert_eq!(record.state.rows_done, 200);
     let events = db.store.events(enqueued.id, 0).await.unwrap();
     let splits = events
@@ -870,4 +885,144 @@ async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db:
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
     other.close().await;
     runtime.shutdown().await.unwrap();
+}
+
+/// Marks `items` rows in ranges of their id, misbehaving on purpose: its
+/// `shape` panics on the calls numbered in `shape_panics` (call 1 is the
+/// enqueue's, later ones are operation actors starting), and its `run`
+/// panics on the calls numbered in `run_panics`.
+struct Unreliable {
+    kind: &'static str,
+    shape_calls: Arc<AtomicU32>,
+    shape_panics: std::ops::RangeInclusive<u32>,
+    run_calls: Arc<AtomicU32>,
+    run_panics: std::ops::RangeInclusive<u32>,
+}
+
+impl Unreliable {
+    fn new(kind: &'static str) -> Self {
+        Unreliable {
+            kind,
+            shape_calls: Arc::default(),
+            shape_panics: 0..=0, // calls count from 1: never
+            run_calls: Arc::default(),
+            run_panics: 0..=0,
+        }
+    }
+}
+
+#[async_trait]
+impl Operation for Unreliable {
+    type Arguments = serde_json::Value;
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn shape(&self, _: &serde_json::Value) -> Result<Shape, OperationError> {
+        let call = self.shape_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.shape_panics.contains(&call) {
+            panic!("shape call {call} panics on purpose");
+        }
+        Shape::range("items", "id")
+    }
+
+    async fn run(
+        &self,
+        _: &serde_json::Value,
+        batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        let call = self.run_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.run_panics.contains(&call) {
+            panic!("run call {call} panics on purpose");
+        }
+        batch.update_expression("seen = seen + 1").await
+    }
+}
+
+async fn run_unreliable(
+    db: &TestDb,
+    operations: Vec<Unreliable>,
+) -> Vec<sluice_store::OperationRecord> {
+    let kinds: Vec<&'static str> = operations.iter().map(|o| o.kind).collect();
+    let mut builder = builder(db).config(RuntimeConfig {
+        max_attempts: 3,
+        ..fixed_batches(40)
+    });
+    for operation in operations {
+        builder = builder.register(operation);
+    }
+    let runtime = builder.start().await.unwrap();
+    let options = EnqueueOptions {
+        batch_size: 40,
+        sub_batch_size: 20,
+        ..EnqueueOptions::default()
+    };
+    let mut ids = Vec::new();
+    for kind in kinds {
+        let enqueued = runtime
+            .enqueue_json(kind, &serde_json::json!({}), &options)
+            .await
+            .unwrap();
+        ids.push(enqueued.id);
+    }
+    let mut records = Vec::new();
+    for id in ids {
+        records.push(finish(&runtime, id).await);
+        db.store.verify(id).await.unwrap();
+    }
+    runtime.shutdown().await.unwrap();
+    records
+}
+
+async fn an_operation_actor_that_fails_to_start_is_restarted_within_its_budget(db: &TestDb) {
+    create_items(db, 100).await;
+    let operation = Unreliable {
+        shape_panics: 2..=3, // the first two actors die starting; the third runs
+        ..Unreliable::new("restarts-twice")
+    };
+    let shape_calls = operation.shape_calls.clone();
+    let records = run_unreliable(db, vec![operation]).await;
+    assert_eq!(records[0].state.status, OperationStatus::Finished);
+    assert!(shape_calls.load(Ordering::SeqCst) >= 4);
+    assert_each_item_changed_once(db).await;
+}
+
+async fn an_actor_failing_past_its_budget_fails_only_its_own_operation(db: &TestDb) {
+    create_items(db, 100).await;
+    let broken = Unreliable {
+        shape_panics: 2..=u32::MAX, // every actor dies starting
+        ..Unreliable::new("always-broken")
+    };
+    let records = run_unreliable(db, vec![broken, Unreliable::new("healthy")]).await;
+    let (broken, healthy) = (&records[0], &records[1]);
+    assert_eq!(broken.state.status, OperationStatus::Failed);
+    let error = broken.state.last_error.clone().unwrap_or_default();
+    assert!(error.contains("failed 4 times"), "{error}");
+    // The other operation on the same runtime was not disturbed.
+    assert_eq!(healthy.state.status, OperationStatus::Finished);
+    assert_eq!(healthy.state.rows_done, 100);
+    assert_each_item_changed_once(db).await;
+}
+
+async fn a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried(db: &TestDb) {
+    create_items(db, 100).await;
+    let operation = Unreliable {
+        run_panics: 2..=2,
+        ..Unreliable::new("worker-panics-once")
+    };
+    let records = run_unreliable(db, vec![operation]).await;
+    let record = &records[0];
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_each_item_changed_once(db).await;
+    let events = db.store.events(record.id, 0).await.unwrap();
+    let failures: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::BatchFailed { error, .. } => Some(error.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(failures[0].contains("worker died"), "{}", failures[0]);
 }

@@ -13,7 +13,7 @@ use std::time::Instant;
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
-use sluice_store::{Event, Expected};
+use sluice_store::{Event, Expected, OperationStatus};
 
 use crate::config::{RuntimeContext, Services};
 use crate::health::HealthIndicator;
@@ -142,19 +142,30 @@ impl Actor for RuntimeSupervisor {
 }
 
 impl SupervisorState {
+    /// Starts an actor for operation `id`. A start that fails (its
+    /// `pre_start` returned an error or panicked) counts against the restart
+    /// budget like a crash of a running actor.
     async fn start_operation(&mut self, myself: &ActorRef<SupervisorMessage>, id: i64) {
         if self.operations.values().any(|(running, _)| *running == id) {
             return;
         }
-        let args = OperationArgs {
-            context: self.context.clone(),
-            operation_id: id,
-        };
-        match Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await {
-            Ok((actor, _)) => {
-                self.operations.insert(actor.get_id(), (id, actor));
+        loop {
+            let args = OperationArgs {
+                context: self.context.clone(),
+                operation_id: id,
+            };
+            match Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await {
+                Ok((actor, _)) => {
+                    self.operations.insert(actor.get_id(), (id, actor));
+                    return;
+                }
+                Err(e) => {
+                    let reason = format!("it did not start: {e}");
+                    if !self.within_restart_budget(id, &reason).await {
+                        return;
+                    }
+                }
             }
-            Err(e) => tracing::warn!(operation = id, error = %e, "operation actor did not start"),
         }
     }
 
@@ -166,6 +177,16 @@ impl SupervisorState {
         id: i64,
         reason: &str,
     ) {
+        if self.within_restart_budget(id, reason).await {
+            self.start_operation(myself, id).await;
+        }
+    }
+
+    /// Counts a failure of operation `id`'s actor. True when it may be
+    /// started again; past `restart_budget` failures within
+    /// `restart_window` (or while shutting down) false, and past the budget
+    /// the operation is failed with the reason if this node still holds it.
+    async fn within_restart_budget(&mut self, id: i64, reason: &str) -> bool {
         let config = &self.context.config;
         let window = self.restarts.entry(id).or_default();
         let now = Instant::now();
@@ -173,34 +194,39 @@ impl SupervisorState {
         window.push_back(now);
         let restarts = window.len();
         if self.shutdown.is_some() {
-            return;
+            return false;
         }
+        let store = &self.context.store;
+        let held = match store.operation(id).await {
+            Ok(record) if record.state.status == OperationStatus::Running => {
+                record.lease.filter(|l| l.node == config.node)
+            }
+            _ => None,
+        };
+        let Some(lease) = held else {
+            // Ended, paused or taken over meanwhile: nothing to restart.
+            tracing::warn!(operation = id, %reason, "operation actor failed; the operation is no longer held here");
+            return false;
+        };
         if restarts as u32 <= config.restart_budget {
             tracing::warn!(operation = id, restarts, %reason, "operation actor failed; restarting it");
-            self.start_operation(myself, id).await;
-            return;
+            return true;
         }
         tracing::error!(operation = id, restarts, %reason, "operation actor keeps failing; failing the operation");
-        let store = &self.context.store;
-        let lease = match store.operation(id).await {
-            Ok(record) => record.lease.filter(|l| l.node == config.node),
-            Err(_) => None,
+        let failed = Event::Failed {
+            error: format!(
+                "the operation's actor failed {restarts} times within {:?}; last: {reason}",
+                config.restart_window
+            ),
         };
-        if let Some(lease) = lease {
-            let failed = Event::Failed {
-                error: format!(
-                    "the operation's actor failed {restarts} times within {:?}; last: {reason}",
-                    config.restart_window
-                ),
-            };
-            if let Err(e) = store
-                .append(id, Expected::Any, Some(&lease), &[failed])
-                .await
-            {
-                tracing::warn!(operation = id, error = %e, "could not record the failure");
-            }
+        if let Err(e) = store
+            .append(id, Expected::Any, Some(&lease), &[failed])
+            .await
+        {
+            tracing::warn!(operation = id, error = %e, "could not record the failure");
         }
         self.restarts.remove(&id);
+        false
     }
 
     /// The monitor, the pool or the reconciler died: start a new one.
