@@ -219,14 +219,17 @@ impl Runtime {
         arguments: &serde_json::Value,
         options: &EnqueueOptions,
     ) -> Result<Enqueued, RuntimeError> {
-        Ok(enqueue(
+        let enqueued = enqueue(
             &self.context.store,
             &self.context.registry,
             kind,
             arguments,
             options,
         )
-        .await?)
+        .await?;
+        // This node can run it: claim it now, not at the next interval.
+        let _ = self.supervisor.cast(SupervisorMessage::ReconcileNow);
+        Ok(enqueued)
     }
 
     /// Pauses one operation, a kind or everything.

@@ -40,6 +40,9 @@ pub enum SupervisorMessage {
     Start(i64),
     /// Which operations have an actor here.
     Running(RpcReplyPort<Vec<i64>>),
+    /// Look for runnable operations now rather than at the next interval
+    /// (an operation was just enqueued here, or a slot was freed).
+    ReconcileNow,
     /// Stop claiming, let every operation actor finish its sub-batch in
     /// flight and give its operation back, then stop; reply when done.
     Shutdown(RpcReplyPort<()>),
@@ -98,6 +101,7 @@ impl Actor for RuntimeSupervisor {
             SupervisorMessage::Running(reply) => {
                 let _ = reply.send(state.operations.values().map(|(id, _)| *id).collect());
             }
+            SupervisorMessage::ReconcileNow => state.reconcile_now(),
             SupervisorMessage::Shutdown(reply) => {
                 if let Some(reconciler) = state.reconciler.take() {
                     reconciler.stop(None);
@@ -120,9 +124,12 @@ impl Actor for RuntimeSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorTerminated(cell, _, _) => {
-                state.operations.remove(&cell.get_id());
+                let freed = state.operations.remove(&cell.get_id()).is_some();
                 if state.shutdown.is_none() {
                     state.replace_service(&myself, &cell, "stopped").await?;
+                    if freed {
+                        state.reconcile_now();
+                    }
                 }
                 state.finish_shutdown_if_done(&myself);
             }
@@ -227,6 +234,12 @@ impl SupervisorState {
         }
         self.restarts.remove(&id);
         false
+    }
+
+    fn reconcile_now(&self) {
+        if let Some(reconciler) = &self.reconciler {
+            let _ = reconciler.cast(ReconcilerMessage::Reconcile);
+        }
     }
 
     /// The monitor, the pool or the reconciler died: start a new one.
