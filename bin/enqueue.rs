@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::json;
-use sluice_operations::{
-    DeleteAgedRows, EnqueueOptions, Registry, builtin::UpdateInBatchesArguments, enqueue,
-};
+use sluice_operations::{EnqueueOptions, Registry, builtin::UpdateInBatchesArguments, enqueue};
 use sluice_store::{Limits, Store};
 
 use crate::failure::Failure;
@@ -80,76 +78,92 @@ pub struct CommonOptions {
     json: bool,
 }
 
-/// Checks and enqueues; prints the operation's id.
-pub async fn run(store: &Store, command: EnqueueCommand) -> Result<(), Failure> {
-    let (kind, arguments, common) = match command {
-        EnqueueCommand::DeleteAgedRows {
-            table,
-            column,
-            older_than,
-            common,
-        } => {
-            let arguments = DeleteAgedRows::arguments(
-                store,
-                &table,
-                &column,
-                &common.key,
-                older_than,
-                chrono::Utc::now(),
-            )
-            .await?;
-            (
-                "delete-aged-rows",
-                serde_json::to_value(arguments).expect("arguments serialise"),
-                common,
-            )
-        }
-        EnqueueCommand::UpdateInBatches {
-            table,
-            set,
-            condition,
-            common,
-        } => {
-            let arguments = UpdateInBatchesArguments {
+/// What an `enqueue` (or `schedule add`) command line asks for: the kind,
+/// its arguments as a schedule stores them (a relative age for
+/// `delete-aged-rows`), and how to run it.
+pub struct Recipe {
+    /// The kind.
+    pub kind: &'static str,
+    /// The stored arguments, resolved at enqueue time by the kind.
+    pub arguments: serde_json::Value,
+    /// How it runs.
+    pub options: EnqueueOptions,
+    /// `--json` was given.
+    pub json: bool,
+}
+
+impl From<EnqueueCommand> for Recipe {
+    fn from(command: EnqueueCommand) -> Self {
+        let (kind, arguments, common) = match command {
+            EnqueueCommand::DeleteAgedRows {
                 table,
-                key: common.key.clone(),
+                column,
+                older_than,
+                common,
+            } => {
+                let arguments = json!({
+                    "table": table,
+                    "column": column,
+                    "key": common.key,
+                    "older_than": format!("{}ms", older_than.as_millis()),
+                });
+                ("delete-aged-rows", arguments, common)
+            }
+            EnqueueCommand::UpdateInBatches {
+                table,
                 set,
                 condition,
-            };
-            (
-                "update-in-batches",
-                serde_json::to_value(arguments).expect("arguments serialise"),
                 common,
-            )
+            } => {
+                let arguments = UpdateInBatchesArguments {
+                    table,
+                    key: common.key.clone(),
+                    set,
+                    condition,
+                };
+                (
+                    "update-in-batches",
+                    serde_json::to_value(arguments).expect("arguments serialise"),
+                    common,
+                )
+            }
+        };
+        let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let options = EnqueueOptions {
+            batch_size: common.batch_size,
+            sub_batch_size: common.sub_batch_size,
+            pause: common.pause,
+            limits: Limits {
+                max_runtime_ms: common.max_runtime.map(millis),
+                max_rows_per_run: common.max_rows,
+            },
+            priority: common.priority,
+            force: common.force,
+            ..EnqueueOptions::default()
+        };
+        Recipe {
+            kind,
+            arguments,
+            options,
+            json: common.json,
         }
-    };
-    let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    let options = EnqueueOptions {
-        batch_size: common.batch_size,
-        sub_batch_size: common.sub_batch_size,
-        pause: common.pause,
-        limits: Limits {
-            max_runtime_ms: common.max_runtime.map(millis),
-            max_rows_per_run: common.max_rows,
-        },
-        priority: common.priority,
-        force: common.force,
-        ..EnqueueOptions::default()
-    };
-    let enqueued = enqueue(
-        store,
-        &Registry::with_builtins(),
-        kind,
-        &arguments,
-        &options,
-    )
-    .await?;
+    }
+}
+
+/// Checks and enqueues; prints the operation's id.
+pub async fn run(store: &Store, command: EnqueueCommand) -> Result<(), Failure> {
+    let recipe = Recipe::from(command);
+    let registry = Registry::with_builtins();
+    let arguments = registry
+        .arguments_at(recipe.kind, store, recipe.arguments, chrono::Utc::now())
+        .await?;
+    let enqueued = enqueue(store, &registry, recipe.kind, &arguments, &recipe.options).await?;
     let record = store.operation(enqueued.id).await?;
-    if common.json {
+    if recipe.json {
         let value = json!({
             "id": enqueued.id,
             "created": enqueued.created,
-            "kind": kind,
+            "kind": recipe.kind,
             "status": record.state.status.as_str(),
             "estimated_rows": record.state.estimated_rows,
         });

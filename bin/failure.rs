@@ -36,6 +36,8 @@ impl From<StoreError> for Failure {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::NotFound(_)
+            | StoreError::UnknownSchedule(_)
+            | StoreError::ScheduleExists(_)
             | StoreError::UnsupportedUrl { .. }
             | StoreError::InvalidSpec(_)
             | StoreError::UnsupportedCursorType { .. }
@@ -75,6 +77,19 @@ impl From<ControlError> for Failure {
     fn from(error: ControlError) -> Self {
         match error {
             ControlError::Store(e) => e.into(),
+            other => Failure::BadInput(other.to_string()),
+        }
+    }
+}
+
+impl From<sluice_runtime::ScheduleError> for Failure {
+    fn from(error: sluice_runtime::ScheduleError) -> Self {
+        if error.is_bad_input() {
+            return Failure::BadInput(error.to_string());
+        }
+        match error {
+            sluice_runtime::ScheduleError::Store(e) => e.into(),
+            sluice_runtime::ScheduleError::Operation(e) => e.into(),
             other => Failure::BadInput(other.to_string()),
         }
     }

@@ -11,6 +11,7 @@ mod failure;
 mod progress;
 mod render;
 mod run;
+mod schedule;
 
 use std::process::ExitCode;
 
@@ -44,8 +45,11 @@ enum Command {
     /// Check and enqueue an operation.
     #[command(subcommand)]
     Enqueue(enqueue::EnqueueCommand),
-    /// Run a worker: claim runnable operations and run them.
+    /// Run a worker: claim runnable operations and run them, and fire due schedules.
     Run(run::RunArgs),
+    /// Recurring operations: add, list, remove, enable, disable.
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCommand),
     /// List operations, oldest first.
     List {
         /// Only operations in this status (pending, running, paused, failed, finished, cancelled).
@@ -78,8 +82,10 @@ enum Command {
         json: bool,
     },
     /// Pause operations: no new sub-batch starts until they are resumed.
+    /// With --kind or --all also a kill switch kept in the database: no
+    /// worker starts an operation of the kind and its scheduled fires are refused.
     Pause(control::ControlArgs),
-    /// Resume paused operations.
+    /// Resume paused operations (with --kind or --all, lifting the kill switch).
     Resume(control::ControlArgs),
     /// Cancel operations for good.
     Cancel(control::ControlArgs),
@@ -152,6 +158,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Demo(args) => demo::run(store, args).await,
         Command::Enqueue(command) => enqueue::run(store, command).await,
         Command::Run(args) => run::run(store, args).await,
+        Command::Schedule(command) => schedule::run(store, command).await,
         Command::List {
             status,
             kind,

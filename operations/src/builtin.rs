@@ -162,6 +162,32 @@ impl Operation for DeleteAgedRows {
     ) -> Result<u64, OperationError> {
         sub_batch.delete().await
     }
+
+    /// A schedule stores `{"table", "column", "key", "older_than": "90d"}`;
+    /// each fire measures the age from its own time. Stored arguments with a
+    /// cutoff are used as they are.
+    async fn arguments_at(
+        &self,
+        store: &Store,
+        stored: serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<serde_json::Value, OperationError> {
+        let Some(older_than) = stored.get("older_than").and_then(|v| v.as_str()) else {
+            return Ok(stored);
+        };
+        let field = |name: &str| {
+            stored.get(name).and_then(|v| v.as_str()).ok_or_else(|| {
+                OperationError::Arguments(format!("delete-aged-rows needs a `{name}` string"))
+            })
+        };
+        let age = crate::duration::parse_duration(older_than)
+            .map_err(|e| OperationError::Arguments(format!("older_than: {e}")))?;
+        let key = stored.get("key").and_then(|v| v.as_str()).unwrap_or("id");
+        let resolved =
+            DeleteAgedRows::arguments(store, field("table")?, field("column")?, key, age, now)
+                .await?;
+        serde_json::to_value(resolved).map_err(|e| OperationError::Arguments(e.to_string()))
+    }
 }
 
 #[async_trait]

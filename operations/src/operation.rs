@@ -50,8 +50,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use sluice_store::Store;
 
 use crate::error::OperationError;
 use crate::shape::Shape;
@@ -86,6 +88,19 @@ pub trait Operation: Send + Sync + 'static {
         arguments: &Self::Arguments,
         sub_batch: &mut SubBatch<'_>,
     ) -> Result<u64, OperationError>;
+
+    /// Turns a schedule's stored arguments into the arguments of the
+    /// operation one of its fires enqueues at `now`: a relative age, say,
+    /// becomes a cutoff measured from the fire. By default the stored
+    /// arguments are used as they are.
+    async fn arguments_at(
+        &self,
+        _store: &Store,
+        stored: serde_json::Value,
+        _now: DateTime<Utc>,
+    ) -> Result<serde_json::Value, OperationError> {
+        Ok(stored)
+    }
 }
 
 /// An operation bound to its decoded arguments, as the runtime runs it.
@@ -142,14 +157,33 @@ impl Registry {
         kind: &str,
         arguments: &str,
     ) -> Result<Arc<dyn PreparedOperation>, OperationError> {
-        let operation = self
-            .kinds
+        let operation = self.lookup(kind)?;
+        operation.prepare(arguments)
+    }
+
+    /// The arguments a fire of a schedule of `kind` enqueues at `now`
+    /// ([`Operation::arguments_at`]). Errors: [`OperationError::UnknownKind`]
+    /// and the kind's own.
+    pub async fn arguments_at(
+        &self,
+        kind: &str,
+        store: &Store,
+        stored: serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<serde_json::Value, OperationError> {
+        let operation = self.lookup(kind)?;
+        operation.arguments_at(store, stored, now).await
+    }
+}
+
+impl Registry {
+    fn lookup(&self, kind: &str) -> Result<&Arc<dyn ErasedOperation>, OperationError> {
+        self.kinds
             .get(kind)
             .ok_or_else(|| OperationError::UnknownKind {
                 kind: kind.to_owned(),
                 known: self.kinds().iter().map(|k| k.to_string()).collect(),
-            })?;
-        operation.prepare(arguments)
+            })
     }
 }
 
@@ -161,8 +195,16 @@ impl std::fmt::Debug for Registry {
 
 /// An operation with its argument type erased, so kinds of different
 /// argument types live in one registry.
+#[async_trait]
 trait ErasedOperation: Send + Sync {
     fn prepare(&self, arguments: &str) -> Result<Arc<dyn PreparedOperation>, OperationError>;
+
+    async fn arguments_at(
+        &self,
+        store: &Store,
+        stored: serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<serde_json::Value, OperationError>;
 }
 
 struct Typed<O>(Arc<O>);
@@ -173,7 +215,17 @@ struct Prepared<O: Operation> {
     shape: Shape,
 }
 
+#[async_trait]
 impl<O: Operation> ErasedOperation for Typed<O> {
+    async fn arguments_at(
+        &self,
+        store: &Store,
+        stored: serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<serde_json::Value, OperationError> {
+        self.0.arguments_at(store, stored, now).await
+    }
+
     fn prepare(&self, arguments: &str) -> Result<Arc<dyn PreparedOperation>, OperationError> {
         let arguments: O::Arguments = serde_json::from_str(arguments)
             .map_err(|e| OperationError::Arguments(format!("for `{}`: {e}", self.0.kind())))?;

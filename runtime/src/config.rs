@@ -26,6 +26,8 @@ pub struct RuntimeConfig {
     pub lease_ttl: Duration,
     /// How often the reconciler looks for runnable operations.
     pub reconcile_interval: Duration,
+    /// How often the scheduler fires due schedules.
+    pub schedule_interval: Duration,
     /// How often operation actors check the store for operator controls
     /// written elsewhere (pause, cancel) — the bound on how late they notice.
     pub control_interval: Duration,
@@ -65,6 +67,7 @@ impl Default for RuntimeConfig {
             pool_size: 4,
             lease_ttl: Duration::from_secs(15),
             reconcile_interval: Duration::from_millis(500),
+            schedule_interval: Duration::from_secs(1),
             control_interval: Duration::from_millis(250),
             health_interval: Duration::from_millis(250),
             health_clear_after: 3,

@@ -1,6 +1,11 @@
 //! Operator controls: pause, resume, cancel and retry one operation, every
 //! operation of a kind, or every operation.
 //!
+//! Pausing or resuming a kind (or everything) is also a kill switch, kept in
+//! the store: while it is set no node starts an operation of that kind (a
+//! new one waits as pending) and scheduled fires of it are refused with the
+//! reason; resuming lifts it and resumes the kind's paused operations.
+//!
 //! Each control is an event appended through the state machine, so it works
 //! from any process (a running worker notices within its control interval)
 //! and a control that does not apply is refused for one operation. A bulk
@@ -121,6 +126,14 @@ pub async fn control(
         Selection::Kind(kind) => Some(kind.clone()),
         Selection::All => None,
     };
+    let scope = kind.as_deref().unwrap_or("*");
+    match action {
+        Action::Pause => store.set_switch(scope, reason).await?,
+        Action::Resume => {
+            store.clear_switch(scope).await?;
+        }
+        Action::Cancel | Action::Retry => {}
+    }
     let mut candidates = Vec::new();
     for status in event.legal_from() {
         let filter = ListFilter {

@@ -9,7 +9,8 @@
 //! - the [`health::HealthMonitor`] polls health indicators and broadcasts
 //!   normal / throttle / stop, globally or per table, with hysteresis;
 //! - the [`pool::SubBatchPool`] runs sub-batch SQL on a fixed number of
-//!   supervised workers, with a statement timeout.
+//!   supervised workers, with a statement timeout;
+//! - the [`scheduler::Scheduler`] fires due schedules ([`schedule`]).
 //!
 //! State lives in the store, never only in a mailbox: every actor rebuilds
 //! what it needs from the store when it starts, so a restart or a lost
@@ -25,6 +26,8 @@ pub mod operation_actor;
 pub mod pool;
 pub mod reconciler;
 mod runtime;
+pub mod schedule;
+pub mod scheduler;
 pub mod sizing;
 pub mod supervisor;
 
@@ -32,4 +35,5 @@ pub use config::{Progress, RuntimeConfig};
 pub use control::{Action, ControlError, Controlled, Selection, control};
 pub use health::{HealthIndicator, Signal, indicator_fn};
 pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
+pub use schedule::{Fired, ScheduleError, ScheduleSpec};
 pub use sluice_operations::{EnqueueOptions, Operation};

@@ -16,6 +16,7 @@ use crate::config::{Progress, RuntimeConfig, RuntimeContext};
 use crate::control::{Action, ControlError, Controlled, Selection, control};
 use crate::health::HealthIndicator;
 use crate::indicators::default_indicators;
+use crate::schedule::{ScheduleError, ScheduleSpec, add_schedule, set_enabled};
 use crate::supervisor::{RuntimeSupervisor, SupervisorArgs, SupervisorMessage};
 
 /// Configures and starts a [`Runtime`].
@@ -232,7 +233,8 @@ impl Runtime {
         Ok(enqueued)
     }
 
-    /// Pauses one operation, a kind or everything.
+    /// Pauses one operation, a kind or everything (for a kind or everything
+    /// also a persisted kill switch: see [`crate::control`]).
     pub async fn pause(
         &self,
         selection: &Selection,
@@ -241,7 +243,7 @@ impl Runtime {
         Ok(control(&self.context.store, Action::Pause, selection, reason).await?)
     }
 
-    /// Resumes paused operations.
+    /// Resumes paused operations (for a kind or everything, lifting its kill switch).
     pub async fn resume(&self, selection: &Selection) -> Result<Controlled, RuntimeError> {
         Ok(control(&self.context.store, Action::Resume, selection, "").await?)
     }
@@ -300,6 +302,34 @@ impl Runtime {
             })
             .await;
         }
+    }
+
+    /// Checks and stores a schedule ([`crate::schedule::add_schedule`]);
+    /// every runtime on the store fires it, exactly one per tick.
+    pub async fn add_schedule(
+        &self,
+        spec: &ScheduleSpec,
+    ) -> Result<sluice_store::Schedule, ScheduleError> {
+        add_schedule(&self.context.store, &self.context.registry, spec).await
+    }
+
+    /// Removes a schedule (its recorded fires stay).
+    pub async fn remove_schedule(&self, name: &str) -> Result<(), ScheduleError> {
+        Ok(self.context.store.remove_schedule(name).await?)
+    }
+
+    /// Enables (from the next due time after now) or disables a schedule.
+    pub async fn set_schedule_enabled(
+        &self,
+        name: &str,
+        enabled: bool,
+    ) -> Result<(), ScheduleError> {
+        set_enabled(&self.context.store, name, enabled).await
+    }
+
+    /// Every schedule, by name.
+    pub async fn schedules(&self) -> Result<Vec<sluice_store::Schedule>, RuntimeError> {
+        Ok(self.context.store.schedules().await?)
     }
 
     /// Runs until no operation is pending or running anywhere (work held by

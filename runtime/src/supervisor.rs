@@ -1,8 +1,8 @@
 //! The runtime supervisor: the root of the actor tree.
 //!
-//! It starts the [`HealthMonitor`], the [`SubBatchPool`] and the
-//! [`Reconciler`], and one [`OperationActor`] per operation the reconciler
-//! claimed. It restarts what fails: the monitor, pool and reconciler always;
+//! It starts the [`HealthMonitor`], the [`SubBatchPool`], the
+//! [`Reconciler`] and the [`Scheduler`], and one [`OperationActor`] per operation the reconciler
+//! claimed. It restarts what fails: the monitor, pool, reconciler and scheduler always;
 //! an operation actor from the store's state, up to `restart_budget` times
 //! within `restart_window`, after which the operation is failed with the
 //! reason (and no other operation is touched).
@@ -21,6 +21,7 @@ use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs};
 use crate::operation_actor::{OperationActor, OperationArgs, OperationMessage};
 use crate::pool::{PoolArgs, PoolMessage, SubBatchPool};
 use crate::reconciler::{Reconciler, ReconcilerMessage};
+use crate::scheduler::{Scheduler, SchedulerMessage};
 
 /// The supervisor actor.
 #[derive(Debug)]
@@ -55,6 +56,7 @@ pub struct SupervisorState {
     monitor: ActorRef<HealthMessage>,
     pool: ActorRef<PoolMessage>,
     reconciler: Option<ActorRef<ReconcilerMessage>>,
+    scheduler: Option<ActorRef<SchedulerMessage>>,
     operations: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
     restarts: HashMap<i64, VecDeque<Instant>>,
     shutdown: Option<Vec<RpcReplyPort<()>>>,
@@ -74,12 +76,14 @@ impl Actor for RuntimeSupervisor {
         let pool = spawn_pool(&myself, &args.context).await?;
         publish(&args.context, &pool, &monitor);
         let reconciler = spawn_reconciler(&myself, &args.context).await?;
+        let scheduler = spawn_scheduler(&myself, &args.context).await?;
         Ok(SupervisorState {
             context: args.context,
             indicators: args.indicators,
             monitor,
             pool,
             reconciler: Some(reconciler),
+            scheduler: Some(scheduler),
             operations: HashMap::new(),
             restarts: HashMap::new(),
             shutdown: None,
@@ -105,6 +109,9 @@ impl Actor for RuntimeSupervisor {
             SupervisorMessage::Shutdown(reply) => {
                 if let Some(reconciler) = state.reconciler.take() {
                     reconciler.stop(None);
+                }
+                if let Some(scheduler) = state.scheduler.take() {
+                    scheduler.stop(None);
                 }
                 for (_, actor) in state.operations.values() {
                     let _ = actor.cast(OperationMessage::Shutdown);
@@ -261,6 +268,9 @@ impl SupervisorState {
         } else if self.reconciler.as_ref().is_some_and(|r| r.get_id() == id) {
             tracing::warn!(%reason, "reconciler died; restarting it");
             self.reconciler = Some(spawn_reconciler(myself, &self.context).await?);
+        } else if self.scheduler.as_ref().is_some_and(|r| r.get_id() == id) {
+            tracing::warn!(%reason, "scheduler died; restarting it");
+            self.scheduler = Some(spawn_scheduler(myself, &self.context).await?);
         }
         Ok(())
     }
@@ -333,6 +343,18 @@ async fn spawn_reconciler(
     let args = (context.clone(), supervisor.clone());
     Ok(
         Actor::spawn_linked(None, Reconciler, args, supervisor.get_cell())
+            .await?
+            .0,
+    )
+}
+
+async fn spawn_scheduler(
+    supervisor: &ActorRef<SupervisorMessage>,
+    context: &RuntimeContext,
+) -> Result<ActorRef<SchedulerMessage>, ActorProcessingErr> {
+    let args = (context.clone(), supervisor.clone());
+    Ok(
+        Actor::spawn_linked(None, Scheduler, args, supervisor.get_cell())
             .await?
             .0,
     )

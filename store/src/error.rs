@@ -24,6 +24,12 @@ pub enum StoreError {
     /// No operation has this id.
     #[error("no operation with id {0}")]
     NotFound(i64),
+    /// No schedule has this name.
+    #[error("no schedule named `{0}`")]
+    UnknownSchedule(String),
+    /// A schedule with this name already exists; nothing was written.
+    #[error("a schedule named `{0}` already exists")]
+    ScheduleExists(String),
     /// The enqueued spec is invalid; nothing was written.
     #[error("invalid operation: {0}")]
     InvalidSpec(#[from] SpecError),

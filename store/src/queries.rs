@@ -36,6 +36,11 @@ pub enum Expected {
     Exactly(i64),
 }
 
+/// A schedule-triggered operation waiting this long is claimed with the
+/// user-triggered ones (oldest first), so a stream of user operations
+/// cannot starve it.
+pub const PROMOTE_AFTER_MS: i64 = 10 * 60 * 1_000;
+
 /// The SQL dialect a backend module speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
@@ -250,16 +255,19 @@ macro_rules! backend {
                     "SELECT * FROM sluice_operations \
                      WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
                      AND ($3 IS NULL OR kind IN (SELECT value FROM json_each($3))) \
-                     ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2",
+                     AND NOT EXISTS (SELECT 1 FROM sluice_switches s WHERE s.scope = kind OR s.scope = '*') \
+                     ORDER BY CASE WHEN origin = 'user' OR created_at < $4 THEN 0 ELSE 1 END, priority DESC, id LIMIT $2",
                     "SELECT * FROM sluice_operations \
                      WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
                      AND ($3::TEXT IS NULL OR kind IN (SELECT jsonb_array_elements_text($3::JSONB))) \
-                     ORDER BY CASE WHEN origin = 'user' THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
+                     AND NOT EXISTS (SELECT 1 FROM sluice_switches s WHERE s.scope = kind OR s.scope = '*') \
+                     ORDER BY CASE WHEN origin = 'user' OR created_at < $4 THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
                      FOR UPDATE SKIP LOCKED",
                 ))
                 .bind(now)
                 .bind(limit)
                 .bind(kinds)
+                .bind(now - PROMOTE_AFTER_MS)
                 .fetch_all(&mut *tx)
                 .await?;
                 let mut claimed = Vec::with_capacity(rows.len());

@@ -272,7 +272,10 @@ impl Store {
     /// Claims up to `limit` runnable operations for `node` under leases lasting
     /// `ttl`: pending ones, and running ones whose lease expired (their holder
     /// is presumed dead; its later writes will be rejected). User-triggered
-    /// operations come first, then higher priority, then older. Each claim
+    /// operations come first (and schedule-triggered ones waiting longer than
+    /// [`crate::PROMOTE_AFTER_MS`] with them), then higher priority,
+    /// then older. Operations of a kind switched off ([`Store::set_switch`])
+    /// are not claimed. Each claim
     /// appends a `started` event in the same transaction.
     pub async fn claim_operations(
         &self,

@@ -1,0 +1,57 @@
+//! The scheduler: every `schedule_interval` (and at start-up) it fires the
+//! schedules that are due ([`crate::schedule::fire_due`]). It runs on every
+//! node; the store's compare-and-set on each schedule's due time makes one
+//! node fire each tick. It keeps no state of its own.
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use crate::config::RuntimeContext;
+use crate::schedule::fire_due;
+use crate::supervisor::SupervisorMessage;
+
+/// The scheduler actor.
+#[derive(Debug)]
+pub struct Scheduler;
+
+/// Messages of [`Scheduler`].
+#[derive(Debug)]
+pub enum SchedulerMessage {
+    /// Fire what is due now.
+    Tick,
+}
+
+impl Actor for Scheduler {
+    type Msg = SchedulerMessage;
+    type State = (RuntimeContext, ActorRef<SupervisorMessage>);
+    type Arguments = (RuntimeContext, ActorRef<SupervisorMessage>);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        myself.send_interval(args.0.config.schedule_interval, || SchedulerMessage::Tick);
+        myself.cast(SchedulerMessage::Tick)?;
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _message: SchedulerMessage,
+        (context, supervisor): &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match fire_due(&context.store, &context.registry).await {
+            Ok(fired) if fired.iter().any(|f| f.outcome == "enqueued") => {
+                // Run what was just enqueued without waiting for the reconciler's interval.
+                let _ = supervisor.cast(SupervisorMessage::ReconcileNow);
+            }
+            Ok(_) => {}
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "scheduler could not reach the store; next tick");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+}
