@@ -35,16 +35,10 @@ impl Failure {
 impl From<StoreError> for Failure {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::NotFound(_)
-            | StoreError::UnknownSchedule(_)
-            | StoreError::ScheduleExists(_)
-            | StoreError::UnsupportedUrl { .. }
-            | StoreError::InvalidSpec(_)
-            | StoreError::UnsupportedCursorType { .. }
-            | StoreError::Illegal { .. } => Failure::BadInput(error.to_string()),
             StoreError::Database(sqlx::Error::Configuration(_)) => {
                 Failure::BadInput(format!("invalid database URL: {error}"))
             }
+            e if e.is_bad_input() => Failure::BadInput(e.to_string()),
             other => Failure::Runtime(other.into()),
         }
     }
@@ -87,10 +81,6 @@ impl From<sluice_runtime::ScheduleError> for Failure {
         if error.is_bad_input() {
             return Failure::BadInput(error.to_string());
         }
-        match error {
-            sluice_runtime::ScheduleError::Store(e) => e.into(),
-            sluice_runtime::ScheduleError::Operation(e) => e.into(),
-            other => Failure::BadInput(other.to_string()),
-        }
+        Failure::Runtime(error.into())
     }
 }

@@ -66,10 +66,8 @@ impl OperationError {
             | OperationError::Spec(_)
             | OperationError::InvalidSql(_) => true,
             OperationError::Target(e) => e.is_bad_input(),
-            OperationError::Store(StoreError::UnsupportedCursorType { .. }) => true,
-            OperationError::Store(_) | OperationError::TimedOut(_) | OperationError::Failed(_) => {
-                false
-            }
+            OperationError::Store(e) => e.is_bad_input(),
+            OperationError::TimedOut(_) | OperationError::Failed(_) => false,
         }
     }
 }

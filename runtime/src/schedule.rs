@@ -92,10 +92,7 @@ impl ScheduleError {
     pub fn is_bad_input(&self) -> bool {
         match self {
             ScheduleError::Operation(e) => e.is_bad_input(),
-            ScheduleError::Store(e) => matches!(
-                e,
-                StoreError::UnknownSchedule(_) | StoreError::ScheduleExists(_)
-            ),
+            ScheduleError::Store(e) => e.is_bad_input(),
             _ => true,
         }
     }

@@ -116,6 +116,25 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True when the caller's input is at fault and nothing was changed: an
+    /// unknown operation or schedule, a taken schedule name, an unsupported
+    /// or malformed database URL, an invalid spec, an event the state machine
+    /// refuses, a batching column no cursor can hold. Every layer above (the
+    /// operations' and schedules' errors, the CLI's exit code 2) asks this.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotFound(_)
+                | StoreError::UnknownSchedule(_)
+                | StoreError::ScheduleExists(_)
+                | StoreError::UnsupportedUrl { .. }
+                | StoreError::Database(sqlx::Error::Configuration(_))
+                | StoreError::InvalidSpec(_)
+                | StoreError::Illegal { .. }
+                | StoreError::UnsupportedCursorType { .. }
+        )
+    }
+
     /// True when the same call may succeed if repeated later (the database was
     /// unreachable, a connection dropped, a lock wait timed out): the caller
     /// should back off and retry rather than give up.
