@@ -18,8 +18,10 @@ use crate::operation::Registry;
 use crate::shape::Strategy;
 use crate::target::{check_target, refuse_full_scan};
 
-/// How an operation is to run, beside its arguments.
-#[derive(Debug, Clone, PartialEq)]
+/// How an operation is to run, beside its arguments. Serialisable so a
+/// schedule can keep it (missing fields take their defaults).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct EnqueueOptions {
     /// Rows per batch (adapted at run time toward the target batch duration).
     pub batch_size: i64,

@@ -31,9 +31,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
-use serde::{Deserialize, Serialize};
 use sluice_operations::{EnqueueOptions, OperationError, Registry, enqueue};
-use sluice_store::{Limits, OperationStatus, Origin, Schedule, Store, StoreError};
+use sluice_store::{OperationStatus, Origin, Schedule, Store, StoreError};
 
 /// A schedule as an operator or a host application gives it.
 #[derive(Debug, Clone)]
@@ -51,7 +50,8 @@ pub struct ScheduleSpec {
     pub time_zone: Option<String>,
     /// The window each fire's start is spread over.
     pub jitter: Duration,
-    /// How each fire's operation runs (its origin is always `schedule`).
+    /// How each fire's operation runs (its origin is always `schedule`,
+    /// whatever is given here).
     pub options: EnqueueOptions,
 }
 
@@ -142,8 +142,7 @@ pub async fn add_schedule(
         name: spec.name.clone(),
         kind: spec.kind.clone(),
         arguments: spec.arguments.to_string(),
-        options: serde_json::to_string(&StoredOptions::from(&spec.options))
-            .expect("options always serialise"),
+        options: serde_json::to_string(&spec.options).expect("options always serialise"),
         cron: spec.cron.clone(),
         time_zone,
         jitter_ms,
@@ -248,19 +247,15 @@ async fn fire(
     }
     let stored: serde_json::Value =
         serde_json::from_str(&schedule.arguments).unwrap_or(serde_json::Value::Null);
-    let options: StoredOptions = serde_json::from_str(&schedule.options).unwrap_or_default();
+    let options = EnqueueOptions {
+        origin: Origin::Schedule,
+        ..serde_json::from_str(&schedule.options).unwrap_or_default()
+    };
     let enqueued = async {
         let arguments = registry
             .arguments_at(&schedule.kind, store, stored, at(now))
             .await?;
-        enqueue(
-            store,
-            registry,
-            &schedule.kind,
-            &arguments,
-            &options.to_enqueue_options(),
-        )
-        .await
+        enqueue(store, registry, &schedule.kind, &arguments, &options).await
     }
     .await;
     Ok(match enqueued {
@@ -329,59 +324,6 @@ pub fn jitter_offset(name: &str, due_at: i64, jitter_ms: i64) -> i64 {
     let mut hasher = DefaultHasher::new();
     (name, due_at).hash(&mut hasher);
     (hasher.finish() % (jitter_ms as u64 + 1)) as i64
-}
-
-/// The enqueue options a schedule keeps (its origin is always `schedule`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct StoredOptions {
-    batch_size: i64,
-    sub_batch_size: i64,
-    pause_ms: u64,
-    max_runtime_ms: Option<i64>,
-    max_rows_per_run: Option<i64>,
-    priority: i32,
-    force: bool,
-}
-
-impl From<&EnqueueOptions> for StoredOptions {
-    fn from(o: &EnqueueOptions) -> Self {
-        StoredOptions {
-            batch_size: o.batch_size,
-            sub_batch_size: o.sub_batch_size,
-            pause_ms: u64::try_from(o.pause.as_millis()).unwrap_or(u64::MAX),
-            max_runtime_ms: o.limits.max_runtime_ms,
-            max_rows_per_run: o.limits.max_rows_per_run,
-            priority: o.priority,
-            force: o.force,
-        }
-    }
-}
-
-impl StoredOptions {
-    fn to_enqueue_options(&self) -> EnqueueOptions {
-        let defaults = EnqueueOptions::default();
-        EnqueueOptions {
-            batch_size: if self.batch_size > 0 {
-                self.batch_size
-            } else {
-                defaults.batch_size
-            },
-            sub_batch_size: if self.sub_batch_size > 0 {
-                self.sub_batch_size
-            } else {
-                defaults.sub_batch_size
-            },
-            pause: Duration::from_millis(self.pause_ms),
-            limits: Limits {
-                max_runtime_ms: self.max_runtime_ms,
-                max_rows_per_run: self.max_rows_per_run,
-            },
-            priority: self.priority,
-            origin: Origin::Schedule,
-            tenant_id: None,
-            force: self.force,
-        }
-    }
 }
 
 fn check_name(name: &str) -> Result<(), ScheduleError> {
