@@ -1,6 +1,8 @@
-//! Every statement the store issues, written once and compiled for each
-//! backend (`sqlite`, `postgres`) by the [`backend!`] macro, so the two
-//! backends cannot drift apart. Statements use `$N` placeholders, which both
+//! The statements of the store's core (operations, events, batches, leases),
+//! written once and compiled for each backend (`sqlite`, `postgres`) by the
+//! [`backend!`] macro, so the two backends cannot drift apart. (Statements
+//! without per-dialect transactions — schedules, switches, target tables —
+//! run the same code on either pool through `on_pool!`.) Statements use `$N` placeholders, which both
 //! SQLite and PostgreSQL accept; where the dialects differ (row locks, how a
 //! write transaction begins) the text is chosen by [`Dialect`].
 //!

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::store::{Backend, Store};
+use crate::store::{Store, on_pool};
 
 /// A recurring operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
@@ -78,16 +78,6 @@ pub struct Switch {
     pub reason: String,
     /// When, epoch milliseconds.
     pub set_at: i64,
-}
-
-/// Runs the same sqlx code on whichever pool the store has.
-macro_rules! on_pool {
-    ($store:expr, |$pool:ident| $body:expr) => {
-        match $store.backend() {
-            Backend::Sqlite($pool) => $body,
-            Backend::Postgres($pool) => $body,
-        }
-    };
 }
 
 impl Store {

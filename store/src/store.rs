@@ -87,6 +87,21 @@ impl Default for ConnectOptions {
     }
 }
 
+/// Runs the same sqlx code on whichever pool the store has: for statements
+/// whose text is the same on both backends and that need no per-dialect
+/// function of their own (schedules, switches, an operation's target-table
+/// statements). `$pool` is bound to the backend's pool in `$body`.
+macro_rules! on_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match $store.backend() {
+            $crate::store::Backend::Sqlite($pool) => $body,
+            $crate::store::Backend::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+/// Calls the per-backend function of [`crate::queries`] for the store's pool.
 macro_rules! dispatch {
     ($self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
         match &$self.backend {

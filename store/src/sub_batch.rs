@@ -68,6 +68,16 @@ impl Store {
     }
 }
 
+/// Runs the same sqlx code on whichever transaction the sub-batch has.
+macro_rules! on_tx {
+    ($sub_batch:expr, |$tx:ident| $body:expr) => {
+        match &mut $sub_batch.tx {
+            Tx::Sqlite($tx) => $body,
+            Tx::Postgres($tx) => $body,
+        }
+    };
+}
+
 impl SubBatchTx {
     /// The batch this transaction works for.
     pub fn lease(&self) -> &BatchLease {
@@ -76,20 +86,13 @@ impl SubBatchTx {
 
     /// Runs a data-changing statement inside the transaction; returns the rows affected.
     pub async fn execute(&mut self, statement: &Statement) -> Result<u64, StoreError> {
-        Ok(match &mut self.tx {
-            Tx::Sqlite(tx) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected()
-            }
-            Tx::Postgres(tx) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected()
-            }
-        })
+        Ok(on_tx!(self, |tx| bind_values!(
+            sqlx::query(statement.text().to_sqlx()),
+            statement.params()
+        )
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()))
     }
 
     /// Like [`Store::fetch_cursor`], inside the transaction (so the rows it
@@ -99,21 +102,13 @@ impl SubBatchTx {
         statement: &Statement,
         width: usize,
     ) -> Result<Option<Cursor>, StoreError> {
-        let row = match &mut self.tx {
-            Tx::Sqlite(tx) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .fetch_optional(&mut **tx)
-                    .await?
-                    .map_or(Ok(None), |r| row_cursor(&r, width))?
-            }
-            Tx::Postgres(tx) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .fetch_optional(&mut **tx)
-                    .await?
-                    .map_or(Ok(None), |r| row_cursor(&r, width))?
-            }
-        };
-        Ok(row)
+        on_tx!(self, |tx| bind_values!(
+            sqlx::query(statement.text().to_sqlx()),
+            statement.params()
+        )
+        .fetch_optional(&mut **tx)
+        .await?
+        .map_or(Ok(None), |r| row_cursor(&r, width)))
     }
 
     /// Records the sub-batch as done (the batch's progress moves to `progress`,

@@ -9,7 +9,7 @@ use sqlx::AssertSqlSafe;
 use crate::cursor::{Cursor, CursorValue};
 use crate::error::StoreError;
 use crate::sql::{Ident, SqlText, Statement, bind_values};
-use crate::store::{Backend, Store};
+use crate::store::{Backend, Store, on_pool};
 
 impl Store {
     /// The table's column names in table order; empty when no such table exists.
@@ -122,20 +122,12 @@ impl Store {
         statement: &Statement,
         width: usize,
     ) -> Result<Option<Cursor>, StoreError> {
-        match self.backend() {
-            Backend::Sqlite(pool) => {
-                let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .fetch_optional(pool)
-                    .await?;
-                row.map_or(Ok(None), |r| row_cursor(&r, width))
-            }
-            Backend::Postgres(pool) => {
-                let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .fetch_optional(pool)
-                    .await?;
-                row.map_or(Ok(None), |r| row_cursor(&r, width))
-            }
-        }
+        on_pool!(self, |pool| {
+            let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                .fetch_optional(pool)
+                .await?;
+            row.map_or(Ok(None), |r| row_cursor(&r, width))
+        })
     }
 
     /// Runs a read statement and returns its first row's first column as an
@@ -153,20 +145,13 @@ impl Store {
 
     /// Runs one statement outside any transaction; returns the rows affected.
     pub async fn execute(&self, statement: &Statement) -> Result<u64, StoreError> {
-        Ok(match self.backend() {
-            Backend::Sqlite(pool) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            }
-            Backend::Postgres(pool) => {
-                bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            }
-        })
+        Ok(on_pool!(self, |pool| bind_values!(
+            sqlx::query(statement.text().to_sqlx()),
+            statement.params()
+        )
+        .execute(pool)
+        .await?
+        .rows_affected()))
     }
 }
 
