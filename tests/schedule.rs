@@ -11,7 +11,7 @@ use serde_json::json;
 use sluice_operations::{EnqueueOptions, Registry};
 use sluice_runtime::schedule::{add_schedule, fire_due, jitter_offset};
 use sluice_runtime::{Action, ScheduleSpec, Selection, control};
-use sluice_store::{ManualClock, OperationStatus, Origin, Store};
+use sluice_store::{FireOutcome, ManualClock, OperationStatus, Origin, Store};
 
 use common::TestDb;
 
@@ -72,7 +72,7 @@ async fn a_schedule_fires_when_due_once_after_downtime_and_not_twice_at_once(db:
     clock.advance(30_000); // 00:01:00: due
     let fired = fire_due(&store, &registry).await.unwrap();
     assert_eq!(fired.len(), 1);
-    assert_eq!(fired[0].outcome, "enqueued");
+    assert_eq!(fired[0].outcome, FireOutcome::Enqueued);
     let first = fired[0].operation_id.unwrap();
     let record = store.operation(first).await.unwrap();
     assert_eq!(record.state.origin, Origin::Schedule);
@@ -88,7 +88,7 @@ async fn a_schedule_fires_when_due_once_after_downtime_and_not_twice_at_once(db:
     // The next tick while the first operation is still pending: a recorded no-op.
     clock.advance(MINUTE);
     let fired = fire_due(&store, &registry).await.unwrap();
-    assert_eq!(fired[0].outcome, "skipped");
+    assert_eq!(fired[0].outcome, FireOutcome::Skipped);
     assert_eq!(fired[0].operation_id, Some(first));
     assert!(
         fired[0]
@@ -105,7 +105,7 @@ async fn a_schedule_fires_when_due_once_after_downtime_and_not_twice_at_once(db:
     clock.advance(10 * MINUTE); // 00:12:00
     let fired = fire_due(&store, &registry).await.unwrap();
     assert_eq!(fired.len(), 1);
-    assert_eq!(fired[0].outcome, "enqueued");
+    assert_eq!(fired[0].outcome, FireOutcome::Enqueued);
     assert!(fire_due(&store, &registry).await.unwrap().is_empty());
     let schedule = store.schedule("cleanup").await.unwrap();
     assert_eq!(schedule.due_at, START + 30_000 + 12 * MINUTE); // 00:13:00
@@ -155,7 +155,7 @@ async fn a_switched_off_kind_s_fires_are_refused_and_its_operations_not_claimed(
     .unwrap();
     clock.advance(30_000);
     let fired = fire_due(&store, &registry).await.unwrap();
-    assert_eq!(fired[0].outcome, "refused");
+    assert_eq!(fired[0].outcome, FireOutcome::Refused);
     assert!(fired[0].reason.as_deref().unwrap().contains("incident 42"));
     // A user's operation of that kind waits: no node claims it.
     let arguments = registry
@@ -199,7 +199,7 @@ async fn a_switched_off_kind_s_fires_are_refused_and_its_operations_not_claimed(
     clock.advance(MINUTE);
     assert_eq!(
         fire_due(&store, &registry).await.unwrap()[0].outcome,
-        "enqueued"
+        FireOutcome::Enqueued
     );
 }
 

@@ -32,7 +32,7 @@ use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use sluice_operations::{EnqueueOptions, OperationError, Registry, enqueue};
-use sluice_store::{OperationStatus, Origin, Schedule, Store, StoreError};
+use sluice_store::{FireOutcome, OperationStatus, Origin, Schedule, Store, StoreError};
 
 /// A schedule as an operator or a host application gives it.
 #[derive(Debug, Clone)]
@@ -105,8 +105,8 @@ pub struct Fired {
     pub schedule: String,
     /// The cron time fired for.
     pub due_at: i64,
-    /// `enqueued`, `skipped` or `refused`.
-    pub outcome: &'static str,
+    /// What it did.
+    pub outcome: FireOutcome,
     /// The operation enqueued, or the active one that made it a no-op.
     pub operation_id: Option<i64>,
     /// Why it was skipped or refused.
@@ -206,7 +206,7 @@ pub async fn fire_due(store: &Store, registry: &Registry) -> Result<Vec<Fired>, 
                 fire.reason.as_deref(),
             )
             .await?;
-        tracing::info!(schedule = %fire.schedule, outcome = fire.outcome, operation = ?fire.operation_id, reason = ?fire.reason, "schedule fired");
+        tracing::info!(schedule = %fire.schedule, outcome = fire.outcome.as_str(), operation = ?fire.operation_id, reason = ?fire.reason, "schedule fired");
         fired.push(fire);
     }
     Ok(fired)
@@ -233,7 +233,7 @@ async fn fire(
             format!("kind `{}` is", switch.scope)
         };
         let reason = format!("{scope} switched off: {}", switch.reason);
-        return Ok(outcome("refused", None, Some(reason)));
+        return Ok(outcome(FireOutcome::Refused, None, Some(reason)));
     }
     if let Some(previous) = schedule.last_operation_id
         && let Ok(record) = store.operation(previous).await
@@ -243,7 +243,7 @@ async fn fire(
             "operation {previous} of this schedule is still {}",
             record.state.status.as_str()
         );
-        return Ok(outcome("skipped", Some(previous), Some(reason)));
+        return Ok(outcome(FireOutcome::Skipped, Some(previous), Some(reason)));
     }
     let stored: serde_json::Value =
         serde_json::from_str(&schedule.arguments).unwrap_or(serde_json::Value::Null);
@@ -259,7 +259,7 @@ async fn fire(
     }
     .await;
     Ok(match enqueued {
-        Ok(enqueued) if enqueued.created => outcome("enqueued", Some(enqueued.id), None),
+        Ok(enqueued) if enqueued.created => outcome(FireOutcome::Enqueued, Some(enqueued.id), None),
         Ok(existing) => {
             let status = store
                 .operation(existing.id)
@@ -270,10 +270,10 @@ async fn fire(
                 existing.id,
                 status.as_str()
             );
-            outcome("skipped", Some(existing.id), Some(reason))
+            outcome(FireOutcome::Skipped, Some(existing.id), Some(reason))
         }
         Err(OperationError::Store(e)) if e.is_transient() => return Err(e),
-        Err(e) => outcome("refused", None, Some(e.to_string())),
+        Err(e) => outcome(FireOutcome::Refused, None, Some(e.to_string())),
     })
 }
 

@@ -4,6 +4,7 @@
 //! node fire each tick. It keeps no state of its own.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use sluice_store::FireOutcome;
 
 use crate::config::RuntimeContext;
 use crate::schedule::fire_due;
@@ -42,7 +43,7 @@ impl Actor for Scheduler {
         (context, supervisor): &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match fire_due(&context.store, &context.registry).await {
-            Ok(fired) if fired.iter().any(|f| f.outcome == "enqueued") => {
+            Ok(fired) if fired.iter().any(|f| f.outcome == FireOutcome::Enqueued) => {
                 // Run what was just enqueued without waiting for the reconciler's interval.
                 let _ = supervisor.cast(SupervisorMessage::ReconcileNow);
             }

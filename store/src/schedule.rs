@@ -59,13 +59,36 @@ pub struct ScheduleFire {
     pub due_at: i64,
     /// When it fired.
     pub fired_at: i64,
-    /// `enqueued`, `skipped` (the schedule's previous operation is still
-    /// active) or `refused` (its kind is switched off, or enqueueing failed).
+    /// A [`FireOutcome`]'s name: `enqueued`, `skipped` or `refused`.
     pub outcome: String,
     /// The operation enqueued (or the active one that made it a no-op).
     pub operation_id: Option<i64>,
     /// Why it was skipped or refused.
     pub reason: Option<String>,
+}
+
+/// What a fire did; stored as its [`FireOutcome::as_str`] name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FireOutcome {
+    /// A new operation was enqueued.
+    Enqueued,
+    /// A recorded no-op: the schedule's previous operation, or one with the
+    /// same identity, is still pending, running or paused.
+    Skipped,
+    /// Not enqueued: the kind is switched off, or the enqueue checks refused it.
+    Refused,
+}
+
+impl FireOutcome {
+    /// The name stored in `sluice_schedule_fires.outcome`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FireOutcome::Enqueued => "enqueued",
+            FireOutcome::Skipped => "skipped",
+            FireOutcome::Refused => "refused",
+        }
+    }
 }
 
 /// A kill switch: operations of `scope` (a kind, or `*` for all) neither
@@ -209,7 +232,7 @@ impl Store {
         &self,
         schedule: &str,
         due_at: i64,
-        outcome: &str,
+        outcome: FireOutcome,
         operation_id: Option<i64>,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
@@ -223,12 +246,12 @@ impl Store {
                 .bind(schedule)
                 .bind(due_at)
                 .bind(now)
-                .bind(outcome)
+                .bind(outcome.as_str())
                 .bind(operation_id)
                 .bind(reason)
                 .execute(&mut *tx)
                 .await?;
-            if outcome == "enqueued" {
+            if outcome == FireOutcome::Enqueued {
                 sqlx::query(REMEMBER)
                     .bind(schedule)
                     .bind(operation_id)
