@@ -2,7 +2,8 @@
 //! `delete-aged-rows` versus a hand-written loop issuing the same statements
 //! (`DELETE … WHERE id IN (SELECT id … WHERE created_at < $1 LIMIT n)`, one
 //! transaction per statement, until fewer than `n` rows go) at the same
-//! size, on SQLite and PostgreSQL, alternating in one run.
+//! size, on SQLite and PostgreSQL, alternating in one run (which side goes
+//! first alternates too); and, for scale, everything in one `DELETE`.
 //!
 //! `cargo bench --bench overhead` (env: `SLUICE_BENCH_ROWS`, default
 //! 1,000,000; `SLUICE_BENCH_REPEATS`, default 3; `SLUICE_BENCH_BACKENDS`,
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use sluice_operations::{DeleteAgedRows, EnqueueOptions};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
-use sluice_store::{Backend, SqlValue, Statement, Store};
+use sluice_store::{Backend, ConnectOptions, SqlValue, Statement, Store};
 
 const SUB_BATCH: i64 = 1_000;
 
@@ -31,7 +32,13 @@ async fn main() {
         if !only.is_empty() && !only.split(',').any(|b| url.starts_with(b)) {
             continue;
         }
-        let store = match Store::connect(&url).await {
+        // As a `sluice run` worker connects: PostgreSQL sub-batches go to
+        // sessions bounded by the sub-batch timeout, one statement each.
+        let options = ConnectOptions {
+            sub_batch_timeout: Some(RuntimeConfig::default().sub_batch_timeout),
+            ..ConnectOptions::default()
+        };
+        let store = match Store::connect_with(&url, &options).await {
             Ok(store) => store,
             Err(e) => {
                 println!("{}: skipped ({e})", sluice_store::redact_url(&url));
@@ -42,21 +49,42 @@ async fn main() {
             Backend::Sqlite(_) => "sqlite",
             Backend::Postgres(_) => "postgres",
         };
-        let (mut by_loop, mut by_runtime) = (Vec::new(), Vec::new());
-        for _ in 0..repeats {
+        let (mut by_loop, mut by_runtime, mut by_one) = (Vec::new(), Vec::new(), Vec::new());
+        for repeat in 0..repeats {
+            // Alternate which goes first, so drift on the machine (caches,
+            // the WAL, other load) does not favour one side.
+            for runtime_turn in [repeat % 2 == 1, repeat % 2 == 0] {
+                fill(&store, rows).await;
+                if runtime_turn {
+                    by_runtime.push(with_runtime(&store, rows).await);
+                } else {
+                    by_loop.push(hand_written_loop(&store, rows).await);
+                }
+            }
             fill(&store, rows).await;
-            by_loop.push(hand_written_loop(&store, rows).await);
-            fill(&store, rows).await;
-            by_runtime.push(with_runtime(&store, rows).await);
+            by_one.push(one_delete(&store, rows).await);
         }
-        let (l, r) = (median(&mut by_loop), median(&mut by_runtime));
+        let (l, r) = (median(&by_loop), median(&by_runtime));
+        let mut paired: Vec<f64> = by_loop
+            .iter()
+            .zip(&by_runtime)
+            .map(|(l, r)| r.as_secs_f64() / l.as_secs_f64())
+            .collect();
+        paired.sort_by(f64::total_cmp);
         println!(
-            "{name}: loop {:.2} s, runtime {:.2} s, runtime/loop {:.3} (loop runs {:?}, runtime runs {:?})",
+            "{name}: loop {:.2} s, runtime {:.2} s, runtime/loop {:.3}, median of paired ratios {:.3} (loop runs {:?}, runtime runs {:?})",
             l.as_secs_f64(),
             r.as_secs_f64(),
             r.as_secs_f64() / l.as_secs_f64(),
+            paired[paired.len() / 2],
             secs(&by_loop),
             secs(&by_runtime),
+        );
+        println!(
+            "{name}: one DELETE {:.2} s (runs {:?}); runtime / one DELETE {:.3}",
+            median(&by_one).as_secs_f64(),
+            secs(&by_one),
+            r.as_secs_f64() / median(&by_one).as_secs_f64(),
         );
         store
             .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
@@ -66,7 +94,10 @@ async fn main() {
     }
 }
 
-/// `bench_events` with `rows` rows, all aged, indexed on `created_at`.
+/// `bench_events` with `rows` rows, all aged, indexed on `created_at`,
+/// vacuumed and analysed, the WAL checkpointed; on PostgreSQL autovacuum is
+/// off for it, so no run is slowed (or sped up) by a vacuum that happens to
+/// start during it.
 async fn fill(store: &Store, rows: i64) {
     store
         .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
@@ -80,7 +111,8 @@ async fn fill(store: &Store, rows: i64) {
              'payload ' || v FROM n",
         ),
         Backend::Postgres(_) => (
-            "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL)",
+            "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL) \
+             WITH (autovacuum_enabled = false)",
             "INSERT INTO bench_events SELECT g, TIMESTAMPTZ '2020-01-01Z' + (g % 3600) * INTERVAL '1 second', \
              'payload ' || g FROM generate_series(1, ",
             ") g",
@@ -95,12 +127,28 @@ async fn fill(store: &Store, rows: i64) {
         ))
         .await
         .unwrap();
+    let settle = match store.backend() {
+        Backend::Sqlite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
+        Backend::Postgres(_) => "VACUUM ANALYZE bench_events",
+    };
+    store.execute(&Statement::new(settle)).await.unwrap();
     if let Backend::Postgres(_) = store.backend() {
-        store
-            .execute(&Statement::new("ANALYZE bench_events"))
-            .await
-            .unwrap();
+        // Start each run with the fill's WAL written out, so a checkpoint
+        // does not land inside one run and not another (needs a superuser;
+        // skipped otherwise).
+        let _ = store.execute(&Statement::new("CHECKPOINT")).await;
     }
+}
+
+/// Everything aged in one statement: what batching is the alternative to
+/// (fast in isolation, but one long transaction holding every row lock).
+async fn one_delete(store: &Store, rows: i64) -> Duration {
+    let started = Instant::now();
+    let statement =
+        Statement::new("DELETE FROM bench_events WHERE created_at < ").value(cutoff(store));
+    let deleted = store.execute(&statement).await.unwrap() as i64;
+    assert_eq!(deleted, rows);
+    started.elapsed()
 }
 
 async fn hand_written_loop(store: &Store, rows: i64) -> Duration {
@@ -175,7 +223,7 @@ fn cutoff(store: &Store) -> SqlValue {
     }
 }
 
-fn median(samples: &mut [Duration]) -> Duration {
+fn median(samples: &[Duration]) -> Duration {
     let mut sorted = samples.to_vec();
     sorted.sort();
     sorted[sorted.len() / 2]

@@ -39,6 +39,9 @@ impl From<StoreError> for Failure {
                 Failure::BadInput(format!("invalid database URL: {error}"))
             }
             e if e.is_bad_input() => Failure::BadInput(e.to_string()),
+            e if e.is_read_only() => Failure::BadInput(format!(
+                "the database is read-only, nothing was changed: point --database-url at one Sluice can write to ({e})"
+            )),
             other => Failure::Runtime(other.into()),
         }
     }

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use sluice_store::{ConnectOptions, OperationStatus, Store};
+use sluice_telemetry::export::{LogFormat, Telemetry, TelemetryConfig, TelemetryError};
 
 use crate::failure::Failure;
 
@@ -32,6 +33,11 @@ struct Cli {
         default_value = "sqlite:sluice.sqlite"
     )]
     database_url: String,
+
+    /// How log lines on stderr are written: text, or json (with the trace
+    /// and span ids of the operation they belong to).
+    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    log_format: LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -118,7 +124,6 @@ fn main() -> ExitCode {
         }
         Err(e) => return usage_error(&e),
     };
-    init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -127,16 +132,38 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return Failure::Runtime(e.into()).report(),
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(with_telemetry(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => failure.report(),
     }
+}
+
+/// Installs logging (and, when the `OTEL_*` variables ask for it, OTLP
+/// export of spans and metrics), runs the command, then exports what is
+/// still buffered.
+async fn with_telemetry(cli: Cli) -> Result<(), Failure> {
+    let config = TelemetryConfig {
+        log_format: cli.log_format,
+        ..TelemetryConfig::default()
+    };
+    let telemetry = Telemetry::install(config).map_err(|e| match e {
+        TelemetryError::Exporter(e) => Failure::BadInput(format!("OpenTelemetry export: {e}")),
+        other => Failure::Runtime(other.into()),
+    })?;
+    let outcome = run(cli).await;
+    if telemetry.is_exporting() {
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    }
+    outcome
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let options = ConnectOptions {
         acquire_timeout: std::time::Duration::from_secs(5),
         max_connections: 16,
+        // Workers (`run`, `demo`) send one-statement sub-batches on sessions
+        // bounded by the sub-batch timeout (opened only when first used).
+        sub_batch_timeout: Some(sluice_runtime::RuntimeConfig::default().sub_batch_timeout),
         ..ConnectOptions::default()
     };
     let store = Store::connect_with(&cli.database_url, &options)
@@ -203,13 +230,14 @@ fn usage_error(error: &clap::Error) -> ExitCode {
 /// Logs to stderr at `warn` unless `RUST_LOG` says otherwise; ractor's actor
 /// spans and sqlx's slow-statement notices (batches are meant to take a
 /// while) stay quiet.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,ractor=warn,sqlx=error"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+fn parse_log_format(name: &str) -> Result<LogFormat, String> {
+    match name {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!(
+            "unknown log format `{other}` (expected text or json)"
+        )),
+    }
 }
 
 fn parse_status(name: &str) -> Result<OperationStatus, String> {

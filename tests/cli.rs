@@ -18,6 +18,7 @@ for_each_backend!(
     pause_from_another_process_fences_the_running_holder,
     unknown_ids_and_malformed_options_exit_2_and_change_nothing,
     prune_reports_what_it_deleted,
+    schedule_commands_manage_schedules_and_refuse_bad_input_with_exit_2,
 );
 
 fn stdout(output: &Output) -> String {
@@ -361,4 +362,173 @@ fn database_urls_that_cannot_work_are_refused() {
         "one line: {}",
         stderr(&unreachable)
     );
+}
+
+async fn schedule_commands_manage_schedules_and_refuse_bad_input_with_exit_2(db: &TestDb) {
+    db.execute(if db.backend == "postgres" {
+        "CREATE TABLE events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL)"
+    } else {
+        "CREATE TABLE events (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL)"
+    })
+    .await;
+    db.execute("CREATE INDEX events_created_at_idx ON events (created_at)")
+        .await;
+    let target = [
+        "delete-aged-rows",
+        "--table",
+        "events",
+        "--column",
+        "created_at",
+        "--older-than",
+        "90d",
+    ];
+    let add = |name: &str, cron: &str, extra: &[&str], kind: &[&str]| {
+        let mut args = vec!["schedule", "add", "--name", name, "--cron", cron];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(kind);
+        sluice(db, &args)
+    };
+    let unsafe_table = [
+        "delete-aged-rows",
+        "--table",
+        "events;drop",
+        "--column",
+        "created_at",
+        "--older-than",
+        "90d",
+    ];
+    let unknown_table = [
+        "delete-aged-rows",
+        "--table",
+        "nosuch",
+        "--column",
+        "created_at",
+        "--older-than",
+        "90d",
+    ];
+    let cases: Vec<(Output, &str)> = vec![
+        (
+            add("nightly", "61 * * * *", &[], &target),
+            "invalid cron expression `61 * * * *`",
+        ),
+        (
+            add("nightly", "every day", &[], &target),
+            "invalid cron expression `every day`",
+        ),
+        (
+            add("nightly", "0 3 30 2 *", &[], &target),
+            "cron expression `0 3 30 2 *` never fires",
+        ),
+        (
+            add(
+                "nightly",
+                "0 3 * * *",
+                &[],
+                &["purge-everything", "--table", "events"],
+            ),
+            "unrecognized subcommand 'purge-everything'",
+        ),
+        (
+            add("nightly", "0 3 * * *", &["--jitter", "-5m"], &target),
+            "negative durations are not allowed",
+        ),
+        (
+            add("nightly", "0 3 * * *", &["--jitter", "5x"], &target),
+            "malformed duration `5x`",
+        ),
+        (
+            add(
+                "nightly",
+                "0 3 * * *",
+                &["--time-zone", "Mars/Olympus"],
+                &target,
+            ),
+            "unknown time zone `Mars/Olympus`",
+        ),
+        (
+            add("night ly", "0 3 * * *", &[], &target),
+            "invalid schedule name `night ly`",
+        ),
+        (
+            add("nightly", "0 3 * * *", &[], &unsafe_table),
+            "events;drop",
+        ),
+        (add("nightly", "0 3 * * *", &[], &unknown_table), "nosuch"),
+        (
+            sluice(db, &["schedule", "remove", "nightly"]),
+            "no schedule named `nightly`",
+        ),
+        (
+            sluice(db, &["schedule", "enable", "nightly"]),
+            "no schedule named `nightly`",
+        ),
+    ];
+    for (output, message) in &cases {
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{message}: {}",
+            stderr(output)
+        );
+        assert!(
+            stderr(output).contains(message),
+            "expected `{message}` in {}",
+            stderr(output)
+        );
+        assert_eq!(
+            stderr(output).lines().count(),
+            1,
+            "one line: {}",
+            stderr(output)
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_schedules").await,
+        0,
+        "nothing stored"
+    );
+
+    // A good one: listed, disabled, enabled, refused as a duplicate, removed.
+    let added = add(
+        "nightly",
+        "0 3 * * *",
+        &["--jitter", "10m", "--time-zone", "Europe/Berlin"],
+        &target,
+    );
+    assert!(added.status.success(), "{}", stderr(&added));
+    let listed = json(&sluice(db, &["schedule", "list", "--json"]));
+    let first = &listed.as_array().expect("a list")[0];
+    assert_eq!(first["name"], "nightly");
+    assert_eq!(first["kind"], "delete-aged-rows");
+    assert_eq!(first["cron"], "0 3 * * *");
+    assert_eq!(first["time_zone"], "Europe/Berlin");
+    assert_eq!(first["jitter_ms"], 600_000);
+    assert_eq!(first["enabled"], true);
+    let again = add("nightly", "0 4 * * *", &[], &target);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(stderr(&again).contains("nightly"), "{}", stderr(&again));
+    assert!(
+        sluice(db, &["schedule", "disable", "nightly"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        json(&sluice(db, &["schedule", "list", "--json"]))[0]["enabled"],
+        false
+    );
+    assert!(
+        sluice(db, &["schedule", "enable", "nightly"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        json(&sluice(db, &["schedule", "list", "--json"]))[0]["enabled"],
+        true
+    );
+    assert!(
+        sluice(db, &["schedule", "remove", "nightly"])
+            .status
+            .success()
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_schedules").await, 0);
 }

@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
-use common::{TestDb, json, released, sluice, until};
+use common::{TestDb, json, released, sluice, spawn_worker, until};
 use serde_json::Value;
 use sluice_store::{ListFilter, OperationStatus};
 
@@ -15,26 +15,16 @@ for_each_backend!(
     enqueue_run_until_idle_and_show_report_the_right_counts,
     a_second_process_pauses_and_resumes_a_running_worker,
     enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,
+    a_kill_switch_from_a_second_process_stops_its_kind_within_a_second,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
 
 fn worker(db: &TestDb, node: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "run",
-            "--node",
-            node,
-            "--lease-ttl",
-            "2s",
-            "--pool-size",
-            "2",
-        ])
-        .env("SLUICE_DATABASE_URL", &db.url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a worker")
+    spawn_worker(
+        db,
+        &["--node", node, "--lease-ttl", "2s", "--pool-size", "2"],
+    )
 }
 
 /// Enqueues `update-in-batches --table items --set "counter = counter + 1"`
@@ -372,4 +362,139 @@ async fn enqueue_refuses_bad_input_with_exit_2_and_changes_nothing(db: &TestDb) 
         "{}",
         String::from_utf8_lossy(&forced.stderr)
     );
+}
+
+/// `sluice pause --kind` from another process while a worker runs: within a
+/// second no sub-batch of that kind starts (each changed row records when
+/// its sub-batch ran, compared with the `paused` event's time), another kind
+/// keeps running, a new operation of the kind waits as pending, and
+/// `resume --kind` lets everything finish with every row changed once.
+async fn a_kill_switch_from_a_second_process_stops_its_kind_within_a_second(db: &TestDb) {
+    create_items(db, 20_000).await;
+    db.execute("ALTER TABLE items ADD COLUMN touched_ms BIGINT NOT NULL DEFAULT 0")
+        .await;
+    let now_ms = if db.backend == "postgres" {
+        "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT"
+    } else {
+        "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+    };
+    let set = format!("counter = counter + 1, touched_ms = {now_ms}");
+    let increment = |condition: &str| {
+        let args = [
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            &set,
+            "--where",
+            condition,
+            "--batch-size",
+            "200",
+            "--sub-batch-size",
+            "50",
+            "--pause",
+            "20ms",
+            "--json",
+        ];
+        json(&sluice(db, &args))["id"].as_i64().unwrap()
+    };
+    let first = increment("grp = 1");
+    let mut child = worker(db, "switch-worker");
+    until("the worker starts changing rows", || async {
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+            .await
+            > 0
+    })
+    .await;
+    let paused = sluice(
+        db,
+        &["pause", "--kind", "update-in-batches", "--reason", "freeze"],
+    );
+    assert!(
+        paused.status.success(),
+        "{}",
+        String::from_utf8_lossy(&paused.stderr)
+    );
+    until("the worker lets go of the operation", || {
+        released(&db.store, first)
+    })
+    .await;
+    let events = db.store.events(first, 0).await.unwrap();
+    let paused_at = events
+        .iter()
+        .find(|e| e.event.kind() == "paused")
+        .expect("a paused event")
+        .recorded_at;
+    let last_change = db.scalar("SELECT MAX(touched_ms) FROM items").await;
+    assert!(
+        last_change <= paused_at + 1_000,
+        "a sub-batch ran {} ms after the kill switch",
+        last_change - paused_at
+    );
+    let held = db
+        .scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+        .await;
+    assert!(held < 10_000, "it was stopped midway ({held} rows)");
+
+    // Switched off: a new operation of the kind waits as pending while
+    // another kind, enqueued after it, is claimed and finishes.
+    let second = increment("grp = 0");
+    db.execute("CREATE TABLE logs (id BIGINT PRIMARY KEY, created_at BIGINT NOT NULL)")
+        .await;
+    db.execute("CREATE INDEX logs_created_at_idx ON logs (created_at)")
+        .await;
+    db.execute("INSERT INTO logs VALUES (1, 0), (2, 0), (3, 4102444800)")
+        .await;
+    let other = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "logs",
+            "--column",
+            "created_at",
+            "--older-than",
+            "30d",
+            "--json",
+        ],
+    ))["id"]
+        .as_i64()
+        .unwrap();
+    until("the other kind finishes", || async {
+        db.store.operation(other).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM logs").await, 1);
+    assert_eq!(
+        db.store.operation(second).await.unwrap().state.status,
+        OperationStatus::Pending,
+        "an operation of a switched-off kind is not started"
+    );
+    assert_eq!(
+        db.store.operation(first).await.unwrap().state.status,
+        OperationStatus::Paused
+    );
+
+    // Lifted: the paused one resumes, the waiting one starts; each row once.
+    assert!(
+        sluice(db, &["resume", "--kind", "update-in-batches"])
+            .status
+            .success()
+    );
+    for id in [first, second] {
+        until("the kind's operations finish", || async {
+            db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+        })
+        .await;
+        db.store.verify(id).await.unwrap();
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
+            .await,
+        0
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

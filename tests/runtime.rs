@@ -30,9 +30,13 @@ for_each_backend!(
     an_actor_failing_past_its_budget_fails_only_its_own_operation,
     a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried,
     an_operator_pause_from_outside_stops_the_worker_and_resume_finishes,
+    bulk_enqueue_refuses_a_bad_item_whole_then_runs_every_operation,
 );
 
-postgres_only!(keyset_walks_timestamp_columns_and_int4_ids);
+postgres_only!(
+    keyset_walks_timestamp_columns_and_int4_ids,
+    shutdown_leaves_no_pooled_connection_inside_a_transaction,
+);
 
 /// Settings that make tests quick: short intervals, small leases.
 fn quick() -> RuntimeConfig {
@@ -534,7 +538,18 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
             }
         })
     };
-    let runtime = builder(db).indicator(indicator).start().await.unwrap();
+    // A better reading takes effect after one poll: the stop must still hold
+    // on every poll that reads it (a scope settled twice per poll once
+    // cleared it at once).
+    let runtime = builder(db)
+        .config(RuntimeConfig {
+            health_clear_after: 1,
+            ..quick()
+        })
+        .indicator(indicator)
+        .start()
+        .await
+        .unwrap();
     let options = EnqueueOptions {
         batch_size: 200,
         sub_batch_size: 20,
@@ -1025,4 +1040,162 @@ async fn a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried(db: &Test
         .collect();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert!(failures[0].contains("worker died"), "{}", failures[0]);
+}
+
+/// One user's todos: marks them (a per-tenant clean-up, scoped by a bound value).
+struct MarkUserTodos;
+
+#[derive(Serialize, Deserialize)]
+struct UserArgs {
+    user_id: i64,
+}
+
+#[async_trait]
+impl Operation for MarkUserTodos {
+    type Arguments = UserArgs;
+
+    fn kind(&self) -> &'static str {
+        "mark-user-todos"
+    }
+
+    fn shape(&self, args: &UserArgs) -> Result<Shape, OperationError> {
+        Shape::range("todos", "id")?.scope(Filter::new().eq("user_id", args.user_id))
+    }
+
+    async fn run(&self, _: &UserArgs, batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
+        batch.update(&[("marked", 1_i64.into())]).await
+    }
+}
+
+async fn bulk_enqueue_refuses_a_bad_item_whole_then_runs_every_operation(db: &TestDb) {
+    // 50 users with 30 todos each, interleaved.
+    db.execute("CREATE TABLE todos (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, marked BIGINT NOT NULL DEFAULT 0)")
+        .await;
+    let fill = if db.backend == "postgres" {
+        "INSERT INTO todos (id, user_id) SELECT g, g % 50 FROM generate_series(1, 1500) g"
+    } else {
+        "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 1500) \
+         INSERT INTO todos (id, user_id) SELECT v, v % 50 FROM g"
+    };
+    db.execute(fill).await;
+    let runtime = builder(db)
+        .register(MarkUserTodos)
+        .concurrency(8)
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 200,
+        sub_batch_size: 50,
+        ..EnqueueOptions::default()
+    };
+    let user = |user_id: i64| sluice_runtime::NewOperation {
+        kind: "mark-user-todos".into(),
+        arguments: serde_json::json!({ "user_id": user_id }),
+        options: options.clone(),
+    };
+    // Users 0..40 (one of them twice); user 40 is left out to check scoping.
+    let mut wanted: Vec<_> = (0..40).map(user).collect();
+    wanted.push(user(3));
+    let mut bad = wanted.clone();
+    bad[17].kind = "no-such-kind".into();
+    bad[17].arguments = serde_json::json!({ "user_id": "seventeen" });
+    let refused = runtime.enqueue_many(&bad).await.unwrap_err();
+    let message = refused.to_string();
+    assert!(message.contains("operation 17 "), "{message}");
+    assert!(message.contains("no-such-kind"), "{message}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+    let mut bad_argument = wanted.clone();
+    bad_argument[5].arguments = serde_json::json!({ "user_id": "five" });
+    let refused = runtime.enqueue_many(&bad_argument).await.unwrap_err();
+    assert!(refused.to_string().contains("operation 5 "), "{refused}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+
+    let enqueued = runtime.enqueue_many(&wanted).await.unwrap();
+    assert_eq!(enqueued.len(), 41);
+    assert_eq!(enqueued.iter().filter(|e| e.created).count(), 40);
+    assert_eq!(enqueued[40].id, enqueued[3].id);
+    for e in &enqueued[..40] {
+        let record = finish(&runtime, e.id).await;
+        assert_eq!(record.state.status, OperationStatus::Finished);
+        assert_eq!(record.state.rows_done, 30, "each user has 30 todos");
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM todos WHERE marked = 1")
+            .await,
+        40 * 30
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM todos WHERE marked = 1 AND user_id >= 40")
+            .await,
+        0
+    );
+    runtime.shutdown().await.unwrap();
+}
+
+/// A runtime shut down while its reconciler, scheduler and operation actors
+/// are busy with the store must not leave a pooled connection inside a
+/// transaction: the next borrower's statements would run in it, hold its
+/// locks and never commit. Each connection is checked with
+/// `now() = statement_timestamp()` sent as a simple query, true only
+/// outside a transaction block.
+async fn shutdown_leaves_no_pooled_connection_inside_a_transaction(db: &TestDb) {
+    create_events(db, 3_000, 0).await;
+    let busy = RuntimeConfig {
+        reconcile_interval: Duration::from_millis(1),
+        schedule_interval: Duration::from_millis(1),
+        control_interval: Duration::from_millis(1),
+        health_interval: Duration::from_millis(1),
+        ..fixed_batches(50)
+    };
+    let sluice_store::Backend::Postgres(pool) = db.store.backend() else {
+        unreachable!("PostgreSQL only")
+    };
+    for round in 0..10 {
+        let runtime = builder(db).config(busy.clone()).start().await.unwrap();
+        let options = EnqueueOptions {
+            batch_size: 50,
+            sub_batch_size: 10,
+            ..EnqueueOptions::default()
+        };
+        let op = enqueue_aged(&runtime, db, &options).await;
+        if round % 2 == 0 {
+            until("the operation runs", || async {
+                db.store.operation(op.id).await.unwrap().state.rows_done > 0
+                    || status(&db.store, op.id).await == OperationStatus::Finished
+            })
+            .await;
+        } else {
+            runtime.wait(op.id, WAIT).await.unwrap();
+        }
+        runtime.shutdown().await.unwrap();
+        let mut held = Vec::new();
+        for _ in 0..pool.size() {
+            let Some(mut conn) = pool.try_acquire() else {
+                break;
+            };
+            // A simple query: in its own implicit transaction its start is the
+            // transaction's start (not so under the extended protocol).
+            let row = sqlx::raw_sql("SELECT now() = statement_timestamp()")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            let outside: bool = sqlx::Row::get(&row, 0);
+            assert!(
+                outside,
+                "round {round}: a pooled connection was left inside a transaction"
+            );
+            held.push(conn);
+        }
+        drop(held);
+        db.execute("DELETE FROM sluice_events").await;
+        db.execute("DELETE FROM sluice_batches").await;
+        db.execute("DELETE FROM sluice_operations").await;
+        create_events_again(db).await;
+    }
+}
+
+async fn create_events_again(db: &TestDb) {
+    db.execute("DROP TABLE events").await;
+    create_events(db, 3_000, 0).await;
 }

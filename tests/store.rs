@@ -29,6 +29,8 @@ for_each_backend!(
     database_constraints_refuse_impossible_rows,
     claims_prefer_user_operations_then_priority,
     sub_batch_change_and_record_commit_together_or_not_at_all,
+    bulk_enqueue_writes_chunks_keeps_uniqueness_and_replays,
+    one_statement_sub_batches_keep_the_change_and_its_record_together,
 );
 
 fn spec(table: &str) -> OperationSpec {
@@ -866,4 +868,225 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
         .value(SqlValue::Int(0));
     assert_eq!(store.execute(&reset).await.unwrap(), 4);
     assert_eq!(store.operation(id).await.unwrap().state.rows_done, 4);
+}
+
+async fn bulk_enqueue_writes_chunks_keeps_uniqueness_and_replays(db: &TestDb) {
+    // One operation already active; the bulk repeats its identity once and
+    // repeats one of its own identities, across more than two chunks.
+    let active = db
+        .store
+        .enqueue(spec("todos").with_arguments(&json!({"user": 5})))
+        .await
+        .unwrap();
+    let n = Store::ENQUEUE_CHUNK * 2 + 37;
+    let mut specs: Vec<OperationSpec> = (0..n)
+        .map(|i| {
+            let mut s = spec("todos").with_arguments(&json!({"user": 1_000 + i}));
+            s.priority = (i % 7) as i32;
+            s.trace_context =
+                (i == 3).then(|| "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
+            s
+        })
+        .collect();
+    specs[10] = spec("todos").with_arguments(&json!({"user": 5}));
+    specs[n - 1] = specs[20].clone();
+    let enqueued = db.store.enqueue_many(&specs).await.unwrap();
+    assert_eq!(enqueued.len(), n);
+    assert_eq!(enqueued[10].id, active.id);
+    assert!(!enqueued[10].created);
+    assert_eq!(enqueued[n - 1].id, enqueued[20].id);
+    assert!(enqueued[20].created && !enqueued[n - 1].created);
+    let created: Vec<i64> = enqueued
+        .iter()
+        .filter(|e| e.created)
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(created.len(), n - 2);
+    let distinct: std::collections::HashSet<i64> = created.iter().copied().collect();
+    assert_eq!(distinct.len(), created.len(), "every created id is new");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_operations").await,
+        (n - 1) as i64
+    );
+    // Every new operation has exactly its `created` event and replays.
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_events WHERE seq = 1 AND kind = 'created'")
+            .await,
+        (n - 1) as i64
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_events").await,
+        (n - 1) as i64
+    );
+    for (i, e) in enqueued.iter().enumerate().step_by(97) {
+        db.store.verify(e.id).await.unwrap();
+        let record = db.store.operation(e.id).await.unwrap();
+        assert_eq!(record.state.status, OperationStatus::Pending);
+        if i != 10 {
+            assert_eq!(record.state.priority, (i % 7) as i32);
+            assert_eq!(
+                record.state.arguments,
+                format!("{{\"user\":{}}}", 1_000 + i)
+            );
+        }
+    }
+    let traced = db.store.operation(enqueued[3].id).await.unwrap();
+    assert_eq!(traced.state.trace_context, specs[3].trace_context);
+    // Again with the same specs: nothing new (uniqueness), same ids.
+    let again = db.store.enqueue_many(&specs).await.unwrap();
+    assert!(again.iter().all(|e| !e.created));
+    assert_eq!(
+        again.iter().map(|e| e.id).collect::<Vec<_>>(),
+        enqueued.iter().map(|e| e.id).collect::<Vec<_>>()
+    );
+    // One invalid spec anywhere: refused before anything is written.
+    let mut bad: Vec<OperationSpec> = (0..5)
+        .map(|i| spec("todos").with_arguments(&json!({"fresh": i})))
+        .collect();
+    bad[4].sub_batch_size = 0;
+    assert!(matches!(
+        db.store.enqueue_many(&bad).await,
+        Err(StoreError::InvalidSpec(_))
+    ));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_operations").await,
+        (n - 1) as i64
+    );
+}
+
+/// `Store::run_sub_batch_statement` on every path: SQLite's transaction,
+/// PostgreSQL inside `BEGIN; SET LOCAL`, and PostgreSQL's single statement on
+/// sessions bounded by `statement_timeout`. A stalled holder's late statement
+/// and a statement that fails by itself both keep nothing; the holder's
+/// statements commit with their progress record.
+async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &TestDb) {
+    use sluice_store::{ConnectOptions, Ident, SqlValue, Statement};
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut stores = vec![(
+        "plain",
+        db.store.clone().with_clock(Arc::new(clock.clone())),
+    )];
+    if db.backend == "postgres" {
+        let options = ConnectOptions {
+            sub_batch_timeout: Some(Duration::from_secs(1)),
+            ..ConnectOptions::default()
+        };
+        let bounded = Store::connect_with(&db.url, &options).await.unwrap();
+        stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
+    }
+    let timeout = Duration::from_secs(1);
+    for (round, (name, store)) in stores.iter().enumerate() {
+        let table = Ident::parse(&format!("items_{round}")).unwrap();
+        db.execute(&format!(
+            "CREATE TABLE {table} (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)",
+            table = table.quoted()
+        ))
+        .await;
+        db.execute(&format!(
+            "INSERT INTO {} (id, n) SELECT v, 0 FROM (SELECT 1 AS v UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4) s",
+            table.quoted()
+        ))
+        .await;
+        let total = format!("SELECT CAST(SUM(n) AS BIGINT) FROM {}", table.quoted());
+        let sum = || db.scalar(&total);
+        let id = store.enqueue(spec(table.name())).await.unwrap().id;
+        let lease = common::claim_lease(store, "p", Duration::from_secs(600)).await;
+        store
+            .plan_batch(&lease, Some(Cursor::int(4)), 4)
+            .await
+            .unwrap();
+        let ttl = Duration::from_secs(10);
+        let a = store.claim_batches("a", Some(id), 1, ttl).await.unwrap()[0]
+            .lease()
+            .unwrap();
+        let bump = |lo: i64, hi: i64| {
+            Statement::new("UPDATE ")
+                .ident(&table)
+                .push(" SET n = n + 1 WHERE id > ")
+                .value(SqlValue::Int(lo))
+                .push(" AND id <= ")
+                .value(SqlValue::Int(hi))
+        };
+        let changed = store
+            .run_sub_batch_statement(&a, &bump(0, 2), Some(&Cursor::int(2)), timeout)
+            .await
+            .unwrap();
+        assert_eq!(changed, 2, "{name}");
+        // A stalls; B takes over from the recorded progress.
+        clock.advance(11_000);
+        let taken = store
+            .claim_batches("b", Some(id), 1, ttl)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            (taken.progress.clone(), taken.rows_affected),
+            (Some(Cursor::int(2)), 2),
+            "{name}"
+        );
+        // A's late statement is refused whole: no change, no record.
+        let late = store
+            .run_sub_batch_statement(&a, &bump(2, 4), Some(&Cursor::int(4)), timeout)
+            .await;
+        assert!(
+            matches!(late, Err(StoreError::BatchLeaseLost { .. })),
+            "{name}: {late:?}"
+        );
+        assert_eq!(sum().await, 2, "{name}: the late change was rolled back");
+        let b = taken.lease().unwrap();
+        // A statement failing by itself (here dividing by zero too) is its
+        // own error, not a lost lease, and keeps nothing.
+        let broken = Statement::new("UPDATE ")
+            .ident(&table)
+            .push(" SET n = n / 0 WHERE id > ")
+            .value(SqlValue::Int(2));
+        if db.backend == "postgres" {
+            let failed = store
+                .run_sub_batch_statement(&b, &broken, Some(&Cursor::int(4)), timeout)
+                .await;
+            assert!(
+                matches!(failed, Err(StoreError::Database(_))),
+                "{name}: {failed:?}"
+            );
+            assert_eq!(sum().await, 2, "{name}");
+        }
+        store
+            .run_sub_batch_statement(&b, &bump(2, 4), Some(&Cursor::int(4)), timeout)
+            .await
+            .unwrap();
+        let batch = store.batches(id).await.unwrap().remove(0);
+        assert_eq!(
+            (batch.progress, batch.rows_affected),
+            (Some(Cursor::int(4)), 4),
+            "{name}"
+        );
+        assert_eq!(
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM {} WHERE n = 1",
+                table.quoted()
+            ))
+            .await,
+            4,
+            "{name}: every row changed exactly once"
+        );
+        // PostgreSQL stops a statement running over the timeout (57014).
+        if db.backend == "postgres" {
+            let slow = Statement::new("UPDATE ")
+                .ident(&table)
+                .push(" SET n = n + (SELECT 0 FROM pg_sleep(3)) WHERE id > ")
+                .value(SqlValue::Int(3));
+            let stopped = store
+                .run_sub_batch_statement(&b, &slow, None, timeout)
+                .await;
+            let code = match &stopped {
+                Err(StoreError::Database(e)) => e
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .map(|c| c.to_string()),
+                _ => None,
+            };
+            assert_eq!(code.as_deref(), Some("57014"), "{name}: {stopped:?}");
+            assert_eq!(sum().await, 4, "{name}");
+        }
+    }
 }

@@ -6,7 +6,11 @@
 //! rows in scope for progress estimates, and only then writes the operation
 //! (or returns the active one with the same identity).
 
+use std::collections::HashSet;
+
+use sluice_telemetry::{stamp, traceparent};
 use std::time::Duration;
+use tracing::{Instrument, Span};
 
 use sluice_store::{
     Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError, spec::canonical_json,
@@ -71,29 +75,164 @@ pub async fn enqueue(
     arguments: &serde_json::Value,
     options: &EnqueueOptions,
 ) -> Result<Enqueued, OperationError> {
+    let span = enqueue_span(kind);
+    async {
+        let (mut spec, count) = checked_spec(
+            store,
+            registry,
+            kind,
+            arguments,
+            options,
+            &mut Checked::default(),
+        )
+        .await?;
+        spec.estimated_rows = store.fetch_int(&count).await.map_err(refused_sql)?;
+        spec.validate()?;
+        // The operation's trace starts here; every run of it joins it.
+        spec.trace_context = traceparent(&Span::current());
+        let enqueued = store.enqueue(spec).await?;
+        Span::current().record("sluice.operation.id", enqueued.id);
+        Ok(enqueued)
+    }
+    .instrument(span)
+    .await
+}
+
+/// The span an operation's trace starts with (a child of the caller's
+/// current span, so an application's request that enqueued it shows it).
+fn enqueue_span(kind: &str) -> Span {
+    let span = tracing::info_span!(
+        "operation.enqueue",
+        otel.name = %format!("enqueue {kind}"),
+        sluice.operation.kind = kind,
+        sluice.operation.id = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    stamp(&span);
+    span
+}
+
+/// One operation of a bulk enqueue ([`enqueue_many`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewOperation {
+    /// A registered kind.
+    pub kind: String,
+    /// Its arguments.
+    pub arguments: serde_json::Value,
+    /// How it runs.
+    pub options: EnqueueOptions,
+}
+
+/// Checks every operation, then writes them all in chunks (one statement
+/// per chunk on PostgreSQL: [`Store::enqueue_many`]). Returns one
+/// [`Enqueued`] per operation, in order (an operation whose kind and
+/// arguments repeat an active or earlier one gets that one's id).
+///
+/// The checks are those of [`enqueue`], each distinct target and batch query
+/// checked against the catalogue and the planner once, however many
+/// operations share it; the rows in scope are not counted (a bulk-enqueued
+/// operation shows progress in rows, without a percentage).
+///
+/// Errors: [`OperationError::InBulk`] naming the first operation refused
+/// and why, before anything is written; [`OperationError::Store`] when the
+/// database fails (chunks already committed stay, and calling again with
+/// the same operations is safe).
+pub async fn enqueue_many(
+    store: &Store,
+    registry: &Registry,
+    operations: &[NewOperation],
+) -> Result<Vec<Enqueued>, OperationError> {
+    let mut checked = Checked::default();
+    let mut specs = Vec::with_capacity(operations.len());
+    for (index, operation) in operations.iter().enumerate() {
+        let spec = async {
+            let (mut spec, _) = checked_spec(
+                store,
+                registry,
+                &operation.kind,
+                &operation.arguments,
+                &operation.options,
+                &mut checked,
+            )
+            .await?;
+            spec.validate()?;
+            Ok(spec)
+        }
+        .await
+        .map_err(|source: OperationError| match source {
+            OperationError::Store(e) if !e.is_bad_input() => OperationError::Store(e),
+            source => OperationError::InBulk {
+                index,
+                source: Box::new(source),
+            },
+        })?;
+        specs.push(spec);
+    }
+    // One trace per operation, each starting in its own enqueue span.
+    let spans: Vec<Span> = specs
+        .iter_mut()
+        .map(|spec| {
+            let span = enqueue_span(&spec.kind);
+            spec.trace_context = traceparent(&span);
+            span
+        })
+        .collect();
+    let enqueued = store.enqueue_many(&specs).await?;
+    for (span, enqueued) in spans.iter().zip(&enqueued) {
+        span.record("sluice.operation.id", enqueued.id);
+    }
+    Ok(enqueued)
+}
+
+/// Targets and batch queries already checked in this call (by the SQL the
+/// planner was shown), so a bulk enqueue asks the database once per shape.
+#[derive(Default)]
+struct Checked {
+    passed: HashSet<(String, bool)>,
+}
+
+/// Binds `kind` to `arguments`, checks the target and the plan of its batch
+/// query, and returns the spec to store with the statement counting the
+/// rows in scope.
+async fn checked_spec(
+    store: &Store,
+    registry: &Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+    options: &EnqueueOptions,
+    checked: &mut Checked,
+) -> Result<(OperationSpec, Statement), OperationError> {
     let canonical = canonical_json(arguments);
     let prepared = registry.prepare(kind, &canonical)?;
     let shape = prepared.shape();
     let names: Vec<String> = shape.columns().iter().map(|c| c.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    check_target(store, &shape.table().to_string(), &names).await?;
-
-    let first = match shape.strategy() {
-        Strategy::Keyset(columns) => {
-            let any_row = Statement::new("SELECT ")
-                .idents(columns)
-                .push(" FROM ")
-                .ident(shape.table())
-                .push(" LIMIT 1");
-            store.fetch_cursor(&any_row, columns.len()).await?
+    let query = probe(shape, None, options.batch_size);
+    let key = (
+        format!("{} {names:?} {}", shape.table(), query.text().as_str()),
+        options.force,
+    );
+    if !checked.passed.contains(&key) {
+        check_target(store, &shape.table().to_string(), &names).await?;
+        let first = match shape.strategy() {
+            Strategy::Keyset(columns) => {
+                let any_row = Statement::new("SELECT ")
+                    .idents(columns)
+                    .push(" FROM ")
+                    .ident(shape.table())
+                    .push(" LIMIT 1");
+                store.fetch_cursor(&any_row, columns.len()).await?
+            }
+            Strategy::Loop { .. } => None,
+        };
+        let query = probe(shape, first.as_ref(), options.batch_size);
+        // Explained even with --force: the database checks the operator's SQL.
+        let plan = store.explain(&query).await.map_err(refused_sql)?;
+        if !options.force {
+            refuse_full_scan(store, shape.table(), shape.indexed_column(), &plan)?;
         }
-        Strategy::Loop { .. } => None,
-    };
-    let query = probe(shape, first.as_ref(), options.batch_size);
-    // Explained even with --force: the database checks the operator's SQL.
-    let plan = store.explain(&query).await.map_err(refused_sql)?;
-    if !options.force {
-        refuse_full_scan(store, shape.table(), shape.indexed_column(), &plan)?;
+        checked.passed.insert(key);
     }
 
     let count = shape.filter().and_to(
@@ -101,8 +240,6 @@ pub async fn enqueue(
             .ident(shape.table())
             .push(" WHERE 1 = 1"),
     );
-    let estimated = store.fetch_int(&count).await.map_err(refused_sql)?;
-
     let mut spec = OperationSpec::new(
         kind,
         shape.table().to_string(),
@@ -120,9 +257,7 @@ pub async fn enqueue(
     spec.priority = options.priority;
     spec.origin = options.origin;
     spec.tenant_id = options.tenant_id.clone();
-    spec.estimated_rows = estimated;
-    spec.validate()?;
-    Ok(store.enqueue(spec).await?)
+    Ok((spec, count))
 }
 
 /// A database error while explaining or counting is the operator's SQL at

@@ -41,6 +41,14 @@ pub enum OperationError {
     /// The operation's own code reported a failure.
     #[error("{0}")]
     Failed(String),
+    /// One operation of a bulk enqueue was refused (nothing was written).
+    #[error("operation {index} of the bulk enqueue: {source}")]
+    InBulk {
+        /// Its position in the list, from 0.
+        index: usize,
+        /// Why it was refused.
+        source: Box<OperationError>,
+    },
 }
 
 impl OperationError {
@@ -67,6 +75,7 @@ impl OperationError {
             | OperationError::InvalidSql(_) => true,
             OperationError::Target(e) => e.is_bad_input(),
             OperationError::Store(e) => e.is_bad_input(),
+            OperationError::InBulk { source, .. } => source.is_bad_input(),
             OperationError::TimedOut(_) | OperationError::Failed(_) => false,
         }
     }

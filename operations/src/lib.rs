@@ -22,9 +22,11 @@ pub mod target;
 
 pub use builtin::{DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, parse_duration};
-pub use enqueue::{EnqueueOptions, enqueue};
+pub use enqueue::{EnqueueOptions, NewOperation, enqueue, enqueue_many};
 pub use error::OperationError;
 pub use operation::{Operation, PreparedOperation, Registry};
 pub use shape::{Filter, Shape, Strategy, check_expression};
-pub use sub_batch::{Bounds, SubBatch, SubBatchOutcome, SubBatchRequest, run_sub_batch};
+pub use sub_batch::{
+    Bounds, SubBatch, SubBatchOutcome, SubBatchRequest, SubBatchRows, run_sub_batch,
+};
 pub use target::{Target, TargetError, check_index, check_target};

@@ -53,11 +53,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sluice_store::Store;
+use sluice_store::{Statement, Store};
 
 use crate::error::OperationError;
 use crate::shape::Shape;
-use crate::sub_batch::SubBatch;
+use crate::sub_batch::{SubBatch, SubBatchRows};
 
 /// A kind of batched operation.
 ///
@@ -89,6 +89,21 @@ pub trait Operation: Send + Sync + 'static {
         sub_batch: &mut SubBatch<'_>,
     ) -> Result<u64, OperationError>;
 
+    /// The one statement a sub-batch runs, when the whole of
+    /// [`Operation::run`] is that statement (built from `rows`, e.g.
+    /// `Ok(Some(rows.delete_statement()))`). Given it, the runtime sends the
+    /// change and the record that the sub-batch is done as one statement on
+    /// PostgreSQL — one round trip, like a hand-written loop, instead of a
+    /// transaction of four — and does not call `run`. By default `None`:
+    /// `run` is always called.
+    fn sub_batch_statement(
+        &self,
+        _arguments: &Self::Arguments,
+        _rows: &SubBatchRows<'_>,
+    ) -> Result<Option<Statement>, OperationError> {
+        Ok(None)
+    }
+
     /// Turns a schedule's stored arguments into the arguments of the
     /// operation one of its fires enqueues at `now`: a relative age, say,
     /// becomes a cutoff measured from the fire. By default the stored
@@ -114,6 +129,12 @@ pub trait PreparedOperation: Send + Sync {
 
     /// Runs one sub-batch.
     async fn run(&self, sub_batch: &mut SubBatch<'_>) -> Result<u64, OperationError>;
+
+    /// The sub-batch as one statement ([`Operation::sub_batch_statement`]).
+    fn sub_batch_statement(
+        &self,
+        rows: &SubBatchRows<'_>,
+    ) -> Result<Option<Statement>, OperationError>;
 }
 
 /// The operation kinds a runtime (or the CLI) knows, by name.
@@ -250,5 +271,12 @@ impl<O: Operation> PreparedOperation for Prepared<O> {
 
     async fn run(&self, sub_batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
         self.operation.run(&self.arguments, sub_batch).await
+    }
+
+    fn sub_batch_statement(
+        &self,
+        rows: &SubBatchRows<'_>,
+    ) -> Result<Option<Statement>, OperationError> {
+        self.operation.sub_batch_statement(&self.arguments, rows)
     }
 }

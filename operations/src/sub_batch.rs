@@ -9,16 +9,26 @@
 
 use std::time::Duration;
 
-use sluice_store::{BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchTx};
+use sluice_store::{Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchTx};
+use tracing::{Instrument, Span};
 
 use crate::batching::{loop_rows, nth_after, range_rows};
 use crate::error::OperationError;
 use crate::operation::PreparedOperation;
 use crate::shape::{Shape, Strategy, check_expression};
 
-/// The rows of one sub-batch, and helpers that change exactly those rows.
+/// The rows of one sub-batch, and helpers that change exactly those rows,
+/// inside the sub-batch's transaction.
 pub struct SubBatch<'a> {
     tx: &'a mut SubBatchTx,
+    rows: SubBatchRows<'a>,
+    system: &'static str,
+}
+
+/// Which rows one sub-batch covers, and the statements that change exactly
+/// those rows (for [`crate::Operation::sub_batch_statement`]).
+#[derive(Debug, Clone)]
+pub struct SubBatchRows<'a> {
     shape: &'a Shape,
     bounds: Bounds,
 }
@@ -69,7 +79,7 @@ pub struct SubBatchOutcome {
     pub last: bool,
 }
 
-impl<'a> SubBatch<'a> {
+impl<'a> SubBatchRows<'a> {
     /// The rows this sub-batch covers.
     pub fn bounds(&self) -> &Bounds {
         &self.bounds
@@ -78,11 +88,6 @@ impl<'a> SubBatch<'a> {
     /// The operation's table.
     pub fn table(&self) -> &Ident {
         self.shape.table()
-    }
-
-    /// The batch's claim: its ordinal and attempt number.
-    pub fn lease(&self) -> &BatchLease {
-        self.tx.lease()
     }
 
     /// Appends ` WHERE …` selecting exactly this sub-batch's rows (its
@@ -101,21 +106,19 @@ impl<'a> SubBatch<'a> {
         }
     }
 
-    /// Deletes this sub-batch's rows; returns how many.
-    pub async fn delete(&mut self) -> Result<u64, OperationError> {
-        let statement = self.rows_where(Statement::new("DELETE FROM ").ident(self.shape.table()));
-        self.execute(&statement).await
+    /// `DELETE` of this sub-batch's rows.
+    pub fn delete_statement(&self) -> Statement {
+        self.rows_where(Statement::new("DELETE FROM ").ident(self.shape.table()))
     }
 
-    /// Sets columns of this sub-batch's rows to bound values; returns how
-    /// many rows changed.
+    /// `UPDATE` setting columns of this sub-batch's rows to bound values.
     ///
     /// Errors: [`OperationError::Unsafe`] for a column that is not a plain
-    /// identifier (nothing runs).
-    pub async fn update(
-        &mut self,
+    /// identifier, [`OperationError::Arguments`] for no column at all.
+    pub fn update_statement(
+        &self,
         assignments: &[(&str, SqlValue)],
-    ) -> Result<u64, OperationError> {
+    ) -> Result<Statement, OperationError> {
         if assignments.is_empty() {
             return Err(OperationError::Arguments(
                 "an update needs at least one column to set".into(),
@@ -133,53 +136,189 @@ impl<'a> SubBatch<'a> {
                 .push(" = ")
                 .value(value.clone());
         }
-        let statement = self.rows_where(statement);
+        Ok(self.rows_where(statement))
+    }
+
+    /// `UPDATE table SET <set> WHERE <this sub-batch's rows>` with an
+    /// operator's own SET expression (`update-in-batches --set`).
+    ///
+    /// Errors: [`OperationError::Arguments`] when the expression holds `;`
+    /// or a comment marker.
+    pub fn update_expression_statement(&self, set: &str) -> Result<Statement, OperationError> {
+        check_expression("SET", set).map_err(OperationError::Arguments)?;
+        let statement = Statement::new("UPDATE ")
+            .ident(self.shape.table())
+            .push(" SET ")
+            .operator_assignments(set);
+        Ok(self.rows_where(statement))
+    }
+}
+
+impl<'a> SubBatch<'a> {
+    /// The rows this sub-batch covers.
+    pub fn bounds(&self) -> &Bounds {
+        self.rows.bounds()
+    }
+
+    /// The operation's table.
+    pub fn table(&self) -> &Ident {
+        self.rows.table()
+    }
+
+    /// The batch's claim: its ordinal and attempt number.
+    pub fn lease(&self) -> &BatchLease {
+        self.tx.lease()
+    }
+
+    /// The rows, and the statements that change exactly them.
+    pub fn rows(&self) -> &SubBatchRows<'a> {
+        &self.rows
+    }
+
+    /// Appends ` WHERE …` selecting exactly this sub-batch's rows to `head`
+    /// ([`SubBatchRows::rows_where`]).
+    pub fn rows_where(&self, head: Statement) -> Statement {
+        self.rows.rows_where(head)
+    }
+
+    /// Deletes this sub-batch's rows; returns how many.
+    pub async fn delete(&mut self) -> Result<u64, OperationError> {
+        let statement = self.rows.delete_statement();
+        self.execute(&statement).await
+    }
+
+    /// Sets columns of this sub-batch's rows to bound values; returns how
+    /// many rows changed.
+    ///
+    /// Errors: [`OperationError::Unsafe`] for a column that is not a plain
+    /// identifier (nothing runs).
+    pub async fn update(
+        &mut self,
+        assignments: &[(&str, SqlValue)],
+    ) -> Result<u64, OperationError> {
+        let statement = self.rows.update_statement(assignments)?;
         self.execute(&statement).await
     }
 
     /// Runs `UPDATE table SET <set> WHERE <this sub-batch's rows>` with an
     /// operator's own SET expression (`update-in-batches --set`).
     pub async fn update_expression(&mut self, set: &str) -> Result<u64, OperationError> {
-        check_expression("SET", set).map_err(OperationError::Arguments)?;
-        let statement = Statement::new("UPDATE ")
-            .ident(self.shape.table())
-            .push(" SET ")
-            .operator_assignments(set);
-        let statement = self.rows_where(statement);
+        let statement = self.rows.update_expression_statement(set)?;
         self.execute(&statement).await
     }
 
     /// Runs any statement in the sub-batch's transaction; returns rows affected.
     pub async fn execute(&mut self, statement: &Statement) -> Result<u64, OperationError> {
-        Ok(self.tx.execute(statement).await?)
+        let span = statement_span(
+            self.system,
+            self.rows.table().name(),
+            statement.text().as_str(),
+        );
+        traced(
+            &span,
+            self.tx.execute(statement).instrument(span.clone()).await,
+        )
     }
 }
 
-/// Runs one sub-batch of `operation`: opens the transaction, finds where the
-/// sub-batch ends (inside the transaction, so the rows found are the rows
-/// changed), runs the operation's code, and commits the change with the
-/// batch's progress. On any error nothing is kept.
+/// Runs one sub-batch of `operation`: finds where the sub-batch ends, runs
+/// the operation's change and commits it with the batch's progress. On any
+/// error nothing is kept.
+///
+/// A range sub-batch ends at the row `size` rows past the batch's progress
+/// (or at the batch's end), read just before the change; a row inserted
+/// meanwhile inside that range is changed with the others, and the progress
+/// recorded is the range's end either way. When the operation gives its
+/// sub-batch as one statement ([`crate::Operation::sub_batch_statement`]),
+/// the change and its record go to the store as one statement
+/// ([`Store::run_sub_batch_statement`]); otherwise a transaction is opened
+/// and [`crate::Operation::run`] runs in it.
 pub async fn run_sub_batch(
     store: &Store,
     operation: &dyn PreparedOperation,
     request: &SubBatchRequest,
 ) -> Result<SubBatchOutcome, OperationError> {
-    match tokio::time::timeout(request.timeout, run_within(store, operation, request)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(OperationError::TimedOut(request.timeout)),
-    }
+    let system = db_system(store);
+    let table = operation.shape().table().name();
+    let rows = SubBatchRows {
+        shape: operation.shape(),
+        bounds: bounds(store, operation.shape(), request).await?,
+    };
+    let reached = match &rows.bounds {
+        Bounds::Range { end, .. } => Some(end.clone()),
+        Bounds::Loop { .. } => None,
+    };
+    let changed = match operation.sub_batch_statement(&rows)? {
+        Some(statement) => {
+            // One statement: the change and its record (its text is the change's).
+            let span = statement_span(system, table, statement.text().as_str());
+            let one = store
+                .run_sub_batch_statement(
+                    &request.lease,
+                    &statement,
+                    reached.as_ref(),
+                    request.timeout,
+                )
+                .instrument(span.clone());
+            // PostgreSQL bounds the statement itself (`statement_timeout`);
+            // the timer is for SQLite, whose statements have no such setting.
+            let changed = if matches!(store.backend(), Backend::Postgres(_)) {
+                one.await
+            } else {
+                within(request.timeout, one).await?
+            };
+            traced(&span, changed)?
+        }
+        None => {
+            // The transaction is opened outside the timer: a future dropped
+            // while its `BEGIN` is in flight leaves the pooled connection
+            // inside a transaction nothing rolls back (sqlx 0.9 counts the
+            // transaction only once `BEGIN` is answered). One dropped after
+            // that is rolled back.
+            let mut tx = store
+                .begin_sub_batch_within(&request.lease, Some(request.timeout))
+                .await?;
+            within(request.timeout, async {
+                let mut sub_batch = SubBatch {
+                    tx: &mut tx,
+                    rows: rows.clone(),
+                    system,
+                };
+                let changed = operation.run(&mut sub_batch).await?;
+                let record = statement_span(system, "sluice_batches", RECORD_AND_COMMIT);
+                let committed = tx
+                    .commit(reached.as_ref(), changed as i64)
+                    .instrument(record.clone())
+                    .await;
+                traced(&record, committed.map(|()| 1))?;
+                Ok::<_, OperationError>(changed)
+            })
+            .await??
+        }
+    };
+    let last = match &rows.bounds {
+        Bounds::Range { end, .. } => Some(end) == request.end.as_ref(),
+        Bounds::Loop { limit } => (changed as i64) < *limit,
+    };
+    Ok(SubBatchOutcome {
+        rows: changed,
+        reached,
+        last,
+    })
 }
 
-async fn run_within(
+/// The rows of the sub-batch `request` asks for: a loop takes up to `size`
+/// rows in scope; a range runs from the batch's progress to the row `size`
+/// rows on in the batching order, or to the batch's end if that is nearer.
+async fn bounds(
     store: &Store,
-    operation: &dyn PreparedOperation,
+    shape: &Shape,
     request: &SubBatchRequest,
-) -> Result<SubBatchOutcome, OperationError> {
-    let shape = operation.shape();
-    let mut tx = store
-        .begin_sub_batch_within(&request.lease, Some(request.timeout))
-        .await?;
-    let bounds = match shape.strategy() {
+) -> Result<Bounds, OperationError> {
+    match shape.strategy() {
+        Strategy::Loop { .. } => Ok(Bounds::Loop {
+            limit: request.size,
+        }),
         Strategy::Keyset(columns) => {
             let end = request.end.clone().ok_or_else(|| {
                 OperationError::Arguments("a range batch has no end cursor".into())
@@ -191,33 +330,102 @@ async fn run_within(
                 Some(&end),
                 request.size,
             );
-            let sub_end = tx.fetch_cursor(&probe, columns.len()).await?.unwrap_or(end);
-            Bounds::Range {
+            let span = statement_span(
+                db_system(store),
+                shape.table().name(),
+                probe.text().as_str(),
+            );
+            let found = store
+                .fetch_cursor(&probe, columns.len())
+                .instrument(span.clone())
+                .await;
+            let found = traced(&span, found.map(|f| (f, u64::from(true))))?.0;
+            Ok(Bounds::Range {
                 start: request.from.clone(),
-                end: sub_end,
-            }
+                end: found.unwrap_or(end),
+            })
         }
-        Strategy::Loop { .. } => Bounds::Loop {
-            limit: request.size,
-        },
-    };
-    let mut sub_batch = SubBatch {
-        tx: &mut tx,
-        shape,
-        bounds,
-    };
-    let rows = operation.run(&mut sub_batch).await?;
-    let (reached, last) = match sub_batch.bounds {
-        Bounds::Range { end, .. } => {
-            let last = Some(&end) == request.end.as_ref();
-            (Some(end), last)
+    }
+}
+
+/// `work` bounded by `timeout`: [`OperationError::TimedOut`] when it runs over.
+async fn within<T>(timeout: Duration, work: impl Future<Output = T>) -> Result<T, OperationError> {
+    tokio::time::timeout(timeout, work)
+        .await
+        .map_err(|_| OperationError::TimedOut(timeout))
+}
+
+/// What the span of a sub-batch's commit describes: the fenced progress
+/// update of its batch row, then `COMMIT`.
+const RECORD_AND_COMMIT: &str = "UPDATE sluice_batches SET progress_cursor = COALESCE($3, progress_cursor), \
+     rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running'; COMMIT";
+
+/// A client span for one SQL statement, after OpenTelemetry's database
+/// conventions: named `<OPERATION> <table>`, with `db.system`,
+/// `db.operation.name`, `db.collection.name` and `db.query.text` (the text
+/// with its `$n` placeholders: values are never in it), and the rows it
+/// affected once it ran.
+fn statement_span(system: &'static str, table: &str, text: &str) -> Span {
+    let operation = text
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    tracing::info_span!(
+        "db.statement",
+        otel.name = %format!("{operation} {table}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        db.system = system,
+        db.operation.name = %operation,
+        db.collection.name = table,
+        db.query.text = text,
+        sluice.rows_affected = tracing::field::Empty,
+    )
+}
+
+/// Records on a statement's span how it went, and passes the outcome on.
+fn traced<T: Rows, E: std::fmt::Display>(
+    span: &Span,
+    outcome: Result<T, E>,
+) -> Result<T, OperationError>
+where
+    OperationError: From<E>,
+{
+    match &outcome {
+        Ok(done) => {
+            span.record("sluice.rows_affected", done.rows());
         }
-        Bounds::Loop { limit } => (None, (rows as i64) < limit),
-    };
-    tx.commit(reached.as_ref(), rows as i64).await?;
-    Ok(SubBatchOutcome {
-        rows,
-        reached,
-        last,
-    })
+        Err(error) => {
+            span.record("otel.status_code", "error");
+            span.record("otel.status_description", error.to_string());
+        }
+    }
+    Ok(outcome?)
+}
+
+/// What a statement's outcome says about rows.
+trait Rows {
+    fn rows(&self) -> u64;
+}
+
+impl Rows for u64 {
+    fn rows(&self) -> u64 {
+        *self
+    }
+}
+
+impl<T> Rows for (T, u64) {
+    fn rows(&self) -> u64 {
+        self.1
+    }
+}
+
+/// The `db.system` name of the store's database.
+fn db_system(store: &Store) -> &'static str {
+    match store.backend() {
+        Backend::Postgres(_) => "postgresql",
+        Backend::Sqlite(_) => "sqlite",
+    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use ractor::{ActorRef, OutputPort};
 use sluice_operations::Registry;
 use sluice_store::{OperationStatus, Store};
+use sluice_telemetry::Metrics;
 use tokio::sync::broadcast;
 
 use crate::health::{HealthMessage, HealthSnapshot};
@@ -120,6 +121,8 @@ pub struct RuntimeContext {
     pub health: Arc<OutputPort<HealthSnapshot>>,
     /// Progress reports.
     pub progress: broadcast::Sender<Progress>,
+    /// Metrics instruments (from the global meter provider at start).
+    pub metrics: Metrics,
     /// The current pool and monitor (replaced when the supervisor restarts one).
     pub(crate) services: Arc<RwLock<Option<Services>>>,
 }

@@ -205,7 +205,11 @@ impl HealthState {
                 *slot = worst(slot, &reading.signal);
             }
         }
-        let scopes: Vec<Scope> = raw.keys().chain(self.in_force.keys()).cloned().collect();
+        // Each scope once: a scope both read now and in force must be settled
+        // once, with this poll's reading (settling it twice would count a
+        // missing second reading as a better one).
+        let scopes: std::collections::HashSet<Scope> =
+            raw.keys().chain(self.in_force.keys()).cloned().collect();
         for scope in scopes {
             let seen = raw.remove(&scope).unwrap_or(Signal::Normal);
             self.settle(scope, seen);

@@ -36,4 +36,4 @@ pub use control::{Action, ControlError, Controlled, Selection, control};
 pub use health::{HealthIndicator, Signal, indicator_fn};
 pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
 pub use schedule::{Fired, ScheduleError, ScheduleSpec};
-pub use sluice_operations::{EnqueueOptions, Operation};
+pub use sluice_operations::{EnqueueOptions, NewOperation, Operation};

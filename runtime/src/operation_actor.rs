@@ -31,6 +31,10 @@ use sluice_store::{
     Projection, StoreError,
 };
 
+use sluice_telemetry::metrics::Subject;
+use sluice_telemetry::{continue_trace, stamp};
+use tracing::Span;
+
 use crate::config::{Progress, RuntimeContext};
 use crate::health::{HealthMessage, HealthSnapshot, Signal};
 use crate::pool::{PoolMessage, SubBatchJob};
@@ -66,6 +70,10 @@ pub enum OperationMessage {
 pub struct OperationState {
     context: RuntimeContext,
     id: i64,
+    /// This run's span: a child of the span that enqueued the operation
+    /// (its persisted trace context), so every run, on any node, joins the
+    /// operation's one trace. Batches are its children.
+    run_span: Span,
     lease: Lease,
     projection: Projection,
     operation: Arc<dyn PreparedOperation>,
@@ -88,6 +96,7 @@ pub struct OperationState {
 
 struct ActiveBatch {
     lease: BatchLease,
+    span: Span,
     end: Option<Cursor>,
     progress: Option<Cursor>,
     size: i64,
@@ -165,9 +174,28 @@ impl Actor for OperationActor {
             config.min_batch_size,
             config.max_batch_size,
         );
-        tracing::info!(operation = record.id, kind = %record.state.kind, node = %node, "operation started");
+        let run_span = tracing::info_span!(
+            parent: None,
+            "operation.run",
+            otel.name = %format!("run {} {}", record.state.kind, record.id),
+            sluice.operation.id = record.id,
+            sluice.operation.kind = %record.state.kind,
+            db.collection.name = %record.state.table,
+            sluice.node = %node,
+            sluice.rows = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        if let Some(enqueued) = &record.state.trace_context {
+            continue_trace(&run_span, enqueued);
+        }
+        stamp(&run_span);
+        tracing::info!(parent: &run_span, operation = record.id, kind = %record.state.kind, node = %node, "operation started");
         Ok(OperationState {
             id: record.id,
+            run_span,
             lease,
             projection: record.state,
             operation,
@@ -206,6 +234,7 @@ impl Actor for OperationActor {
         if let Ok(record) = state.context.store.operation(state.id).await {
             state.projection = record.state;
         }
+        state.run_span.record("sluice.rows", state.rows_this_run);
         state.report();
         Ok(())
     }
@@ -268,10 +297,21 @@ impl OperationState {
             size: throttled_size(batch.sub_batch_size, percent),
             timeout: self.context.config.sub_batch_timeout,
         };
+        let span = tracing::info_span!(
+            parent: &batch.span,
+            "sub_batch",
+            otel.name = "sub-batch",
+            sluice.sub_batch.size = request.size,
+            sluice.batch.attempt = batch.lease.attempt,
+            sluice.rows = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
         let job = SubBatchJob {
             request,
             operation: Arc::clone(&self.operation),
             reply: myself.clone(),
+            span,
         };
         self.in_flight = Some(Instant::now());
         let sent = self
@@ -303,7 +343,7 @@ impl OperationState {
                 .into_iter()
                 .next()
             {
-                self.batch = Some(ActiveBatch::from(batch));
+                self.batch = Some(self.activate(batch));
                 return Ok(true);
             }
             self.leftovers_possible = false;
@@ -332,6 +372,7 @@ impl OperationState {
         };
         let (_, appended) = store.plan_batch(&self.lease, end, size).await?;
         self.projection = appended.record.state;
+        self.transitioned(&["batch_planned"]);
         match store
             .claim_batches(node, Some(self.id), 1, config.lease_ttl)
             .await?
@@ -339,7 +380,7 @@ impl OperationState {
             .next()
         {
             Some(batch) => {
-                self.batch = Some(ActiveBatch::from(batch));
+                self.batch = Some(self.activate(batch));
                 Ok(true)
             }
             // Another node's worker took it; look again shortly.
@@ -380,13 +421,20 @@ impl OperationState {
         outcome: Result<SubBatchOutcome, OperationError>,
         took: Duration,
     ) -> Result<(), OperationError> {
-        let Some(batch) = self.batch.as_mut() else {
+        if self.batch.is_none() {
             return Ok(());
-        };
+        }
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            Err(error) => return self.sub_batch_failed(myself, error).await,
+            Err(error) => {
+                self.context.metrics.sub_batch_failed(self.subject(), took);
+                return self.sub_batch_failed(myself, error).await;
+            }
         };
+        self.context
+            .metrics
+            .sub_batch(subject(&self.projection, self.id), outcome.rows, took);
+        let batch = self.batch.as_mut().expect("checked above");
         batch.busy += took;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
         batch.rows += rows;
@@ -413,6 +461,11 @@ impl OperationState {
                 .complete_batch(&batch.lease, batch.rows, batch.busy, next)
                 .await?;
             self.projection = appended.record.state;
+            self.transitioned(&["batch_succeeded"]);
+            batch.span.record("sluice.rows", batch.rows);
+            self.context
+                .metrics
+                .batch(self.subject(), batch.busy, self.projection.batch_size);
         }
         self.report();
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
@@ -441,7 +494,11 @@ impl OperationState {
         let config = &self.context.config;
         let attempt = u32::try_from(batch.lease.attempt).unwrap_or(u32::MAX);
         let message = error.to_string();
-        tracing::warn!(operation = self.id, ordinal = batch.lease.ordinal, attempt, error = %message, "sub-batch failed");
+        batch.span.record("otel.status_code", "error");
+        batch
+            .span
+            .record("otel.status_description", message.as_str());
+        tracing::warn!(parent: &batch.span, operation = self.id, ordinal = batch.lease.ordinal, attempt, error = %message, "sub-batch failed");
         let store = &self.context.store;
         let smaller = Some(shrink_after_failure(batch.sub_batch_size));
         if attempt >= config.max_attempts
@@ -454,7 +511,8 @@ impl OperationState {
                 .split_batch(&batch.lease, &at, &message, smaller)
                 .await?;
             self.projection = appended.record.state;
-            tracing::warn!(operation = self.id, ordinal = batch.lease.ordinal, at = %at, "batch split in two after timing out {attempt} times");
+            self.transitioned(&["batch_failed", "batch_split"]);
+            tracing::warn!(parent: &self.run_span, operation = self.id, ordinal = batch.lease.ordinal, at = %at, "batch split in two after timing out {attempt} times");
             let wait = backoff(attempt, config.retry_base, config.retry_cap, jitter());
             self.schedule_step(myself, wait);
             return Ok(());
@@ -463,6 +521,7 @@ impl OperationState {
             store
                 .fail_batch(&batch.lease, &message, false, None)
                 .await?;
+            self.transitioned(&["batch_failed"]);
             let failed = Event::Failed {
                 error: format!(
                     "batch {} failed {attempt} times; last error: {message}",
@@ -478,6 +537,7 @@ impl OperationState {
             .fail_batch(&batch.lease, &message, true, smaller)
             .await?;
         self.projection = appended.record.state;
+        self.transitioned(&["batch_failed"]);
         let p = &self.projection;
         if p.batches_planned >= 10
             && p.batch_failures as f64 / p.batches_planned as f64 > config.max_failure_ratio
@@ -517,7 +577,12 @@ impl OperationState {
 
     async fn fail(&mut self, failed: Event) -> Result<(), OperationError> {
         self.record(failed).await?;
-        tracing::error!(operation = self.id, error = ?self.projection.last_error, "operation failed");
+        self.run_span.record("otel.status_code", "error");
+        if let Some(error) = &self.projection.last_error {
+            self.run_span
+                .record("otel.status_description", error.as_str());
+        }
+        tracing::error!(parent: &self.run_span, operation = self.id, error = ?self.projection.last_error, "operation failed");
         self.stopping = Some(Stopping::Released("failed".into()));
         Ok(())
     }
@@ -557,7 +622,13 @@ impl OperationState {
             return Ok(());
         }
         self.record(Event::Throttled { health, reason }).await?;
-        tracing::info!(operation = self.id, signal = ?self.signal, "health signal recorded");
+        self.context.metrics.throttle(
+            self.subject(),
+            match self.signal {
+                Signal::Stop { .. } => 0,
+                _ => self.percent(),
+            },
+        );
         Ok(())
     }
 
@@ -613,7 +684,7 @@ impl OperationState {
         if let Some(batch) = self.batch.take() {
             let _ = store.release_batch(&batch.lease).await;
         }
-        tracing::info!(operation = self.id, why = ?self.stopping, "operation actor stopping");
+        tracing::info!(parent: &self.run_span, operation = self.id, why = ?self.stopping, "operation actor stopping");
         let event = match self.stopping.clone() {
             Some(Stopping::Shutdown) => Event::Yielded {
                 reason: "node shutting down".into(),
@@ -631,10 +702,44 @@ impl OperationState {
         let appended = self
             .context
             .store
-            .append(self.id, Expected::Any, Some(&self.lease), &[event])
+            .append(
+                self.id,
+                Expected::Any,
+                Some(&self.lease),
+                std::slice::from_ref(&event),
+            )
             .await?;
         self.projection = appended.record.state;
+        // A span event on the run: what happened, and the status after it
+        // (health decisions carry their reason).
+        match &event {
+            Event::Throttled { health, reason } => tracing::info!(
+                parent: &self.run_span,
+                event = event.kind(),
+                health = ?health,
+                reason = reason.as_deref().unwrap_or(""),
+                "health decision"
+            ),
+            _ => self.transitioned(&[event.kind()]),
+        }
         Ok(())
+    }
+
+    /// A span event on the run for each event the store just appended, with
+    /// the operation's status after them.
+    fn transitioned(&self, events: &[&'static str]) {
+        for event in events {
+            tracing::info!(
+                parent: &self.run_span,
+                event,
+                status = self.projection.status.as_str(),
+                "state transition"
+            );
+        }
+    }
+
+    fn subject(&self) -> Subject<'_> {
+        subject(&self.projection, self.id)
     }
 
     /// Handles an error from a step: transient database trouble is retried
@@ -730,11 +835,29 @@ impl OperationState {
     }
 }
 
-impl From<Batch> for ActiveBatch {
-    fn from(batch: Batch) -> Self {
+impl OperationState {
+    /// A claimed batch as the one this actor works on, with its span (a
+    /// child of the run's span).
+    fn activate(&self, batch: Batch) -> ActiveBatch {
         let lease = batch.lease().expect("a claimed batch is running");
+        let text =
+            |cursor: &Option<Cursor>| cursor.as_ref().map_or_else(String::new, Cursor::to_string);
+        let span = tracing::info_span!(
+            parent: &self.run_span,
+            "batch",
+            otel.name = %format!("batch {}", batch.ordinal),
+            sluice.batch.ordinal = batch.ordinal,
+            sluice.batch.start = %text(&batch.start),
+            sluice.batch.end = %text(&batch.end),
+            sluice.batch.size = batch.batch_size,
+            sluice.batch.attempt = lease.attempt,
+            sluice.rows = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
         ActiveBatch {
             lease,
+            span,
             progress: batch.progress.or(batch.start),
             end: batch.end,
             size: batch.batch_size,
@@ -752,4 +875,13 @@ fn jitter() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     f64::from(nanos % 1_000) / 1_000.0
+}
+
+/// Who a measurement is about.
+fn subject(projection: &Projection, id: i64) -> Subject<'_> {
+    Subject {
+        operation_id: id,
+        kind: &projection.kind,
+        table: &projection.table,
+    }
 }

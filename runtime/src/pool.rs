@@ -13,6 +13,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use sluice_operations::{OperationError, PreparedOperation, SubBatchRequest, run_sub_batch};
 use sluice_store::Store;
+use tracing::Instrument;
 
 use crate::operation_actor::OperationMessage;
 
@@ -28,6 +29,9 @@ pub struct SubBatchJob {
     pub operation: Arc<dyn PreparedOperation>,
     /// The operation actor waiting for the outcome.
     pub reply: ActorRef<OperationMessage>,
+    /// The sub-batch's span (a child of its batch's span, in its operation's
+    /// trace): the worker runs the job inside it.
+    pub span: tracing::Span,
 }
 
 /// Messages of [`SubBatchPool`].
@@ -81,6 +85,20 @@ impl Actor for SubBatchPool {
             workers,
             queue: VecDeque::new(),
         })
+    }
+
+    /// Stops the workers and waits for them (a stopped worker finishes its
+    /// sub-batch; one killed mid-`BEGIN` could leave its pooled connection
+    /// inside a transaction).
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut PoolState,
+    ) -> Result<(), ActorProcessingErr> {
+        myself
+            .stop_children_and_wait(Some("pool stopping".into()), None)
+            .await;
+        Ok(())
     }
 
     async fn handle(
@@ -203,7 +221,19 @@ impl Actor for SubBatchWorker {
         state: &mut WorkerArgs,
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMessage::Run(job) = message;
-        let outcome = run_sub_batch(&state.store, job.operation.as_ref(), &job.request).await;
+        let outcome = run_sub_batch(&state.store, job.operation.as_ref(), &job.request)
+            .instrument(job.span.clone())
+            .await;
+        match &outcome {
+            Ok(done) => {
+                job.span.record("sluice.rows", done.rows);
+            }
+            Err(error) => {
+                job.span.record("otel.status_code", "error");
+                job.span
+                    .record("otel.status_description", error.to_string());
+            }
+        }
         let _ = job.reply.cast(OperationMessage::SubBatchDone(outcome));
         let _ = state.pool.cast(PoolMessage::Idle(state.index));
         Ok(())

@@ -25,7 +25,7 @@ pub enum ReconcilerMessage {
 
 impl Actor for Reconciler {
     type Msg = ReconcilerMessage;
-    type State = (RuntimeContext, ActorRef<SupervisorMessage>);
+    type State = ReconcilerState;
     type Arguments = (RuntimeContext, ActorRef<SupervisorMessage>);
 
     async fn pre_start(
@@ -37,15 +37,25 @@ impl Actor for Reconciler {
             ReconcilerMessage::Reconcile
         });
         myself.cast(ReconcilerMessage::Reconcile)?;
-        Ok(args)
+        Ok(ReconcilerState {
+            context: args.0,
+            supervisor: args.1,
+            counted_at: None,
+        })
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<Self::Msg>,
         _message: ReconcilerMessage,
-        (context, supervisor): &mut Self::State,
+        state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        state.report_status_counts().await;
+        let ReconcilerState {
+            context,
+            supervisor,
+            ..
+        } = state;
         let running = call_t!(supervisor, SupervisorMessage::Running, 5_000)?;
         let free = context.config.concurrency.saturating_sub(running.len());
         if free == 0 {
@@ -74,5 +84,37 @@ impl Actor for Reconciler {
             supervisor.cast(SupervisorMessage::Start(appended.record.id))?;
         }
         Ok(())
+    }
+}
+
+/// The reconciler's state.
+pub struct ReconcilerState {
+    context: RuntimeContext,
+    supervisor: ActorRef<SupervisorMessage>,
+    counted_at: Option<std::time::Instant>,
+}
+
+impl ReconcilerState {
+    /// Records the `sluice.operations` gauge (operations by status) at most
+    /// every ten seconds: one small query, in the reconciler's own rhythm.
+    async fn report_status_counts(&mut self) {
+        if self
+            .counted_at
+            .is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(10))
+        {
+            return;
+        }
+        self.counted_at = Some(std::time::Instant::now());
+        if let Ok(counts) = self.context.store.status_counts().await {
+            for status in sluice_store::OperationStatus::ALL {
+                let n = counts
+                    .iter()
+                    .find(|(s, _)| *s == status)
+                    .map_or(0, |(_, n)| *n);
+                self.context
+                    .metrics
+                    .operations(status.as_str(), n.unsigned_abs());
+            }
+        }
     }
 }

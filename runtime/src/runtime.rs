@@ -5,7 +5,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef, OutputPort, call_t};
-use sluice_operations::{EnqueueOptions, Operation, OperationError, Registry, enqueue};
+use sluice_operations::{
+    EnqueueOptions, NewOperation, Operation, OperationError, Registry, enqueue, enqueue_many,
+};
 use sluice_store::{
     ConnectOptions, Enqueued, ListFilter, OperationRecord, OperationStatus, Store, StoreError,
 };
@@ -153,6 +155,9 @@ impl RuntimeBuilder {
             Source::Url(url) => {
                 let options = ConnectOptions {
                     max_connections: (self.config.pool_size + 4) as u32,
+                    // Sessions of its own bounded by the sub-batch timeout:
+                    // a one-statement sub-batch is then one round trip.
+                    sub_batch_timeout: Some(self.config.sub_batch_timeout),
                     ..ConnectOptions::default()
                 };
                 Store::connect_with(&url, &options).await?
@@ -171,6 +176,7 @@ impl RuntimeBuilder {
             config: Arc::new(self.config),
             health: Arc::new(OutputPort::default()),
             progress,
+            metrics: sluice_telemetry::Metrics::new(),
             services: Arc::new(RwLock::new(None)),
         };
         let args = SupervisorArgs {
@@ -229,6 +235,40 @@ impl Runtime {
         )
         .await?;
         // This node can run it: claim it now, not at the next interval.
+        let _ = self.supervisor.cast(SupervisorMessage::ReconcileNow);
+        Ok(enqueued)
+    }
+
+    /// Checks and enqueues many operations at once, written in chunks (one
+    /// statement per chunk on PostgreSQL); see
+    /// [`sluice_operations::enqueue_many`]. Returns one [`Enqueued`] per
+    /// operation, in order. A refused operation is named by its position and
+    /// nothing is written.
+    ///
+    /// ```no_run
+    /// # async fn example(runtime: &sluice_runtime::Runtime) -> Result<(), sluice_runtime::RuntimeError> {
+    /// use sluice_runtime::{EnqueueOptions, NewOperation};
+    /// let cleanups: Vec<NewOperation> = (1..=10_000)
+    ///     .map(|tenant| NewOperation {
+    ///         kind: "delete-aged-rows".into(),
+    ///         arguments: serde_json::json!({
+    ///             "table": format!("events_{}", tenant % 4),
+    ///             "column": "created_at",
+    ///             "older_than": "90d",
+    ///         }),
+    ///         options: EnqueueOptions::default(),
+    ///     })
+    ///     .collect();
+    /// let enqueued = runtime.enqueue_many(&cleanups).await?;
+    /// assert_eq!(enqueued.len(), 10_000);
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_many(
+        &self,
+        operations: &[NewOperation],
+    ) -> Result<Vec<Enqueued>, RuntimeError> {
+        let enqueued =
+            enqueue_many(&self.context.store, &self.context.registry, operations).await?;
         let _ = self.supervisor.cast(SupervisorMessage::ReconcileNow);
         Ok(enqueued)
     }

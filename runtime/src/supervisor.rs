@@ -8,7 +8,7 @@
 //! reason (and no other operation is touched).
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
@@ -60,6 +60,10 @@ pub struct SupervisorState {
     operations: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
     restarts: HashMap<i64, VecDeque<Instant>>,
     shutdown: Option<Vec<RpcReplyPort<()>>>,
+    /// The reconciler and scheduler asked to stop at shutdown, until they
+    /// have: the supervisor must not stop before them (stopping kills the
+    /// children still running, which could cut a database call short).
+    draining: Vec<ActorId>,
 }
 
 impl Actor for RuntimeSupervisor {
@@ -87,6 +91,7 @@ impl Actor for RuntimeSupervisor {
             operations: HashMap::new(),
             restarts: HashMap::new(),
             shutdown: None,
+            draining: Vec::new(),
         })
     }
 
@@ -98,8 +103,12 @@ impl Actor for RuntimeSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SupervisorMessage::Start(id) => {
-                if state.shutdown.is_none() {
-                    state.start_operation(&myself, id).await;
+                state.start_operation(&myself, id).await;
+                if state.shutdown.is_some() {
+                    // Claimed just as the node began shutting down: its
+                    // actor gives it straight back (`yielded`) rather than
+                    // leaving it under a lease until that lapses.
+                    state.shut_down_operations();
                 }
             }
             SupervisorMessage::Running(reply) => {
@@ -108,16 +117,16 @@ impl Actor for RuntimeSupervisor {
             SupervisorMessage::ReconcileNow => state.reconcile_now(),
             SupervisorMessage::Shutdown(reply) => {
                 if let Some(reconciler) = state.reconciler.take() {
-                    reconciler.stop(None);
+                    reconciler.stop(Some("shutdown".into()));
+                    state.draining.push(reconciler.get_id());
                 }
                 if let Some(scheduler) = state.scheduler.take() {
-                    scheduler.stop(None);
+                    scheduler.stop(Some("shutdown".into()));
+                    state.draining.push(scheduler.get_id());
                 }
-                for (_, actor) in state.operations.values() {
-                    let _ = actor.cast(OperationMessage::Shutdown);
-                }
+                state.shut_down_operations();
                 state.shutdown.get_or_insert_with(Vec::new).push(reply);
-                state.finish_shutdown_if_done(&myself);
+                state.finish_shutdown_if_done(&myself).await;
             }
         }
         Ok(())
@@ -131,6 +140,7 @@ impl Actor for RuntimeSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorTerminated(cell, _, _) => {
+                state.draining.retain(|id| *id != cell.get_id());
                 let freed = state.operations.remove(&cell.get_id()).is_some();
                 if state.shutdown.is_none() {
                     state.replace_service(&myself, &cell, "stopped").await?;
@@ -138,16 +148,17 @@ impl Actor for RuntimeSupervisor {
                         state.reconcile_now();
                     }
                 }
-                state.finish_shutdown_if_done(&myself);
+                state.finish_shutdown_if_done(&myself).await;
             }
             SupervisionEvent::ActorFailed(cell, error) => {
+                state.draining.retain(|id| *id != cell.get_id());
                 let reason = error.to_string();
                 if let Some((id, _)) = state.operations.remove(&cell.get_id()) {
                     state.operation_failed(&myself, id, &reason).await;
                 } else if state.shutdown.is_none() {
                     state.replace_service(&myself, &cell, &reason).await?;
                 }
-                state.finish_shutdown_if_done(&myself);
+                state.finish_shutdown_if_done(&myself).await;
             }
             _ => {}
         }
@@ -275,15 +286,35 @@ impl SupervisorState {
         Ok(())
     }
 
-    fn finish_shutdown_if_done(&mut self, myself: &ActorRef<SupervisorMessage>) {
+    /// Tells every operation actor to wind down and give its operation back.
+    fn shut_down_operations(&self) {
+        for (_, actor) in self.operations.values() {
+            let _ = actor.cast(OperationMessage::Shutdown);
+        }
+    }
+
+    /// Once every operation actor has wound down and the reconciler and
+    /// scheduler have stopped: stops the other children and waits for them
+    /// before answering the shutdown and stopping. Nothing is killed: a
+    /// child killed in the middle of a database call (a `BEGIN` in flight)
+    /// leaves its pooled connection inside a transaction that nothing rolls
+    /// back (sqlx 0.9 counts the transaction only once `BEGIN` is answered),
+    /// and the next borrower's statements would run in it, holding its locks
+    /// and never committing.
+    async fn finish_shutdown_if_done(&mut self, myself: &ActorRef<SupervisorMessage>) {
         if self.operations.is_empty()
+            && self.draining.is_empty()
             && let Some(waiters) = self.shutdown.as_mut()
             && !waiters.is_empty()
         {
-            for waiter in waiters.drain(..) {
+            let waiters = std::mem::take(waiters);
+            let patience = self.context.config.sub_batch_timeout + Duration::from_secs(5);
+            myself
+                .stop_children_and_wait(Some("shutdown".into()), Some(patience))
+                .await;
+            for waiter in waiters {
                 let _ = waiter.send(());
             }
-            myself.stop_children(None);
             myself.stop(None);
         }
     }

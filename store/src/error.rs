@@ -135,6 +135,22 @@ impl StoreError {
         )
     }
 
+    /// True when the database refused a write because it is read-only (an
+    /// SQLite file opened read-only or not writable, a PostgreSQL read-only
+    /// transaction or standby). Nothing was written.
+    pub fn is_read_only(&self) -> bool {
+        let refused = |e: &sqlx::Error| {
+            e.as_database_error()
+                .is_some_and(|d| matches!(d.code().as_deref(), Some("8" | "25006")))
+        };
+        match self {
+            StoreError::Database(e) => refused(e),
+            StoreError::Migrate(sqlx::migrate::MigrateError::Execute(e)) => refused(e),
+            StoreError::Migrate(sqlx::migrate::MigrateError::ExecuteMigration(e, _)) => refused(e),
+            _ => false,
+        }
+    }
+
     /// True when the same call may succeed if repeated later (the database was
     /// unreachable, a connection dropped, a lock wait timed out): the caller
     /// should back off and retry rather than give up.

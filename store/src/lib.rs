@@ -6,6 +6,7 @@
 //! pure and usable without a database.
 #![warn(missing_docs)]
 
+mod bulk_enqueue;
 pub mod clock;
 pub mod cursor;
 pub mod error;

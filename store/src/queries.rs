@@ -160,34 +160,61 @@ macro_rules! backend {
             }
 
             pub(crate) async fn enqueue(pool: &Pool, spec: &OperationSpec, now: i64) -> Result<(i64, bool), StoreError> {
-                let created = Event::Created(Box::new(spec.clone()));
-                let (projection, _) = machine::apply(None, &created, now).expect("created is legal on nothing");
-                let unique_key = spec.unique_key();
                 // A conflicting operation can turn terminal between our insert and our
                 // look-up; then the insert succeeds on the next round.
                 loop {
                     let mut tx = begin_write(pool).await?;
-                    let insert = sqlx::query_scalar::<_, i64>(AssertSqlSafe(INSERT_OPERATION.as_str())).bind(&unique_key);
-                    let inserted = bind_projection!(insert, ProjectionValues::of(&projection))
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    if let Some(id) = inserted {
-                        insert_events(&mut tx, id, 1, std::slice::from_ref(&created), now).await?;
-                        tx.commit().await?;
-                        return Ok((id, true));
-                    }
-                    let existing: Option<i64> = sqlx::query_scalar(
-                        "SELECT id FROM sluice_operations \
-                         WHERE unique_key = $1 AND status IN ('pending', 'running', 'paused')",
-                    )
-                    .bind(&unique_key)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+                    let enqueued = enqueue_in(&mut tx, spec, now).await?;
                     tx.commit().await?;
-                    if let Some(id) = existing {
-                        return Ok((id, false));
+                    if let Some(enqueued) = enqueued {
+                        return Ok(enqueued);
                     }
                 }
+            }
+
+            /// Writes `specs` with their `created` events in one transaction, row
+            /// by row (SQLite: local, and serialised by the write lock anyway;
+            /// PostgreSQL uses [`crate::bulk_enqueue`]). Per spec: `(id, created)`,
+            /// or `None` when the active operation it collided with ended
+            /// meanwhile.
+            #[allow(dead_code, reason = "PostgreSQL writes its chunks with crate::bulk_enqueue")]
+            pub(crate) async fn enqueue_each(
+                pool: &Pool,
+                specs: &[OperationSpec],
+                now: i64,
+            ) -> Result<Vec<Option<(i64, bool)>>, StoreError> {
+                let mut tx = begin_write(pool).await?;
+                let mut outcomes = Vec::with_capacity(specs.len());
+                for spec in specs {
+                    outcomes.push(enqueue_in(&mut tx, spec, now).await?);
+                }
+                tx.commit().await?;
+                Ok(outcomes)
+            }
+
+            /// Inserts one operation and its `created` event inside `tx`, or finds
+            /// the active one with the same identity; `None` when neither
+            /// (the conflicting one ended between the two statements).
+            async fn enqueue_in(tx: &mut Tx, spec: &OperationSpec, now: i64) -> Result<Option<(i64, bool)>, StoreError> {
+                let created = Event::Created(Box::new(spec.clone()));
+                let (projection, _) = machine::apply(None, &created, now).expect("created is legal on nothing");
+                let unique_key = spec.unique_key();
+                let insert = sqlx::query_scalar::<_, i64>(AssertSqlSafe(INSERT_OPERATION.as_str())).bind(&unique_key);
+                let inserted = bind_projection!(insert, ProjectionValues::of(&projection))
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                if let Some(id) = inserted {
+                    insert_events(tx, id, 1, std::slice::from_ref(&created), now).await?;
+                    return Ok(Some((id, true)));
+                }
+                let existing: Option<i64> = sqlx::query_scalar(
+                    "SELECT id FROM sluice_operations \
+                     WHERE unique_key = $1 AND status IN ('pending', 'running', 'paused')",
+                )
+                .bind(&unique_key)
+                .fetch_optional(&mut **tx)
+                .await?;
+                Ok(existing.map(|id| (id, false)))
             }
 
             pub(crate) async fn operation(pool: &Pool, id: i64) -> Result<OperationRecord, StoreError> {

@@ -10,6 +10,7 @@
 //!   concurrent enqueues from any number of processes create one operation;
 //! - the schema is migrated on connect (migrations are embedded in the crate).
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+use crate::bulk_enqueue;
 use crate::clock::{Clock, SystemClock};
 use crate::cursor::Cursor;
 use crate::error::StoreError;
@@ -34,6 +36,11 @@ use crate::spec::OperationSpec;
 pub struct Store {
     backend: Backend,
     clock: Arc<dyn Clock>,
+    /// PostgreSQL connections whose sessions carry a `statement_timeout`, for
+    /// sub-batches sent as one statement ([`Store::run_sub_batch_statement`]);
+    /// only on stores that opened their own pool with
+    /// [`ConnectOptions::sub_batch_timeout`].
+    sub_batches: Option<(PgPool, Duration)>,
 }
 
 /// Which database the store lives in.
@@ -75,6 +82,11 @@ pub struct ConnectOptions {
     pub busy_timeout: Duration,
     /// How long to wait for a connection from the pool.
     pub acquire_timeout: Duration,
+    /// On PostgreSQL, also open up to `max_connections` connections whose
+    /// sessions carry this `statement_timeout`, so that a sub-batch that is
+    /// one statement is sent as one statement, with no transaction to open
+    /// for a `SET LOCAL` (the runtime passes its sub-batch timeout).
+    pub sub_batch_timeout: Option<Duration>,
 }
 
 impl Default for ConnectOptions {
@@ -83,6 +95,7 @@ impl Default for ConnectOptions {
             max_connections: 8,
             busy_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(10),
+            sub_batch_timeout: None,
         }
     }
 }
@@ -151,9 +164,18 @@ impl Store {
             let pool = PgPoolOptions::new()
                 .max_connections(options.max_connections)
                 .acquire_timeout(options.acquire_timeout)
-                .connect_with(connect)
+                .connect_with(connect.clone())
                 .await?;
-            Self::postgres(pool).await
+            let mut store = Self::postgres(pool).await?;
+            if let Some(timeout) = options.sub_batch_timeout {
+                let ms = timeout.as_millis().clamp(1, i32::MAX as u128).to_string();
+                let bounded = PgPoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .acquire_timeout(options.acquire_timeout)
+                    .connect_lazy_with(connect.options([("statement_timeout", ms.as_str())]));
+                store.sub_batches = Some((bounded, timeout));
+            }
+            Ok(store)
         } else {
             Err(StoreError::UnsupportedUrl {
                 url: redact_url(url),
@@ -167,6 +189,7 @@ impl Store {
         Ok(Store {
             backend: Backend::Sqlite(pool),
             clock: Arc::new(SystemClock),
+            sub_batches: None,
         })
     }
 
@@ -177,6 +200,7 @@ impl Store {
         Ok(Store {
             backend: Backend::Postgres(pool),
             clock: Arc::new(SystemClock),
+            sub_batches: None,
         })
     }
 
@@ -202,6 +226,18 @@ impl Store {
             Backend::Sqlite(pool) => pool.close().await,
             Backend::Postgres(pool) => pool.close().await,
         }
+        if let Some((pool, _)) = &self.sub_batches {
+            pool.close().await;
+        }
+    }
+
+    /// The pool of sessions bounded by `statement_timeout`, when this store
+    /// has one and its bound is within `timeout`.
+    pub(crate) fn bounded_sessions(&self, timeout: Duration) -> Option<&PgPool> {
+        self.sub_batches
+            .as_ref()
+            .filter(|(_, bound)| *bound <= timeout)
+            .map(|(pool, _)| pool)
     }
 
     /// Validates `spec` and records a new pending operation with its `created`
@@ -216,9 +252,87 @@ impl Store {
         Ok(Enqueued { id, created })
     }
 
+    /// Enqueues many operations at once, each like [`Store::enqueue`]
+    /// (validated, unique by identity), writing them in chunks of
+    /// [`Store::ENQUEUE_CHUNK`]: one statement per chunk on PostgreSQL, one
+    /// transaction per chunk on SQLite. Returns one [`Enqueued`] per spec, in
+    /// order; a spec whose identity repeats an earlier one in `specs` gets
+    /// that one's id with `created == false`.
+    ///
+    /// Every spec is validated before anything is written
+    /// ([`StoreError::InvalidSpec`] names the first bad one). Chunks commit
+    /// one after another: after a database error the chunks before it stay
+    /// written, and calling again with the same specs is safe (uniqueness
+    /// returns the operations already there).
+    pub async fn enqueue_many(&self, specs: &[OperationSpec]) -> Result<Vec<Enqueued>, StoreError> {
+        let mut specs = specs.to_vec();
+        for spec in &mut specs {
+            spec.validate()?;
+        }
+        // The first spec of each identity is written; repeats take its outcome.
+        let mut first_of: HashMap<String, usize> = HashMap::new();
+        let mut distinct = Vec::new();
+        let slots: Vec<usize> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                *first_of.entry(spec.unique_key()).or_insert_with(|| {
+                    distinct.push(i);
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let now = self.clock.now_ms();
+        let mut written: Vec<Enqueued> = Vec::with_capacity(distinct.len());
+        for chunk in distinct.chunks(Self::ENQUEUE_CHUNK) {
+            let chunk_specs: Vec<OperationSpec> = chunk.iter().map(|&i| specs[i].clone()).collect();
+            let outcomes = match &self.backend {
+                Backend::Sqlite(pool) => {
+                    queries::sqlite::enqueue_each(pool, &chunk_specs, now).await?
+                }
+                Backend::Postgres(pool) => {
+                    bulk_enqueue::enqueue_chunk(pool, &chunk_specs, now).await?
+                }
+            };
+            for (spec, outcome) in chunk_specs.into_iter().zip(outcomes) {
+                let (id, created) = match outcome {
+                    Some(outcome) => outcome,
+                    // Its twin ended meanwhile: the ordinary path retries.
+                    None => dispatch!(self.enqueue(&spec, now))?,
+                };
+                written.push(Enqueued { id, created });
+            }
+        }
+        let mut seen = vec![false; written.len()];
+        Ok(slots
+            .into_iter()
+            .map(|slot| {
+                let first = !std::mem::replace(&mut seen[slot], true);
+                Enqueued {
+                    id: written[slot].id,
+                    created: written[slot].created && first,
+                }
+            })
+            .collect())
+    }
+
+    /// Operations written per chunk by [`Store::enqueue_many`].
+    pub const ENQUEUE_CHUNK: usize = bulk_enqueue::ENQUEUE_CHUNK;
+
     /// The operation with this id. Errors: [`StoreError::NotFound`].
     pub async fn operation(&self, id: i64) -> Result<OperationRecord, StoreError> {
         dispatch!(self.operation(id))
+    }
+
+    /// How many operations are in each status (statuses with none left out).
+    pub async fn status_counts(&self) -> Result<Vec<(OperationStatus, i64)>, StoreError> {
+        const COUNTS: &str = "SELECT status, COUNT(*) FROM sluice_operations GROUP BY status";
+        let rows: Vec<(String, i64)> =
+            on_pool!(self, |pool| sqlx::query_as(COUNTS).fetch_all(pool).await?);
+        Ok(rows
+            .into_iter()
+            .filter_map(|(status, n)| OperationStatus::parse(&status).map(|s| (s, n)))
+            .collect())
     }
 
     /// Operations matching `filter`, oldest first.

@@ -16,8 +16,8 @@ use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::queries;
 use crate::record::BatchLease;
-use crate::sql::{Statement, bind_values};
-use crate::store::{Backend, Store};
+use crate::sql::{SqlText, Statement, bind_values};
+use crate::store::{Backend, Store, on_pool};
 use crate::target_table::row_cursor;
 
 /// An open sub-batch transaction. Dropping it without [`SubBatchTx::commit`] rolls back.
@@ -55,10 +55,7 @@ impl Store {
                 Tx::Postgres(queries::postgres::begin_write(pool).await?)
             }
             (Backend::Postgres(pool), Some(timeout)) => {
-                // A number this code formats, not input: safe to inline.
-                let ms = timeout.as_millis().clamp(1, i32::MAX as u128);
-                let begin = format!("BEGIN; SET LOCAL statement_timeout = {ms}");
-                Tx::Postgres(pool.begin_with(sqlx::AssertSqlSafe(begin)).await?)
+                Tx::Postgres(begin_bounded(pool, timeout).await?)
             }
         };
         Ok(SubBatchTx {
@@ -66,6 +63,119 @@ impl Store {
             lease: lease.clone(),
         })
     }
+}
+
+impl Store {
+    /// Runs a sub-batch that is exactly one data-changing statement (a
+    /// `DELETE` or `UPDATE` over the sub-batch's rows) and records it done —
+    /// the same all-or-nothing as a [`SubBatchTx`] holding that statement,
+    /// in fewer round trips:
+    /// - PostgreSQL, on a store with sessions bounded by `statement_timeout`
+    ///   (see [`crate::ConnectOptions::sub_batch_timeout`]): one statement,
+    ///   the change and the fenced progress record in one `WITH`, whose last
+    ///   step divides by the number of batch rows recorded, so a lost lease
+    ///   aborts the whole statement (nothing is kept);
+    /// - PostgreSQL otherwise: that statement inside `BEGIN; SET LOCAL
+    ///   statement_timeout` … `COMMIT` (three round trips instead of four);
+    /// - SQLite: a write transaction with the statement and the record.
+    ///
+    /// Returns the rows changed. Errors: [`StoreError::BatchLeaseLost`] when
+    /// the batch was re-claimed since (nothing is kept); a database error of
+    /// the statement (nothing is kept).
+    pub async fn run_sub_batch_statement(
+        &self,
+        lease: &BatchLease,
+        statement: &Statement,
+        progress: Option<&Cursor>,
+        timeout: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        let pool = match self.backend() {
+            Backend::Postgres(pool) => pool,
+            Backend::Sqlite(_) => {
+                let mut tx = self.begin_sub_batch_within(lease, Some(timeout)).await?;
+                let rows = tx.execute(statement).await?;
+                tx.commit(progress, rows as i64).await?;
+                return Ok(rows);
+            }
+        };
+        let fused = fused_with_record(statement);
+        let query = bind_values!(
+            sqlx::query_as::<_, (i64, i64)>(fused.to_sqlx()),
+            statement.params()
+        )
+        .bind(progress.map(Cursor::to_json))
+        .bind(lease.batch_id)
+        .bind(lease.epoch);
+        let done = match self.bounded_sessions(timeout) {
+            Some(bounded) => query.fetch_one(bounded).await,
+            None => {
+                let mut tx = begin_bounded(pool, timeout).await?;
+                let done = query.fetch_one(&mut *tx).await;
+                if done.is_ok() {
+                    tx.commit().await?;
+                }
+                done
+            }
+        };
+        match done {
+            Ok((rows, _)) => Ok(rows as u64),
+            Err(error) if is_division_by_zero(&error) && !self.holds_batch(lease).await? => {
+                Err(StoreError::BatchLeaseLost {
+                    batch_id: lease.batch_id,
+                    epoch: lease.epoch,
+                })
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// True while `lease` still holds its batch.
+    async fn holds_batch(&self, lease: &BatchLease) -> Result<bool, StoreError> {
+        const HELD: &str = "SELECT COUNT(*) FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
+        let held: i64 = on_pool!(self, |pool| sqlx::query_scalar(HELD)
+            .bind(lease.batch_id)
+            .bind(lease.epoch)
+            .fetch_one(pool)
+            .await?);
+        Ok(held == 1)
+    }
+}
+
+/// `WITH changed AS (<statement> RETURNING 1), recorded AS (<the fenced
+/// progress update>) SELECT rows changed, 1 / rows recorded`: the division
+/// fails (SQLSTATE 22012) and aborts everything when the fence matched no
+/// batch row. The three parameters after the statement's own are the
+/// progress cursor (JSON or NULL), the batch id and its lease epoch.
+fn fused_with_record(statement: &Statement) -> SqlText {
+    let n = statement.params().len();
+    SqlText::new("WITH changed AS (")
+        .append(statement.text())
+        .push(" RETURNING 1), recorded AS (UPDATE sluice_batches SET progress_cursor = COALESCE(")
+        .param(n + 1)
+        .push("::TEXT, progress_cursor), rows_affected = rows_affected + (SELECT COUNT(*) FROM changed) WHERE id = ")
+        .param(n + 2)
+        .push(" AND lease_epoch = ")
+        .param(n + 3)
+        .push(" AND status = 'running' RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)")
+}
+
+fn is_division_by_zero(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|d| d.code().as_deref() == Some("22012"))
+}
+
+/// A PostgreSQL transaction whose statements are bounded by `timeout`
+/// (`SET LOCAL statement_timeout`, sent with the `BEGIN` in one round trip;
+/// a statement over it fails with SQLSTATE 57014).
+async fn begin_bounded(
+    pool: &sqlx::PgPool,
+    timeout: std::time::Duration,
+) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+    // A number this code formats, not input: safe to inline.
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128);
+    let begin = format!("BEGIN; SET LOCAL statement_timeout = {ms}");
+    Ok(pool.begin_with(sqlx::AssertSqlSafe(begin)).await?)
 }
 
 /// Runs the same sqlx code on whichever transaction the sub-batch has.

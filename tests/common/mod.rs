@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -199,12 +199,21 @@ pub async fn claim_lease(store: &Store, node: &str, ttl: Duration) -> Lease {
 
 /// Waits until `check` holds, polling every 10 ms; fails the test with
 /// `what` after 90 seconds.
-pub async fn until<F, Fut>(what: &str, mut check: F)
+pub async fn until<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    until_within(what, Duration::from_secs(90), check).await
+}
+
+/// [`until`] with its own deadline.
+pub async fn until_within<F, Fut>(what: &str, deadline: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + deadline;
     while !check().await {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -228,11 +237,34 @@ pub async fn released(store: &Store, id: i64) -> bool {
 
 /// Runs the built `sluice` binary against `db` and waits for it.
 pub fn sluice(db: &TestDb, args: &[&str]) -> Output {
+    sluice_on(&db.url, args)
+}
+
+/// [`sluice`] on a database URL of its own.
+pub fn sluice_on(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
-        .env("SLUICE_DATABASE_URL", &db.url)
+        .env("SLUICE_DATABASE_URL", url)
         .output()
         .expect("run the sluice binary")
+}
+
+/// Starts a `sluice run` worker process against `db` (output discarded)
+/// with `args` after `run`.
+pub fn spawn_worker(db: &TestDb, args: &[&str]) -> Child {
+    spawn_worker_on(&db.url, args)
+}
+
+/// [`spawn_worker`] on a database URL of its own.
+pub fn spawn_worker_on(url: &str, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("run")
+        .args(args)
+        .env("SLUICE_DATABASE_URL", url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a worker")
 }
 
 /// The JSON a successful command printed.

@@ -1,0 +1,159 @@
+//! End-to-end harness: enqueueing 10,000 operations at once through
+//! `enqueue_many` (every operation checked, one statement per chunk on
+//! PostgreSQL), on SQLite and PostgreSQL, into a fresh store each repeat.
+//!
+//! `cargo bench --bench bulk_enqueue` (env: `SLUICE_BENCH_OPERATIONS`,
+//! default 10,000; `SLUICE_BENCH_REPEATS`, default 5;
+//! `SLUICE_BENCH_BACKENDS`, e.g. `postgres`, default both;
+//! `SLUICE_TEST_POSTGRES_URL`). Prints each run and the median, and checks
+//! that every operation was written with its `created` event.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sluice_operations::{EnqueueOptions, NewOperation, Registry, enqueue_many};
+use sluice_store::{Backend, Statement, Store};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+const SCHEMA: &str = "sluice_bench_bulk";
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let operations: usize = env("SLUICE_BENCH_OPERATIONS", 10_000);
+    let repeats: usize = env("SLUICE_BENCH_REPEATS", 5);
+    let only = std::env::var("SLUICE_BENCH_BACKENDS").unwrap_or_default();
+    let postgres = std::env::var("SLUICE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    println!("operations {operations}, repeats {repeats}");
+    for backend in ["sqlite", "postgres"] {
+        if !only.is_empty() && !only.split(',').any(|b| b == backend) {
+            continue;
+        }
+        let mut runs = Vec::new();
+        for _ in 0..repeats {
+            let dir = tempfile::tempdir().expect("a temporary folder");
+            let store = match backend {
+                "sqlite" => {
+                    let url = format!("sqlite:{}", dir.path().join("bulk.sqlite").display());
+                    Store::connect(&url).await.expect("SQLite store")
+                }
+                _ => match fresh_postgres(&postgres).await {
+                    Ok(store) => store,
+                    Err(e) => {
+                        println!("postgres: skipped ({e})");
+                        break;
+                    }
+                },
+            };
+            runs.push(enqueue_once(&store, operations).await);
+            store.close().await;
+        }
+        if runs.is_empty() {
+            continue;
+        }
+        let median = median(&runs);
+        println!(
+            "{backend}: {operations} operations in {:.0} ms median ({:.0} operations/s; runs ms {:?})",
+            median.as_secs_f64() * 1_000.0,
+            operations as f64 / median.as_secs_f64(),
+            runs.iter()
+                .map(|d| (d.as_secs_f64() * 1_000.0).round() as u64)
+                .collect::<Vec<_>>(),
+        );
+        if backend == "postgres" {
+            drop_schema(&postgres).await;
+        }
+    }
+}
+
+/// Enqueues `n` distinct `delete-aged-rows` operations on one table (each
+/// with its own cutoff, as a per-tenant clean-up would have its own bound
+/// values) and times the call.
+async fn enqueue_once(store: &Store, n: usize) -> Duration {
+    let (create, index) = match store.backend() {
+        Backend::Sqlite(_) => (
+            "CREATE TABLE bench_bulk (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL)",
+            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
+        ),
+        Backend::Postgres(_) => (
+            "CREATE TABLE bench_bulk (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL)",
+            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
+        ),
+    };
+    store.execute(&Statement::new(create)).await.unwrap();
+    store.execute(&Statement::new(index)).await.unwrap();
+    let postgres = matches!(store.backend(), Backend::Postgres(_));
+    let batch: Vec<NewOperation> = (0..n)
+        .map(|i| {
+            let at = chrono::DateTime::from_timestamp(1_600_000_000 + i as i64, 0).unwrap();
+            let cutoff = if postgres {
+                serde_json::json!({ "timestamp": at })
+            } else {
+                serde_json::json!({ "text": at.format("%Y-%m-%dT%H:%M:%SZ").to_string() })
+            };
+            NewOperation {
+                kind: "delete-aged-rows".into(),
+                arguments: serde_json::json!({
+                    "table": "bench_bulk",
+                    "column": "created_at",
+                    "key": "id",
+                    "cutoff": cutoff,
+                }),
+                options: EnqueueOptions::default(),
+            }
+        })
+        .collect();
+    let registry = Registry::with_builtins();
+    let started = Instant::now();
+    let enqueued = enqueue_many(store, &registry, &batch).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(enqueued.iter().filter(|e| e.created).count(), n);
+    let events = store
+        .fetch_int(&Statement::new(
+            "SELECT COUNT(*) FROM sluice_events WHERE kind = 'created'",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(events, Some(n as i64));
+    took
+}
+
+/// A store in a fresh schema of the PostgreSQL at `url`.
+async fn fresh_postgres(url: &str) -> Result<Store, sluice_store::StoreError> {
+    drop_schema(url).await;
+    let admin = PgPoolOptions::new().max_connections(1).connect(url).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {SCHEMA}")))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let options = PgConnectOptions::from_str(url)?.options([("search_path", SCHEMA)]);
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await?;
+    Store::postgres(pool).await
+}
+
+async fn drop_schema(url: &str) {
+    if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(url).await {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"
+        )))
+        .execute(&admin)
+        .await;
+        admin.close().await;
+    }
+}
+
+fn median(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
+}
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -1,0 +1,172 @@
+//! End-to-end harness: how long after a health indicator starts saying
+//! *stop* does the last sub-batch start? An operation stamps the start of
+//! every sub-batch; an indicator flips to stop at a random moment, ten
+//! times per setting; the reaction is the last start after the flip minus
+//! the flip (zero when none started after it). Sub-batches of 500 rows with
+//! a 5 ms pause between them, so the operation is running at every flip. Run with the default health
+//! poll interval (250 ms) and with 20 ms, on an SQLite file.
+//!
+//! `cargo bench --bench pause_reaction`
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sluice_operations::{EnqueueOptions, Operation, OperationError, Shape, SubBatch};
+use sluice_runtime::{RuntimeBuilder, RuntimeConfig, Signal, indicator_fn};
+use sluice_store::{Statement, Store};
+
+/// Bumps a counter on each sub-batch's rows and stamps when it started.
+struct Stamped(Arc<Mutex<Vec<(Instant, Duration)>>>);
+
+#[derive(Serialize, Deserialize)]
+struct Pass {
+    pass: i64,
+}
+
+#[async_trait]
+impl Operation for Stamped {
+    type Arguments = Pass;
+
+    fn kind(&self) -> &'static str {
+        "stamped"
+    }
+
+    fn shape(&self, _: &Pass) -> Result<Shape, OperationError> {
+        Shape::range("reaction_items", "id")
+    }
+
+    async fn run(&self, _: &Pass, batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
+        let started = Instant::now();
+        let statement = batch.rows_where(Statement::new(
+            "UPDATE reaction_items SET counter = counter + 1",
+        ));
+        let rows = batch.execute(&statement).await;
+        self.0.lock().unwrap().push((started, started.elapsed()));
+        rows
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    for poll in [Duration::from_millis(250), Duration::from_millis(20)] {
+        let (reactions, sub_batch) = measure(poll).await;
+        let mut sorted = reactions.clone();
+        sorted.sort();
+        println!(
+            "health poll {} ms: sub-batch ~{:.1} ms; reaction median {:.1} ms, max {:.1} ms (runs ms {:?})",
+            poll.as_millis(),
+            sub_batch.as_secs_f64() * 1e3,
+            sorted[sorted.len() / 2].as_secs_f64() * 1e3,
+            sorted[sorted.len() - 1].as_secs_f64() * 1e3,
+            reactions
+                .iter()
+                .map(|d| (d.as_secs_f64() * 1e3).round() as u64)
+                .collect::<Vec<_>>(),
+        );
+    }
+}
+
+/// Ten stops; returns each reaction and the median sub-batch duration.
+async fn measure(poll: Duration) -> (Vec<Duration>, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&format!(
+        "sqlite:{}",
+        dir.path().join("reaction.sqlite").display()
+    ))
+    .await
+    .unwrap();
+    store
+        .execute(&Statement::new(
+            "CREATE TABLE reaction_items (id INTEGER PRIMARY KEY, counter INTEGER NOT NULL DEFAULT 0)",
+        ))
+        .await
+        .unwrap();
+    store
+        .execute(&Statement::new(
+            "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 4000000) \
+             INSERT INTO reaction_items (id) SELECT v FROM g",
+        ))
+        .await
+        .unwrap();
+    let stamps = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let indicator = indicator_fn("bench stop", move || {
+        let stopped = flag.load(Ordering::SeqCst);
+        async move {
+            if stopped {
+                Signal::Stop {
+                    reason: "bench".into(),
+                }
+            } else {
+                Signal::Normal
+            }
+        }
+    });
+    let config = RuntimeConfig {
+        health_interval: poll,
+        health_clear_after: 1,
+        pool_size: 1,
+        min_batch_size: 20_000,
+        max_batch_size: 20_000,
+        ..RuntimeConfig::default()
+    };
+    let runtime = RuntimeBuilder::with_store(store.clone())
+        .config(config)
+        .register(Stamped(Arc::clone(&stamps)))
+        .without_builtin_indicators()
+        .indicator(indicator)
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 20_000,
+        sub_batch_size: 500,
+        pause: Duration::from_millis(5),
+        ..EnqueueOptions::default()
+    };
+    runtime
+        .enqueue(&Stamped(Arc::clone(&stamps)), &Pass { pass: 1 }, &options)
+        .await
+        .unwrap();
+    let mut reactions = Vec::new();
+    let mut gaps = Vec::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..10 {
+        // Let it run a while (a random while), then flip to stop.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(Duration::from_millis(300 + seed % 300)).await;
+        let flipped = Instant::now();
+        stop.store(true, Ordering::SeqCst);
+        tokio::time::sleep(poll * 4 + Duration::from_millis(500)).await;
+        {
+            let stamps = stamps.lock().unwrap();
+            gaps.extend(stamps.iter().rev().take(20).map(|(_, took)| *took));
+            let last_after = stamps
+                .iter()
+                .map(|(s, _)| *s)
+                .filter(|s| *s >= flipped)
+                .max();
+            reactions.push(last_after.map_or(Duration::ZERO, |s| s - flipped));
+            assert!(
+                stamps.last().is_some_and(
+                    |(s, _)| flipped - *s < Duration::from_millis(100) || *s >= flipped
+                ),
+                "the operation was running when stopped"
+            );
+        }
+        stop.store(false, Ordering::SeqCst);
+    }
+    runtime.shutdown().await.unwrap();
+    store.close().await;
+    gaps.sort();
+    (
+        reactions,
+        gaps.get(gaps.len() / 2).copied().unwrap_or_default(),
+    )
+}

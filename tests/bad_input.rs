@@ -1,0 +1,629 @@
+//! The bad-input matrix: every way a user can get input wrong, through the
+//! command line and through the embedding API, on SQLite and PostgreSQL.
+//! Each case names its exit code (or error) and message, and is followed by
+//! proof that nothing changed: the store's tables and the target table are
+//! exactly as before.
+
+mod common;
+
+use std::process::Output;
+
+use common::{TestDb, sluice, sluice_on};
+use sluice_operations::{EnqueueOptions, NewOperation, OperationError};
+use sluice_runtime::{RuntimeBuilder, RuntimeError, ScheduleError, ScheduleSpec, Selection};
+use sluice_store::{Store, StoreError};
+
+for_each_backend!(
+    the_command_line_refuses_bad_input_and_changes_nothing,
+    the_embedding_api_refuses_bad_input_and_changes_nothing,
+);
+
+/// `items(id, grp, counter, created_at)`, 50 rows, indexed on `created_at`,
+/// with one finished operation and one schedule already stored.
+async fn set_up(db: &TestDb) {
+    let pg = db.backend == "postgres";
+    db.execute(if pg {
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL)"
+    } else {
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL)"
+    })
+    .await;
+    db.execute(if pg {
+        "INSERT INTO items (id, grp, created_at) SELECT g, g % 2, TIMESTAMPTZ '2020-01-01Z' FROM generate_series(1, 50) g"
+    } else {
+        "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 50) \
+         INSERT INTO items (id, grp, created_at) SELECT v, v % 2, '2020-01-01T00:00:00Z' FROM g"
+    })
+    .await;
+    db.execute("CREATE INDEX items_created_at_idx ON items (created_at)")
+        .await;
+    let ok = sluice(
+        db,
+        &[
+            "schedule",
+            "add",
+            "--name",
+            "nightly",
+            "--cron",
+            "0 3 * * *",
+            "delete-aged-rows",
+            "--table",
+            "items",
+            "--column",
+            "created_at",
+            "--older-than",
+            "90d",
+        ],
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let ok = sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = 0",
+        ],
+    );
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // Run it to the end, so nothing moves while the cases are tried.
+    let ok = sluice(db, &["run", "--until-idle"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
+/// Everything a refused input must leave as it was.
+async fn snapshot(db: &TestDb) -> Vec<i64> {
+    let mut counts = Vec::new();
+    for sql in [
+        "SELECT COUNT(*) FROM sluice_operations",
+        "SELECT COUNT(*) FROM sluice_events",
+        "SELECT COUNT(*) FROM sluice_batches",
+        "SELECT COUNT(*) FROM sluice_schedules",
+        "SELECT COUNT(*) FROM sluice_switches",
+        "SELECT COUNT(*) FROM sluice_schedule_fires",
+        "SELECT CAST(COALESCE(SUM(last_seq), 0) AS BIGINT) FROM sluice_operations",
+        "SELECT COUNT(*) FROM items",
+        "SELECT CAST(SUM(counter) AS BIGINT) FROM items",
+    ] {
+        counts.push(db.scalar(sql).await);
+    }
+    counts
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
+    set_up(db).await;
+    let aged = |table: &str, column: &str, older: &str| -> Vec<String> {
+        [
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            table,
+            "--column",
+            column,
+            "--older-than",
+            older,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let update = |set: &str, condition: &str| -> Vec<String> {
+        [
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            set,
+            "--where",
+            condition,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let with = |mut args: Vec<String>, extra: &[&str]| {
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let plain = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };
+    let identifier = "is not a plain SQL identifier";
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        // Unsafe identifiers: quotes, separators, comments, look-alikes.
+        (
+            aged("items\"; DROP TABLE items; --", "created_at", "30d"),
+            2,
+            identifier,
+        ),
+        (aged("items;", "created_at", "30d"), 2, identifier),
+        (aged("items", "created_at--", "30d"), 2, identifier),
+        (aged("it/*x*/ems", "created_at", "30d"), 2, identifier),
+        (aged("it\u{0435}ms", "created_at", "30d"), 2, identifier), // Cyrillic е
+        (aged("\u{ff49}tems", "created_at", "30d"), 2, identifier), // fullwidth ｉ
+        (aged("items", "created at", "30d"), 2, identifier),
+        (aged("1items", "created_at", "30d"), 2, identifier),
+        (aged(&"t".repeat(64), "created_at", "30d"), 2, identifier),
+        (
+            update("counter = 1; DROP TABLE items", "grp = 1"),
+            2,
+            "contains `;`",
+        ),
+        (
+            update("counter = 1", "grp = 1 -- always"),
+            2,
+            "contains `--`",
+        ),
+        (update("counter = 1", "grp = 1 /* x */"), 2, "contains `/*`"),
+        (
+            update("counter = 1", "grp = = 1"),
+            2,
+            "the database refused the operation's SQL",
+        ),
+        // Unknown table, column, kind, id.
+        (
+            aged("nosuch", "created_at", "30d"),
+            2,
+            "unknown table `nosuch`",
+        ),
+        (
+            aged("items", "nosuch", "30d"),
+            2,
+            "table `items` has no column `nosuch`",
+        ),
+        (
+            with(aged("items", "created_at", "30d"), &["--key", "nope"]),
+            2,
+            "no column `nope`",
+        ),
+        (
+            plain(&["enqueue", "purge-everything"]),
+            2,
+            "unrecognized subcommand 'purge-everything'",
+        ),
+        (plain(&["show", "999999"]), 2, "no operation with id 999999"),
+        (
+            plain(&["events", "999999"]),
+            2,
+            "no operation with id 999999",
+        ),
+        (
+            plain(&["pause", "999999"]),
+            2,
+            "no operation with id 999999",
+        ),
+        (plain(&["show", "abc"]), 2, "invalid value 'abc'"),
+        (
+            plain(&["schedule", "remove", "weekly"]),
+            2,
+            "no schedule named `weekly`",
+        ),
+        // Malformed durations and cron.
+        (
+            aged("items", "created_at", "90 days"),
+            2,
+            "malformed duration `90 days`",
+        ),
+        (
+            aged("items", "created_at", "-5d"),
+            2,
+            "negative durations are not allowed",
+        ),
+        (aged("items", "created_at", "5x"), 2, "unknown unit"),
+        (
+            plain(&["prune", "--older-than", "soon"]),
+            2,
+            "malformed duration `soon`",
+        ),
+        (
+            plain(&[
+                "schedule",
+                "add",
+                "--name",
+                "n2",
+                "--cron",
+                "61 * * * *",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = 1",
+            ]),
+            2,
+            "invalid cron expression `61 * * * *`",
+        ),
+        (
+            plain(&[
+                "schedule",
+                "add",
+                "--name",
+                "n2",
+                "--cron",
+                "0 3 30 2 *",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = 1",
+            ]),
+            2,
+            "never fires",
+        ),
+        (
+            plain(&[
+                "schedule",
+                "add",
+                "--name",
+                "n2",
+                "--cron",
+                "0 3 * * *",
+                "--jitter",
+                "-1m",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = 1",
+            ]),
+            2,
+            "negative durations are not allowed",
+        ),
+        (
+            plain(&[
+                "schedule",
+                "add",
+                "--name",
+                "nightly",
+                "--cron",
+                "0 4 * * *",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = 1",
+            ]),
+            2,
+            "a schedule named `nightly` already exists",
+        ),
+        // Zero, negative and huge sizes.
+        (
+            with(aged("items", "created_at", "30d"), &["--batch-size", "0"]),
+            2,
+            "--batch-size",
+        ),
+        (
+            with(
+                aged("items", "created_at", "30d"),
+                &["--sub-batch-size", "-3"],
+            ),
+            2,
+            "--sub-batch-size",
+        ),
+        (
+            with(
+                aged("items", "created_at", "30d"),
+                &["--batch-size", "99999999999999999999"],
+            ),
+            2,
+            "number too large",
+        ),
+        (
+            with(
+                aged("items", "created_at", "30d"),
+                &["--priority", "99999999999"],
+            ),
+            2,
+            "--priority",
+        ),
+        (
+            with(aged("items", "created_at", "30d"), &["--max-rows", "0"]),
+            2,
+            "--max-rows",
+        ),
+        (
+            with(aged("items", "created_at", "30d"), &["--max-runtime", "0s"]),
+            2,
+            "max_runtime must be a positive number",
+        ),
+        (plain(&["prune", "--chunk", "0"]), 2, "invalid value '0'"),
+        (plain(&["list", "--limit", "ten"]), 2, "invalid value 'ten'"),
+        (
+            plain(&["list", "--status", "done"]),
+            2,
+            "unknown status `done`",
+        ),
+        (
+            plain(&["run", "--lease-ttl", "10ms", "--until-idle"]),
+            2,
+            "--lease-ttl must be at least 300ms",
+        ),
+        (
+            plain(&["--log-format", "yaml", "list"]),
+            2,
+            "unknown log format `yaml`",
+        ),
+        (plain(&["pause", "1", "--all"]), 2, "cannot be used with"),
+        (
+            plain(&["pause", "--kind", " "]),
+            2,
+            "the kind must not be empty",
+        ),
+        // Controls that do not apply.
+        (plain(&["resume", "1"]), 2, "cannot resume operation 1"),
+        (plain(&["retry", "1"]), 2, "cannot retry operation 1"),
+        // Database URLs that cannot work.
+        (
+            plain(&[
+                "--database-url",
+                "mysql://root:secret@127.0.0.1:3306/test",
+                "list",
+            ]),
+            2,
+            "unsupported database URL `mysql://root:***@127.0.0.1:3306/test`",
+        ),
+        (
+            plain(&["--database-url", "redis://127.0.0.1:6379", "list"]),
+            2,
+            "unsupported database URL",
+        ),
+        (
+            plain(&[
+                "--database-url",
+                "postgres://postgres@127.0.0.1:1/test",
+                "list",
+            ]),
+            1,
+            "cannot reach the database at postgres://postgres@127.0.0.1:1/test",
+        ),
+    ];
+    assert!(cases.len() >= 30);
+    let before = snapshot(db).await;
+    for (args, code, message) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = sluice(db, &args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(*code), "{args:?}: {err}");
+        assert!(
+            err.contains(message),
+            "{args:?}: expected `{message}` in {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("secret"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(snapshot(db).await, before, "{args:?} changed something");
+    }
+
+    // A read-only SQLite file: refused with exit 2, and the file unchanged.
+    if db.backend == "sqlite" {
+        let path = db.url.trim_start_matches("sqlite:").to_owned();
+        let copy = format!("{path}.readonly");
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").await;
+        std::fs::copy(&path, &copy).unwrap();
+        let read_only = format!("sqlite:{copy}?mode=ro");
+        let output = sluice_on(
+            &read_only,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = 9",
+            ],
+        );
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("the database is read-only, nothing was changed"),
+            "{}",
+            stderr(&output)
+        );
+        let copied = Store::connect(&format!("sqlite:{copy}")).await.unwrap();
+        let operations = copied
+            .list(&sluice_store::ListFilter::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            operations.len(),
+            1,
+            "nothing was enqueued in the read-only file"
+        );
+        copied.close().await;
+    }
+}
+
+async fn the_embedding_api_refuses_bad_input_and_changes_nothing(db: &TestDb) {
+    set_up(db).await;
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap();
+    let before = snapshot(db).await;
+    let options = EnqueueOptions::default();
+    let json = |v: serde_json::Value| v;
+    let enqueue_errors: Vec<(serde_json::Value, &str, &str)> = vec![
+        (
+            json(serde_json::json!({"table": "items; --", "key": "id", "set": "counter = 1"})),
+            "update-in-batches",
+            "is not a plain SQL identifier",
+        ),
+        (
+            json(serde_json::json!({"table": "items", "key": "id"})),
+            "update-in-batches",
+            "invalid arguments",
+        ),
+        (
+            json(serde_json::json!({"table": 5, "key": "id", "set": "x = 1"})),
+            "update-in-batches",
+            "invalid arguments",
+        ),
+        (
+            json(serde_json::json!("not an object")),
+            "update-in-batches",
+            "invalid arguments",
+        ),
+        (
+            json(serde_json::json!({"table": "nosuch", "key": "id", "set": "counter = 1"})),
+            "update-in-batches",
+            "unknown table `nosuch`",
+        ),
+        (
+            json(serde_json::json!({})),
+            "no-such-kind",
+            "unknown operation kind `no-such-kind`",
+        ),
+    ];
+    for (arguments, kind, message) in &enqueue_errors {
+        let error = runtime
+            .enqueue_json(kind, arguments, &options)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, RuntimeError::Operation(e) if e.is_bad_input()),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains(message),
+            "expected `{message}` in {error}"
+        );
+        assert_eq!(
+            snapshot(db).await,
+            before,
+            "{kind} {arguments} changed something"
+        );
+    }
+    let sizes = EnqueueOptions {
+        sub_batch_size: 0,
+        ..EnqueueOptions::default()
+    };
+    let error = runtime
+        .enqueue_json(
+            "update-in-batches",
+            &serde_json::json!({"table": "items", "key": "id", "set": "counter = 1"}),
+            &sizes,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, RuntimeError::Operation(OperationError::Spec(_))),
+        "{error:?}"
+    );
+    let bulk = vec![
+        NewOperation {
+            kind: "update-in-batches".into(),
+            arguments: serde_json::json!({"table": "items", "key": "id", "set": "counter = 2"}),
+            options: EnqueueOptions::default(),
+        },
+        NewOperation {
+            kind: "update-in-batches".into(),
+            arguments: serde_json::json!({"table": "items\"", "key": "id", "set": "counter = 3"}),
+            options: EnqueueOptions::default(),
+        },
+    ];
+    let error = runtime.enqueue_many(&bulk).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("operation 1 of the bulk enqueue"),
+        "{error}"
+    );
+    let error = runtime
+        .pause(&Selection::One(999_999), "x")
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("no operation with id 999999"),
+        "{error}"
+    );
+    let error = runtime
+        .pause(&Selection::Kind(String::new()), "x")
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("the kind must not be empty"),
+        "{error}"
+    );
+    let error = runtime.resume(&Selection::One(1)).await.unwrap_err();
+    assert!(
+        error.to_string().contains("cannot resume operation 1"),
+        "{error}"
+    );
+    let schedule = |name: &str, cron: &str, zone: Option<&str>| ScheduleSpec {
+        name: name.into(),
+        kind: "update-in-batches".into(),
+        arguments: serde_json::json!({"table": "items", "key": "id", "set": "counter = 1"}),
+        cron: cron.into(),
+        time_zone: zone.map(str::to_owned),
+        jitter: std::time::Duration::ZERO,
+        options: EnqueueOptions::default(),
+    };
+    for (spec, message) in [
+        (
+            schedule("weekly", "every day", None),
+            "invalid cron expression",
+        ),
+        (
+            schedule("weekly", "0 3 * * *", Some("Mars/Olympus")),
+            "unknown time zone",
+        ),
+        (
+            schedule("week ly", "0 3 * * *", None),
+            "invalid schedule name",
+        ),
+        (schedule("nightly", "0 3 * * *", None), "already exists"),
+    ] {
+        let error: ScheduleError = runtime.add_schedule(&spec).await.unwrap_err();
+        assert!(error.is_bad_input(), "{error:?}");
+        assert!(
+            error.to_string().contains(message),
+            "expected `{message}` in {error}"
+        );
+    }
+    assert_eq!(
+        snapshot(db).await,
+        before,
+        "the API's refusals changed something"
+    );
+    runtime.shutdown().await.unwrap();
+    // Builders given URLs that cannot work.
+    let error = RuntimeBuilder::new("mysql://root@127.0.0.1/test")
+        .start()
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            &error,
+            RuntimeError::Store(StoreError::UnsupportedUrl { .. })
+        ),
+        "{error:?}"
+    );
+    let error = RuntimeBuilder::new("postgres://postgres@127.0.0.1:1/test")
+        .start()
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&error, RuntimeError::Store(e) if e.is_transient()),
+        "{error:?}"
+    );
+}
