@@ -23,6 +23,7 @@ for_each_backend!(
     update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts,
     keyset_batches_cover_duplicate_timestamps_exactly_once,
     a_stop_signal_holds_every_new_sub_batch_until_it_clears,
+    an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_recovers,
     a_sub_batch_failing_twice_is_retried_smaller_and_finishes,
     a_sub_batch_that_always_fails_fails_the_operation,
     a_batch_that_keeps_timing_out_is_split_in_halves,
@@ -618,6 +619,60 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
             .any(|e| matches!(e.event, Event::BatchPlanned { .. })),
         "a batch was planned while stopped"
     );
+    runtime.shutdown().await.unwrap();
+}
+
+/// The first health reading comes before the first batch: an operation
+/// enqueued while a slow indicator already says stop plans nothing until
+/// it clears.
+async fn an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_recovers(db: &TestDb) {
+    create_events(db, 500, 10).await;
+    let healthy = Arc::new(AtomicBool::new(false));
+    let polls = Arc::new(AtomicU32::new(0));
+    let indicator = {
+        let (healthy, polls) = (healthy.clone(), polls.clone());
+        indicator_fn("test switch", move || {
+            let healthy = healthy.load(Ordering::SeqCst);
+            polls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                // A slow health query: the operation must wait for it, not
+                // start while it is outstanding.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if healthy {
+                    Signal::Normal
+                } else {
+                    Signal::Stop {
+                        reason: "unhealthy from the start".into(),
+                    }
+                }
+            }
+        })
+    };
+    let runtime = builder(db).indicator(indicator).start().await.unwrap();
+    let id = enqueue_aged(&runtime, db, &EnqueueOptions::default())
+        .await
+        .id;
+    until("the stop is recorded", || async {
+        db.store.operation(id).await.unwrap().state.health == Health::Stopped
+    })
+    .await;
+    let later = polls.load(Ordering::SeqCst) + 3;
+    until("more polls", || async {
+        polls.load(Ordering::SeqCst) >= later
+    })
+    .await;
+    let events = db.store.events(id, 0).await.unwrap();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.event, Event::BatchPlanned { .. })),
+        "a batch was planned before the first health reading: {events:?}"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 510);
+    healthy.store(true, Ordering::SeqCst);
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 10);
     runtime.shutdown().await.unwrap();
 }
 

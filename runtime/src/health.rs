@@ -128,6 +128,9 @@ pub struct HealthState {
     in_force: HashMap<Scope, Signal>,
     better_seen: HashMap<Scope, (Signal, u32)>,
     published: HealthSnapshot,
+    /// Whether a poll has completed: the first one is always published, so
+    /// operations waiting for a first reading learn it even when all is well.
+    polled: bool,
 }
 
 impl Actor for HealthMonitor {
@@ -147,6 +150,7 @@ impl Actor for HealthMonitor {
             in_force: HashMap::new(),
             better_seen: HashMap::new(),
             published: HealthSnapshot::default(),
+            polled: false,
         })
     }
 
@@ -158,8 +162,13 @@ impl Actor for HealthMonitor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             HealthMessage::Watch(table) => {
-                *state.tables.entry(table).or_default() += 1;
-                // A newcomer learns the signals in force at once.
+                let watchers = state.tables.entry(table).or_default();
+                *watchers += 1;
+                // A newcomer learns the signals in force at once; a new table
+                // is read first, so its own indicators count from the start.
+                if *watchers == 1 || !state.polled {
+                    state.poll().await;
+                }
                 state.args.port.send(state.published.clone());
             }
             HealthMessage::Unwatch(table) => {
@@ -225,8 +234,9 @@ impl HealthState {
                 })
                 .collect(),
         };
-        if snapshot != self.published {
+        if snapshot != self.published || !self.polled {
             tracing::info!(?snapshot, "health signals changed");
+            self.polled = true;
             self.published = snapshot.clone();
             self.args.port.send(snapshot);
         }

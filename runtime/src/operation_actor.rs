@@ -80,6 +80,9 @@ pub struct OperationState {
     batch: Option<ActiveBatch>,
     in_flight: Option<Instant>,
     step_scheduled: bool,
+    /// Whether a health reading for this table has arrived; no sub-batch
+    /// starts before one has.
+    health_known: bool,
     signal: Signal,
     sizer: BatchSizer,
     run_started: Instant,
@@ -164,9 +167,14 @@ impl Actor for OperationActor {
         context.health.subscribe(myself.clone(), |snapshot| {
             Some(OperationMessage::Health(snapshot))
         });
-        if let Some(monitor) = context.monitor() {
-            let _ = monitor.cast(HealthMessage::Watch(record.state.table.clone()));
-        }
+        // With a monitor, nothing runs before its first reading for this
+        // table arrives: an operation must not start on an unhealthy database.
+        let health_known = match context.monitor() {
+            Some(monitor) => monitor
+                .cast(HealthMessage::Watch(record.state.table.clone()))
+                .is_err(),
+            None => true,
+        };
         myself.send_interval(context.config.control_interval, || OperationMessage::Tick);
         let config = &context.config;
         let sizer = BatchSizer::new(
@@ -202,6 +210,7 @@ impl Actor for OperationActor {
             batch: None,
             in_flight: None,
             step_scheduled: false,
+            health_known,
             signal: Signal::Normal,
             sizer,
             run_started: Instant::now(),
@@ -277,7 +286,8 @@ impl Actor for OperationActor {
 impl OperationState {
     /// Starts the next sub-batch unless something holds the operation back.
     async fn step(&mut self, myself: &ActorRef<OperationMessage>) -> Result<(), OperationError> {
-        if self.in_flight.is_some() || self.stopping.is_some() {
+        if self.in_flight.is_some() || self.stopping.is_some() || !self.health_known {
+            // Resumed by the sub-batch's outcome or the first health reading.
             return Ok(());
         }
         self.record_health().await?;
@@ -593,6 +603,12 @@ impl OperationState {
         snapshot: &HealthSnapshot,
     ) -> Result<(), OperationError> {
         let signal = snapshot.for_table(&self.projection.table);
+        if !self.health_known {
+            self.health_known = true;
+            self.signal = signal;
+            self.schedule_step(myself, Duration::ZERO);
+            return Ok(());
+        }
         if signal == self.signal {
             return Ok(());
         }
