@@ -24,6 +24,11 @@ pub struct RunArgs {
     /// Sub-batches run at once by this worker.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pool_size: u32,
+    /// Batches of one operation run at once across all workers: above 1,
+    /// the worker holding an operation plans batches ahead and other workers
+    /// started with the same setting help run them (range operations only).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    parallel_batches: u32,
     /// This worker's name in leases and events (default: host name and process id).
     #[arg(long)]
     node: Option<String>,
@@ -47,7 +52,8 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     let mut builder = RuntimeBuilder::with_store(store.clone())
         .config(config)
         .concurrency(args.concurrency as usize)
-        .pool_size(args.pool_size as usize);
+        .pool_size(args.pool_size as usize)
+        .parallel_batches(args.parallel_batches);
     if let Some(node) = &args.node {
         if node.trim().is_empty() {
             return Err(Failure::BadInput("--node must not be empty".into()));

@@ -104,6 +104,16 @@ async fn snapshot(db: &TestDb) -> Vec<i64> {
     counts
 }
 
+/// `arg` as a POSIX shell would need it written.
+fn shell_quoted(arg: &str) -> String {
+    let plain = |c: char| c.is_alphanumeric() || "_-./:=@,".contains(c);
+    if !arg.is_empty() && arg.chars().all(plain) {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}
+
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -394,11 +404,25 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
         ),
     ];
     assert!(cases.len() >= 30);
+    // `SLUICE_PRINT_MATRIX=1` prints each case as a row of RELIABILITY.md's table.
+    let print_matrix = std::env::var_os("SLUICE_PRINT_MATRIX").is_some();
     let before = snapshot(db).await;
     for (args, code, message) in &cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let output = sluice(db, &args);
         let err = stderr(&output);
+        if print_matrix {
+            println!(
+                "| {} | `sluice {}` | {} | {} |",
+                db.backend,
+                args.iter()
+                    .map(|a| shell_quoted(a))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                output.status.code().unwrap_or(-1),
+                err.trim().replace('|', "\\|")
+            );
+        }
         assert_eq!(output.status.code(), Some(*code), "{args:?}: {err}");
         assert!(
             err.contains(message),

@@ -7,8 +7,10 @@ mod common;
 
 use std::process::{Child, Command};
 
-use common::{TestDb, json, released, sluice, spawn_worker, until};
-use serde_json::Value;
+use common::{
+    TestDb, assert_group_one_changed_once, enqueue_increment, json, released, sluice, spawn_worker,
+    until,
+};
 use sluice_store::{ListFilter, OperationStatus};
 
 for_each_backend!(
@@ -25,22 +27,6 @@ fn worker(db: &TestDb, node: &str) -> Child {
         db,
         &["--node", node, "--lease-ttl", "2s", "--pool-size", "2"],
     )
-}
-
-/// Enqueues `update-in-batches --table items --set "counter = counter + 1"`
-/// with `extra` options; returns the `--json` answer.
-fn enqueue_increment(db: &TestDb, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "enqueue",
-        "update-in-batches",
-        "--table",
-        "items",
-        "--set",
-        "counter = counter + 1",
-    ];
-    args.extend_from_slice(extra);
-    args.push("--json");
-    json(&sluice(db, &args))
 }
 
 /// `items(id, grp, counter, created_at)` with `n` rows, ids with gaps
@@ -218,16 +204,7 @@ async fn a_killed_worker_s_operation_is_taken_over(db: &TestDb) {
     .await;
     let record = db.store.operation(id).await.unwrap();
     assert_ne!(record.state.node.as_deref(), Some(holder.as_str()));
-    assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1 AND counter <> 1")
-            .await,
-        0
-    );
-    assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 0 AND counter <> 0")
-            .await,
-        0
-    );
+    assert_group_one_changed_once(db).await;
     assert_eq!(record.state.rows_done, 30_000);
     db.store.verify(id).await.unwrap();
     for child in [survivor, &mut c] {

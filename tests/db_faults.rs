@@ -14,7 +14,10 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{TestDb, json, servers_required, sluice, spawn_worker_on, until_within};
+use common::{
+    TestDb, assert_group_one_changed_once, create_counted_items, enqueue_increment,
+    servers_required, spawn_worker_on, until_within,
+};
 use sluice_store::OperationStatus;
 
 postgres_only!(killed_connections_and_a_server_restart_are_survived);
@@ -40,21 +43,10 @@ fn restart_postgres() -> Result<(), String> {
 }
 
 async fn killed_connections_and_a_server_restart_are_survived(db: &TestDb) {
-    db.execute(
-        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0)",
-    )
-    .await;
-    db.execute("INSERT INTO items (id, grp) SELECT g, g % 2 FROM generate_series(1, 200000) g")
-        .await;
-    let op = json(&sluice(
+    create_counted_items(db, 200_000).await;
+    let op = enqueue_increment(
         db,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
             "--where",
             "grp = 1",
             "--batch-size",
@@ -63,9 +55,8 @@ async fn killed_connections_and_a_server_restart_are_survived(db: &TestDb) {
             "500",
             "--pause",
             "10ms",
-            "--json",
         ],
-    ));
+    );
     let id = op["id"].as_i64().unwrap();
     // The worker's sessions are named, so they can be told from the test's.
     let named = format!("{}&application_name=sluice-fault-worker", db.url);
@@ -133,16 +124,6 @@ async fn killed_connections_and_a_server_restart_are_survived(db: &TestDb) {
         record.state.last_error
     );
     assert_eq!(record.state.rows_done, 100_000);
-    assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1 AND counter <> 1")
-            .await,
-        0,
-        "every matching row exactly once"
-    );
-    assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 0 AND counter <> 0")
-            .await,
-        0
-    );
+    assert_group_one_changed_once(db).await;
     db.store.verify(id).await.unwrap();
 }

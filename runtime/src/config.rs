@@ -22,6 +22,13 @@ pub struct RuntimeConfig {
     pub concurrency: usize,
     /// Sub-batch workers (sub-batches running at once on this node).
     pub pool_size: usize,
+    /// Batches of one keyset operation that may run at once across all
+    /// nodes. Above 1, the node holding an operation plans batches ahead
+    /// until this many are unfinished, and every other node runs a helper
+    /// per such operation that claims them (one batch at a time, under the
+    /// batch's lease). 1 (the default): an operation's batches run one after
+    /// another on the node holding it.
+    pub parallel_batches: u32,
     /// Lease length; renewed every third of it. A dead node's work is taken
     /// over once its leases lapse.
     pub lease_ttl: Duration,
@@ -66,6 +73,7 @@ impl Default for RuntimeConfig {
             node: format!("{}-{}", hostname(), std::process::id()),
             concurrency: 8,
             pool_size: 4,
+            parallel_batches: 1,
             lease_ttl: Duration::from_secs(15),
             reconcile_interval: Duration::from_millis(500),
             schedule_interval: Duration::from_secs(1),

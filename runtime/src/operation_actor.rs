@@ -8,6 +8,11 @@
 //! repeat until the scope is exhausted (`finished`), a limit is reached
 //! (`yielded`, runnable again later), or the attempts run out (`failed`).
 //!
+//! With [`crate::RuntimeConfig::parallel_batches`] above 1 the actor holding
+//! the operation (its owner) plans range batches ahead, and helper actors —
+//! one per such operation on every other node — claim and run them under
+//! the batches' own leases; the owner alone plans, yields and finishes.
+//!
 //! Everything it knows is reloaded from the store when it starts, so a
 //! restart (after a panic, or on another node) continues exactly where the
 //! committed state is. What it guarantees about timing:
@@ -48,8 +53,13 @@ pub struct OperationActor;
 pub struct OperationArgs {
     /// The runtime's shared context.
     pub context: RuntimeContext,
-    /// The operation, claimed by this node.
+    /// The operation: claimed by this node, or (for a helper) running
+    /// anywhere.
     pub operation_id: i64,
+    /// Run batches its owner planned ahead instead of owning the operation:
+    /// no operation lease is held, nothing is planned, and the actor stops
+    /// once no batch has been left to claim for a while.
+    pub helper: bool,
 }
 
 /// Messages of [`OperationActor`].
@@ -74,7 +84,10 @@ pub struct OperationState {
     /// (its persisted trace context), so every run, on any node, joins the
     /// operation's one trace. Batches are its children.
     run_span: Span,
-    lease: Lease,
+    /// The operation's lease; `None` for a helper, which holds batch leases only.
+    lease: Option<Lease>,
+    /// A helper's last moment with a batch to run.
+    helper_busy_at: Instant,
     projection: Projection,
     operation: Arc<dyn PreparedOperation>,
     batch: Option<ActiveBatch>,
@@ -133,22 +146,33 @@ impl Actor for OperationActor {
         let store = &context.store;
         let record = store.operation(args.operation_id).await?;
         let node = &context.config.node;
-        let lease = record
-            .lease
-            .clone()
-            .filter(|l| &l.node == node && record.state.status == OperationStatus::Running)
-            .ok_or_else(|| format!("operation {} is not held by node {node}", record.id))?;
+        if record.state.status != OperationStatus::Running {
+            return Err(format!("operation {} is not running", record.id).into());
+        }
+        let lease = if args.helper {
+            None
+        } else {
+            Some(
+                record
+                    .lease
+                    .clone()
+                    .filter(|l| &l.node == node)
+                    .ok_or_else(|| format!("operation {} is not held by node {node}", record.id))?,
+            )
+        };
         let operation = match context
             .registry
             .prepare(&record.state.kind, &record.state.arguments)
         {
             Ok(operation) => operation,
+            // A helper leaves the verdict to the owner.
+            Err(error) if args.helper => return Err(error.into()),
             Err(error) => {
                 let failed = Event::Failed {
                     error: format!("cannot run this operation: {error}"),
                 };
                 store
-                    .append(record.id, Expected::Any, Some(&lease), &[failed])
+                    .append(record.id, Expected::Any, lease.as_ref(), &[failed])
                     .await?;
                 return Err(error.into());
             }
@@ -156,12 +180,16 @@ impl Actor for OperationActor {
         // A batch this node held before a restart may still have a sub-batch
         // of the previous actor in the pool: give it back so that sub-batch's
         // commit is refused and the batch is claimed afresh (a new epoch).
-        for batch in store.batches(record.id).await? {
-            if batch.status == BatchStatus::Running
-                && batch.claimed_by.as_deref() == Some(node)
-                && let Some(held) = batch.lease()
-            {
-                let _ = store.release_batch(&held).await;
+        // (A helper of this node may lose its batch the same way; its next
+        // commit is refused and it claims another.)
+        if !args.helper {
+            for batch in store.batches(record.id).await? {
+                if batch.status == BatchStatus::Running
+                    && batch.claimed_by.as_deref() == Some(node)
+                    && let Some(held) = batch.lease()
+                {
+                    let _ = store.release_batch(&held).await;
+                }
             }
         }
         context.health.subscribe(myself.clone(), |snapshot| {
@@ -190,6 +218,7 @@ impl Actor for OperationActor {
             sluice.operation.kind = %record.state.kind,
             db.collection.name = %record.state.table,
             sluice.node = %node,
+            sluice.helper = args.helper,
             sluice.rows = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
@@ -205,6 +234,7 @@ impl Actor for OperationActor {
             id: record.id,
             run_span,
             lease,
+            helper_busy_at: Instant::now(),
             projection: record.state,
             operation,
             batch: None,
@@ -244,7 +274,9 @@ impl Actor for OperationActor {
             state.projection = record.state;
         }
         state.run_span.record("sluice.rows", state.rows_this_run);
-        state.report();
+        if state.lease.is_some() {
+            state.report();
+        }
         Ok(())
     }
 
@@ -343,6 +375,13 @@ impl OperationState {
         &mut self,
         myself: &ActorRef<OperationMessage>,
     ) -> Result<bool, OperationError> {
+        if self.lease.is_none() {
+            return self.help(myself).await;
+        }
+        if self.plans_ahead() {
+            self.plan_ahead().await?;
+            self.leftovers_possible = true;
+        }
         let store = &self.context.store;
         let config = &self.context.config;
         let node = &config.node;
@@ -362,16 +401,20 @@ impl OperationState {
             self.stopping = Some(Stopping::Yield(reason));
             return Ok(false);
         }
+        if self.plans_ahead()
+            && !self.scope_exhausted
+            && self.projection.batches_planned - self.projection.batches_succeeded
+                >= i64::from(config.parallel_batches)
+        {
+            // Every unfinished batch is held by a helper: wait for one.
+            self.schedule_step(myself, config.retry_base);
+            return Ok(false);
+        }
         let size = throttled_size(self.projection.batch_size, self.percent());
         let end = match self.operation.shape().strategy() {
+            Strategy::Keyset(_) if self.scope_exhausted => return self.finish(myself).await,
             Strategy::Keyset(_) => {
-                let end = next_batch_end(
-                    store,
-                    self.operation.shape(),
-                    self.projection.cursor.as_ref(),
-                    size,
-                )
-                .await?;
+                let (_, end) = self.next_range().await?;
                 if end.is_none() {
                     return self.finish(myself).await;
                 }
@@ -380,7 +423,8 @@ impl OperationState {
             Strategy::Loop { .. } if self.scope_exhausted => return self.finish(myself).await,
             Strategy::Loop { .. } => None,
         };
-        let (_, appended) = store.plan_batch(&self.lease, end, size).await?;
+        let lease = self.lease.as_ref().expect("an owner holds the lease");
+        let (_, appended) = store.plan_batch(lease, end, size).await?;
         self.projection = appended.record.state;
         self.transitioned(&["batch_planned"]);
         match store
@@ -401,12 +445,87 @@ impl OperationState {
         }
     }
 
+    /// Whether this owner keeps batches planned ahead for helpers: with
+    /// `parallel_batches` above 1, for range (keyset) batches only — loop
+    /// batches take "the next rows that match", which two workers cannot
+    /// split.
+    fn plans_ahead(&self) -> bool {
+        self.lease.is_some()
+            && self.context.config.parallel_batches > 1
+            && matches!(self.operation.shape().strategy(), Strategy::Keyset(_))
+    }
+
+    /// Plans batches from the cursor until `parallel_batches` are
+    /// unfinished (counted from the store, where helpers record theirs),
+    /// the scope is exhausted or a run limit is reached.
+    async fn plan_ahead(&mut self) -> Result<(), OperationError> {
+        let store = &self.context.store;
+        let parallel = i64::from(self.context.config.parallel_batches);
+        let lease = self.lease.as_ref().expect("an owner holds the lease");
+        self.projection = store.operation(self.id).await?.state;
+        while !self.scope_exhausted
+            && self.limit_reached().is_none()
+            && self.projection.batches_planned - self.projection.batches_succeeded < parallel
+        {
+            let (size, end) = self.next_range().await?;
+            if end.is_none() {
+                self.scope_exhausted = true;
+                break;
+            }
+            let (_, appended) = store.plan_batch(lease, end, size).await?;
+            self.projection = appended.record.state;
+            self.transitioned(&["batch_planned"]);
+        }
+        Ok(())
+    }
+
+    /// The next range batch from the cursor at the batch size in force
+    /// (throttled): its size and its end, `None` when no row is left.
+    async fn next_range(&self) -> Result<(i64, Option<Cursor>), OperationError> {
+        let size = throttled_size(self.projection.batch_size, self.percent());
+        let end = next_batch_end(
+            &self.context.store,
+            self.operation.shape(),
+            self.projection.cursor.as_ref(),
+            size,
+        )
+        .await?;
+        Ok((size, end))
+    }
+
+    /// A helper's next batch: one its owner planned ahead (or a dead node
+    /// left). With none for a while (a third of the lease), the helper
+    /// stops; the reconciler starts another when there is work again.
+    async fn help(&mut self, myself: &ActorRef<OperationMessage>) -> Result<bool, OperationError> {
+        let config = &self.context.config;
+        let claimed = self
+            .context
+            .store
+            .claim_batches(&config.node, Some(self.id), 1, config.lease_ttl)
+            .await?
+            .into_iter()
+            .next();
+        if let Some(batch) = claimed {
+            self.helper_busy_at = Instant::now();
+            self.batch = Some(self.activate(batch));
+            return Ok(true);
+        }
+        if self.helper_busy_at.elapsed() >= config.lease_ttl / 3 {
+            self.stopping = Some(Stopping::Released("no batch left to help with".into()));
+        } else {
+            self.schedule_step(myself, config.control_interval / 4);
+        }
+        Ok(false)
+    }
+
     /// Records `finished` once every planned batch succeeded; otherwise waits
     /// for the batches still held elsewhere.
     async fn finish(
         &mut self,
         myself: &ActorRef<OperationMessage>,
     ) -> Result<bool, OperationError> {
+        // Helpers record their batches' outcomes: count from the store.
+        self.projection = self.context.store.operation(self.id).await?.state;
         let planned = self.projection.batches_planned;
         if self.projection.batches_succeeded < planned {
             // Batches not done yet are pending or held under a lease that
@@ -460,8 +579,10 @@ impl OperationState {
         if done {
             let batch = self.batch.take().expect("checked above");
             // Adapt on full batches only, normalised to the unthrottled size.
+            // (A helper leaves the batch size to the owner.)
             let base = self.projection.batch_size;
-            let next = (batch.rows * 2 >= batch.size).then(|| {
+            let adapts = self.lease.is_some() && batch.rows * 2 >= batch.size;
+            let next = adapts.then(|| {
                 let scaled = batch.busy.mul_f64(base as f64 / batch.size.max(1) as f64);
                 self.sizer.observe(base, scaled)
             });
@@ -622,8 +743,12 @@ impl OperationState {
         Ok(())
     }
 
-    /// Appends `throttled` when the signal obeyed differs from the one last recorded.
+    /// Appends `throttled` when the signal obeyed differs from the one last
+    /// recorded (the owner's job: a helper obeys without recording).
     async fn record_health(&mut self) -> Result<(), OperationError> {
+        if self.lease.is_none() {
+            return Ok(());
+        }
         let (health, reason) = match &self.signal {
             Signal::Normal => (Health::Normal, None),
             Signal::Throttle { percent, reason } => (
@@ -654,13 +779,15 @@ impl OperationState {
         let store = &self.context.store;
         let config = &self.context.config;
         if self.last_renewal.elapsed() >= config.lease_ttl / 3 {
-            match store.renew_lease(&self.lease, config.lease_ttl).await {
-                Ok(lease) => self.lease = lease,
-                Err(StoreError::LeaseLost { .. }) => {
-                    self.stopping
-                        .get_or_insert(Stopping::Released("lease lost".into()));
+            if let Some(lease) = &self.lease {
+                match store.renew_lease(lease, config.lease_ttl).await {
+                    Ok(lease) => self.lease = Some(lease),
+                    Err(StoreError::LeaseLost { .. }) => {
+                        self.stopping
+                            .get_or_insert(Stopping::Released("lease lost".into()));
+                    }
+                    Err(other) => return Err(other.into()),
                 }
-                Err(other) => return Err(other.into()),
             }
             if let Some(batch) = &self.batch {
                 let _ = store
@@ -670,7 +797,11 @@ impl OperationState {
             self.last_renewal = Instant::now();
         }
         let record = store.operation(self.id).await?;
-        let ours = record.lease.as_ref().map(|l| l.epoch) == Some(self.lease.epoch);
+        // A helper works for whoever holds the operation.
+        let ours = match &self.lease {
+            Some(lease) => record.lease.as_ref().map(|l| l.epoch) == Some(lease.epoch),
+            None => true,
+        };
         if record.state.status != OperationStatus::Running || !ours {
             let why = if ours {
                 record.state.status.as_str().to_owned()
@@ -679,7 +810,9 @@ impl OperationState {
             };
             self.stopping.get_or_insert(Stopping::Released(why));
         }
-        if let Some(reason) = self.limit_reached() {
+        if self.lease.is_some()
+            && let Some(reason) = self.limit_reached()
+        {
             self.stopping.get_or_insert(Stopping::Yield(reason));
         }
         // A pool that lost a job (it was replaced) never answers: give up on
@@ -701,6 +834,10 @@ impl OperationState {
             let _ = store.release_batch(&batch.lease).await;
         }
         tracing::info!(parent: &self.run_span, operation = self.id, why = ?self.stopping, "operation actor stopping");
+        if self.lease.is_none() {
+            // A helper gives back its batch only; the owner speaks for the operation.
+            return;
+        }
         let event = match self.stopping.clone() {
             Some(Stopping::Shutdown) => Event::Yielded {
                 reason: "node shutting down".into(),
@@ -721,7 +858,7 @@ impl OperationState {
             .append(
                 self.id,
                 Expected::Any,
-                Some(&self.lease),
+                self.lease.as_ref(),
                 std::slice::from_ref(&event),
             )
             .await?;

@@ -6,6 +6,10 @@
 //! priority order under a lease, so several nodes never claim the same
 //! operation. Nothing is kept in memory that the store does not also hold:
 //! a lost message or a restart costs at most one interval.
+//!
+//! With `parallel_batches` above 1 it also finds running operations held
+//! elsewhere with batches left to claim, and has the supervisor start a
+//! helper for each.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
 
@@ -57,6 +61,9 @@ impl Actor for Reconciler {
             ..
         } = state;
         let running = call_t!(supervisor, SupervisorMessage::Running, 5_000)?;
+        if context.config.parallel_batches > 1 {
+            help_others(context, supervisor, &running).await?;
+        }
         let free = context.config.concurrency.saturating_sub(running.len());
         if free == 0 {
             return Ok(());
@@ -85,6 +92,26 @@ impl Actor for Reconciler {
         }
         Ok(())
     }
+}
+
+/// Hands the supervisor the operations held elsewhere whose planned
+/// batches this node could help with.
+async fn help_others(
+    context: &RuntimeContext,
+    supervisor: &ActorRef<SupervisorMessage>,
+    running: &[i64],
+) -> Result<(), ActorProcessingErr> {
+    let limit = i64::try_from(context.config.concurrency).unwrap_or(i64::MAX);
+    let ids = match context.store.operations_with_claimable_batches(limit).await {
+        Ok(ids) => ids,
+        Err(e) if e.is_transient() => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let others: Vec<i64> = ids.into_iter().filter(|id| !running.contains(id)).collect();
+    if !others.is_empty() {
+        supervisor.cast(SupervisorMessage::Help(others))?;
+    }
+    Ok(())
 }
 
 /// The reconciler's state.

@@ -135,6 +135,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Batches of one operation that may run at once across all nodes
+    /// ([`RuntimeConfig::parallel_batches`]); at least 1.
+    pub fn parallel_batches(mut self, batches: u32) -> Self {
+        self.config.parallel_batches = batches.max(1);
+        self
+    }
+
     /// Adds a health indicator (see [`crate::health::indicator_fn`] for closures).
     pub fn indicator(mut self, indicator: Arc<dyn HealthIndicator>) -> Self {
         self.indicators.push(indicator);

@@ -5,7 +5,11 @@
 //! claimed. It restarts what fails: the monitor, pool, reconciler and scheduler always;
 //! an operation actor from the store's state, up to `restart_budget` times
 //! within `restart_window`, after which the operation is failed with the
-//! reason (and no other operation is touched).
+//! reason (and no other operation is touched). With
+//! `parallel_batches` above 1 it also runs helper operation actors for
+//! operations held by other nodes that have batches planned ahead; a helper
+//! that fails is not restarted (the reconciler starts a new one while there
+//! is work to help with).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -39,6 +43,9 @@ pub struct SupervisorArgs {
 pub enum SupervisorMessage {
     /// Run this operation, which this node has just claimed.
     Start(i64),
+    /// Help with these operations' planned batches (those already helped
+    /// or held here are skipped).
+    Help(Vec<i64>),
     /// Which operations have an actor here.
     Running(RpcReplyPort<Vec<i64>>),
     /// Look for runnable operations now rather than at the next interval
@@ -58,6 +65,7 @@ pub struct SupervisorState {
     reconciler: Option<ActorRef<ReconcilerMessage>>,
     scheduler: Option<ActorRef<SchedulerMessage>>,
     operations: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
+    helpers: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
     restarts: HashMap<i64, VecDeque<Instant>>,
     shutdown: Option<Vec<RpcReplyPort<()>>>,
     /// The reconciler and scheduler asked to stop at shutdown, until they
@@ -89,6 +97,7 @@ impl Actor for RuntimeSupervisor {
             reconciler: Some(reconciler),
             scheduler: Some(scheduler),
             operations: HashMap::new(),
+            helpers: HashMap::new(),
             restarts: HashMap::new(),
             shutdown: None,
             draining: Vec::new(),
@@ -111,6 +120,10 @@ impl Actor for RuntimeSupervisor {
                     state.shut_down_operations();
                 }
             }
+            SupervisorMessage::Help(ids) if state.shutdown.is_none() => {
+                state.start_helpers(&myself, ids).await;
+            }
+            SupervisorMessage::Help(_) => {}
             SupervisorMessage::Running(reply) => {
                 let _ = reply.send(state.operations.values().map(|(id, _)| *id).collect());
             }
@@ -139,6 +152,17 @@ impl Actor for RuntimeSupervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match event {
+            SupervisionEvent::ActorTerminated(cell, _, _)
+                if state.helpers.remove(&cell.get_id()).is_some() =>
+            {
+                state.finish_shutdown_if_done(&myself).await;
+            }
+            SupervisionEvent::ActorFailed(cell, error)
+                if state.helpers.remove(&cell.get_id()).is_some() =>
+            {
+                tracing::warn!(error = %error, "helper actor failed");
+                state.finish_shutdown_if_done(&myself).await;
+            }
             SupervisionEvent::ActorTerminated(cell, _, _) => {
                 state.draining.retain(|id| *id != cell.get_id());
                 let freed = state.operations.remove(&cell.get_id()).is_some();
@@ -178,6 +202,7 @@ impl SupervisorState {
             let args = OperationArgs {
                 context: self.context.clone(),
                 operation_id: id,
+                helper: false,
             };
             match Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await {
                 Ok((actor, _)) => {
@@ -190,6 +215,36 @@ impl SupervisorState {
                         return;
                     }
                 }
+            }
+        }
+    }
+
+    /// Starts a helper for each of `ids` not already helped or held here,
+    /// up to `concurrency` helpers. A helper that cannot start (the
+    /// operation ended meanwhile, or its kind is unknown here) is skipped.
+    async fn start_helpers(&mut self, myself: &ActorRef<SupervisorMessage>, ids: Vec<i64>) {
+        for id in ids {
+            if self.helpers.len() >= self.context.config.concurrency {
+                return;
+            }
+            let known = self.helpers.values().chain(self.operations.values());
+            if known
+                .map(|(running, _)| *running)
+                .any(|running| running == id)
+            {
+                continue;
+            }
+            let args = OperationArgs {
+                context: self.context.clone(),
+                operation_id: id,
+                helper: true,
+            };
+            match Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await {
+                Ok((actor, _)) => {
+                    tracing::debug!(operation = id, "helping");
+                    self.helpers.insert(actor.get_id(), (id, actor));
+                }
+                Err(e) => tracing::debug!(operation = id, error = %e, "cannot help"),
             }
         }
     }
@@ -288,7 +343,7 @@ impl SupervisorState {
 
     /// Tells every operation actor to wind down and give its operation back.
     fn shut_down_operations(&self) {
-        for (_, actor) in self.operations.values() {
+        for (_, actor) in self.operations.values().chain(self.helpers.values()) {
             let _ = actor.cast(OperationMessage::Shutdown);
         }
     }
@@ -303,6 +358,7 @@ impl SupervisorState {
     /// and never committing.
     async fn finish_shutdown_if_done(&mut self, myself: &ActorRef<SupervisorMessage>) {
         if self.operations.is_empty()
+            && self.helpers.is_empty()
             && self.draining.is_empty()
             && let Some(waiters) = self.shutdown.as_mut()
             && !waiters.is_empty()

@@ -466,6 +466,27 @@ impl Store {
         dispatch!(self.claim_batches(node, operation_id, limit, millis(ttl), now))
     }
 
+    /// Running operations with a batch another node could claim now (one
+    /// pending, or running under a lapsed lease), lowest id first, at most
+    /// `limit`: the work a node may help with ([`Store::claim_batches`]).
+    pub async fn operations_with_claimable_batches(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        const CLAIMABLE: &str = "SELECT DISTINCT b.operation_id FROM sluice_batches b \
+             JOIN sluice_operations o ON o.id = b.operation_id \
+             WHERE o.status = 'running' \
+             AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $1)) \
+             ORDER BY b.operation_id LIMIT $2";
+        let now = self.clock.now_ms();
+        let ids: Vec<(i64,)> = on_pool!(self, |pool| sqlx::query_as(CLAIMABLE)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?);
+        Ok(ids.into_iter().map(|(id,)| id).collect())
+    }
+
     /// Gives a running batch back (pending, unleased) without recording a
     /// failure: its holder stops before finishing it (pause, shutdown), so
     /// the next claim need not wait for the lease to lapse. Its committed

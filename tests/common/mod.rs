@@ -282,6 +282,53 @@ pub fn json(output: &Output) -> serde_json::Value {
     })
 }
 
+/// Enqueues `update-in-batches --table items --set "counter = counter + 1"`
+/// through the command line with `extra` options; returns the `--json` answer.
+pub fn enqueue_increment(db: &TestDb, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "enqueue",
+        "update-in-batches",
+        "--table",
+        "items",
+        "--set",
+        "counter = counter + 1",
+    ];
+    args.extend_from_slice(extra);
+    args.push("--json");
+    json(&sluice(db, &args))
+}
+
+/// `items(id, grp, counter)` on PostgreSQL: ids `1..=rows`, `grp = id % 2`,
+/// counters at 0, analysed.
+pub async fn create_counted_items(db: &TestDb, rows: i64) {
+    db.execute(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0)",
+    )
+    .await;
+    db.execute(&format!(
+        "INSERT INTO items (id, grp) SELECT g, g % 2 FROM generate_series(1, {rows}) g"
+    ))
+    .await;
+    db.execute("ANALYZE items").await;
+}
+
+/// Exactly once, from the data: every row of group 1 was incremented once
+/// and no row of group 0 was touched.
+pub async fn assert_group_one_changed_once(db: &TestDb) {
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1 AND counter <> 1")
+            .await,
+        0,
+        "a matching row was changed twice or not at all"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 0 AND counter <> 0")
+            .await,
+        0,
+        "a row outside the scope was touched"
+    );
+}
+
 /// Declares each listed async test function once per backend:
 /// `sqlite::NAME` on a temporary file and `postgres::NAME` on the test server.
 #[macro_export]

@@ -1,0 +1,101 @@
+//! Four worker processes on one PostgreSQL share one operation: the worker
+//! holding it plans batches ahead (`--parallel-batches 4`) and the others
+//! help run them. Every matching row is changed exactly once, no batch is
+//! recorded twice, and more than one worker ran batches.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use common::{
+    TestDb, assert_group_one_changed_once, create_counted_items, enqueue_increment, spawn_worker,
+    until_within,
+};
+use sluice_store::{BatchStatus, Event, OperationStatus};
+
+postgres_only!(four_workers_share_one_operation_and_change_every_row_once);
+
+async fn four_workers_share_one_operation_and_change_every_row_once(db: &TestDb) {
+    create_counted_items(db, 600_000).await;
+    let enqueued = enqueue_increment(
+        db,
+        &[
+            "--where",
+            "grp = 1",
+            "--batch-size",
+            "2000",
+            "--sub-batch-size",
+            "500",
+        ],
+    );
+    let id = enqueued["id"].as_i64().unwrap();
+    let mut workers: Vec<_> = (1..=4)
+        .map(|n| {
+            spawn_worker(
+                db,
+                &[
+                    "--node",
+                    &format!("sharing-worker-{n}"),
+                    "--parallel-batches",
+                    "4",
+                    "--lease-ttl",
+                    "3s",
+                ],
+            )
+        })
+        .collect();
+    until_within(
+        "the shared operation finishes",
+        Duration::from_secs(300),
+        || async {
+            db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+        },
+    )
+    .await;
+    for worker in &mut workers {
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+    }
+
+    // Exactly once, from the data.
+    assert_group_one_changed_once(db).await;
+    // Exactly once, from the log: each batch succeeded once, and the rows
+    // the batches recorded add up to the rows changed.
+    let events = db.store.events(id, 0).await.unwrap();
+    let mut succeeded: HashMap<i64, u32> = HashMap::new();
+    let mut rows = 0;
+    for recorded in &events {
+        if let Event::BatchSucceeded {
+            ordinal, rows: r, ..
+        } = recorded.event
+        {
+            *succeeded.entry(ordinal).or_default() += 1;
+            rows += r;
+        }
+    }
+    assert!(
+        succeeded.values().all(|n| *n == 1),
+        "a batch was recorded twice: {succeeded:?}"
+    );
+    assert_eq!(rows, 300_000);
+    let batches = db.store.batches(id).await.unwrap();
+    assert_eq!(batches.len(), succeeded.len());
+    assert!(batches.iter().all(|b| b.status == BatchStatus::Succeeded));
+    let record = db.store.operation(id).await.unwrap();
+    assert_eq!(record.state.rows_done, 300_000);
+    db.store.verify(id).await.unwrap();
+    // Shared: batches were run by several workers, not only the holder.
+    let mut by_node: HashMap<&str, usize> = HashMap::new();
+    for batch in &batches {
+        *by_node
+            .entry(batch.claimed_by.as_deref().unwrap_or("?"))
+            .or_default() += 1;
+    }
+    eprintln!("batches by worker: {by_node:?}");
+    let nodes: HashSet<&str> = by_node.keys().copied().collect();
+    assert!(
+        nodes.len() >= 3,
+        "the operation was not shared: {by_node:?}"
+    );
+}
