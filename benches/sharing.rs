@@ -7,7 +7,7 @@
 //! At the end, medians and the four-to-one throughput ratio.
 //!
 //! `cargo bench --bench sharing` (env: `SLUICE_BENCH_ROWS`, default
-//! 1,000,000, half of them matching; `SLUICE_BENCH_RUNS`, default 3 per
+//! 2,000,000, half of them matching; `SLUICE_BENCH_RUNS`, default 3 per
 //! setting; `SLUICE_TEST_POSTGRES_URL`).
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ const SHARED: u32 = 4;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
+    let rows: i64 = env("SLUICE_BENCH_ROWS", 2_000_000);
     let runs: i64 = env("SLUICE_BENCH_RUNS", 3);
     let url = std::env::var("SLUICE_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
