@@ -598,6 +598,10 @@ impl OperationState {
                 .metrics
                 .batch(self.subject(), batch.busy, self.projection.batch_size);
         }
+        if self.plans_ahead() && self.batch.is_some() {
+            // Between its own sub-batches the owner refills what helpers took.
+            self.plan_ahead().await?;
+        }
         self.report();
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
         self.schedule_step(myself, throttled_pause(pause, self.percent()));
