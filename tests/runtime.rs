@@ -36,6 +36,7 @@ for_each_backend!(
 
 postgres_only!(
     keyset_walks_timestamp_columns_and_int4_ids,
+    a_shared_operation_whose_batches_always_fail_is_failed_once,
     shutdown_leaves_no_pooled_connection_inside_a_transaction,
 );
 
@@ -896,6 +897,70 @@ async fn a_sub_batch_that_always_fails_fails_the_operation(db: &TestDb) {
         "nothing was kept"
     );
     runtime.shutdown().await.unwrap();
+}
+
+/// Two runtimes share an operation (`parallel_batches`) whose every
+/// sub-batch fails: whichever of them — the holder or its helper — spends a
+/// batch's attempts first fails the operation once, with the error; both
+/// stop, nothing is kept, and the log replays.
+async fn a_shared_operation_whose_batches_always_fail_is_failed_once(db: &TestDb) {
+    create_events(db, 5_000, 0).await;
+    let start = |node: &str| {
+        let config = RuntimeConfig {
+            node: node.into(),
+            max_attempts: 3,
+            parallel_batches: 3,
+            // Slow retries: the helper usually joins while the holder's
+            // first batch is still spending its attempts (which of them
+            // fails the operation is left to timing; the outcome must not be).
+            retry_base: Duration::from_millis(150),
+            retry_cap: Duration::from_millis(300),
+            ..quick()
+        };
+        builder(db)
+            .config(config)
+            .register(Flaky {
+                failures: u32::MAX,
+                calls: Arc::new(AtomicU32::new(0)),
+            })
+            .start()
+    };
+    let a = start("share-a").await.unwrap();
+    let b = start("share-b").await.unwrap();
+    let options = EnqueueOptions {
+        batch_size: 500,
+        sub_batch_size: 100,
+        ..EnqueueOptions::default()
+    };
+    let id = a
+        .enqueue_json("flaky", &serde_json::json!({}), &options)
+        .await
+        .unwrap()
+        .id;
+    let record = finish(&a, id).await;
+    assert_eq!(record.state.status, OperationStatus::Failed);
+    let error = record.state.last_error.unwrap();
+    assert!(error.contains("failed 3 times"), "{error}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 5_000);
+    let events = db.store.events(id, 0).await.unwrap();
+    let failed = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::Failed { .. }))
+        .count();
+    assert_eq!(failed, 1, "failed once: {events:?}");
+    // Both runtimes let go: no batch stays held.
+    until("every batch is let go", || async {
+        db.store
+            .batches(id)
+            .await
+            .unwrap()
+            .iter()
+            .all(|b| b.status != sluice_store::BatchStatus::Running)
+    })
+    .await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    db.store.verify(id).await.unwrap();
 }
 
 async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db: &TestDb) {

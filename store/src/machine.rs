@@ -16,7 +16,7 @@
 //! | running                           | `Started`        | running (another node took over an expired lease) |
 //! | running                           | `BatchPlanned`   | running   |
 //! | any but finished                  | `BatchSucceeded` | unchanged (a batch in flight records its outcome) |
-//! | any but finished                  | `BatchFailed`    | unchanged |
+//! | any but finished                  | `BatchFailed`    | unchanged (a failed operation keeps the error it failed with) |
 //! | running                           | `BatchSplit`     | running (a failing range batch becomes two) |
 //! | running                           | `Throttled`      | running   |
 //! | running                           | `Yielded`        | pending   |
@@ -439,7 +439,11 @@ fn transition(
         } => {
             check_known_batch(next, *ordinal)?;
             next.batch_failures += 1;
-            next.last_error = Some(error.clone());
+            // A failed operation keeps the error it failed with: a batch
+            // still in flight elsewhere (a helper's) may report after it.
+            if from != Failed {
+                next.last_error = Some(error.clone());
+            }
             if let Some(size) = next_sub_batch_size {
                 positive("batch_failed", "next_sub_batch_size", *size)?;
                 next.sub_batch_size = *size;
