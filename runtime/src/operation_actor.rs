@@ -379,6 +379,7 @@ impl OperationState {
             return self.help(myself).await;
         }
         if self.plans_ahead() {
+            self.projection = self.context.store.operation(self.id).await?.state;
             self.plan_ahead().await?;
             self.leftovers_possible = true;
         }
@@ -456,13 +457,13 @@ impl OperationState {
     }
 
     /// Plans batches from the cursor until `parallel_batches` are
-    /// unfinished (counted from the store, where helpers record theirs),
-    /// the scope is exhausted or a run limit is reached.
+    /// unfinished, the scope is exhausted or a run limit is reached. The
+    /// count comes from `self.projection`, which the caller has just taken
+    /// from the store (helpers record their batches there).
     async fn plan_ahead(&mut self) -> Result<(), OperationError> {
         let store = &self.context.store;
         let parallel = i64::from(self.context.config.parallel_batches);
         let lease = self.lease.as_ref().expect("an owner holds the lease");
-        self.projection = store.operation(self.id).await?.state;
         while !self.scope_exhausted
             && self.limit_reached().is_none()
             && self.projection.batches_planned - self.projection.batches_succeeded < parallel
@@ -562,7 +563,7 @@ impl OperationState {
         };
         self.context
             .metrics
-            .sub_batch(subject(&self.projection, self.id), outcome.rows, took);
+            .sub_batch(self.subject(), outcome.rows, took);
         let batch = self.batch.as_mut().expect("checked above");
         batch.busy += took;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
@@ -597,10 +598,6 @@ impl OperationState {
             self.context
                 .metrics
                 .batch(self.subject(), batch.busy, self.projection.batch_size);
-        }
-        if self.plans_ahead() && self.batch.is_some() {
-            // Between its own sub-batches the owner refills what helpers took.
-            self.plan_ahead().await?;
         }
         self.report();
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
@@ -828,6 +825,12 @@ impl OperationState {
             self.batch = None;
             self.leftovers_possible = true;
         }
+        if self.stopping.is_none() && self.plans_ahead() {
+            // Refill what helpers took while the owner works on its own
+            // batch, from the record just read (helpers record there).
+            self.projection = record.state;
+            self.plan_ahead().await?;
+        }
         Ok(())
     }
 
@@ -895,8 +898,13 @@ impl OperationState {
         }
     }
 
+    /// Who a measurement is about.
     fn subject(&self) -> Subject<'_> {
-        subject(&self.projection, self.id)
+        Subject {
+            operation_id: self.id,
+            kind: &self.projection.kind,
+            table: &self.projection.table,
+        }
     }
 
     /// Handles an error from a step: transient database trouble is retried
@@ -1032,13 +1040,4 @@ fn jitter() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     f64::from(nanos % 1_000) / 1_000.0
-}
-
-/// Who a measurement is about.
-fn subject(projection: &Projection, id: i64) -> Subject<'_> {
-    Subject {
-        operation_id: id,
-        kind: &projection.kind,
-        table: &projection.table,
-    }
 }

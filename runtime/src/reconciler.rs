@@ -62,7 +62,7 @@ impl Actor for Reconciler {
         } = state;
         let running = call_t!(supervisor, SupervisorMessage::Running, 5_000)?;
         if context.config.parallel_batches > 1 {
-            help_others(context, supervisor, &running).await?;
+            help_others(context, supervisor).await?;
         }
         let free = context.config.concurrency.saturating_sub(running.len());
         if free == 0 {
@@ -94,12 +94,11 @@ impl Actor for Reconciler {
     }
 }
 
-/// Hands the supervisor the operations held elsewhere whose planned
-/// batches this node could help with.
+/// Hands the supervisor the running operations with batches left to claim;
+/// it helps with those it neither holds nor helps already.
 async fn help_others(
     context: &RuntimeContext,
     supervisor: &ActorRef<SupervisorMessage>,
-    running: &[i64],
 ) -> Result<(), ActorProcessingErr> {
     let limit = i64::try_from(context.config.concurrency).unwrap_or(i64::MAX);
     let ids = match context.store.operations_with_claimable_batches(limit).await {
@@ -107,9 +106,8 @@ async fn help_others(
         Err(e) if e.is_transient() => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    let others: Vec<i64> = ids.into_iter().filter(|id| !running.contains(id)).collect();
-    if !others.is_empty() {
-        supervisor.cast(SupervisorMessage::Help(others))?;
+    if !ids.is_empty() {
+        supervisor.cast(SupervisorMessage::Help(ids))?;
     }
     Ok(())
 }
