@@ -285,7 +285,7 @@ pub async fn run_sub_batch(
                     system,
                 };
                 let changed = operation.run(&mut sub_batch).await?;
-                let record = statement_span(system, "sluice_batches", RECORD_AND_COMMIT);
+                let record = statement_span(system, "sluice_batches", SubBatchTx::RECORD);
                 let committed = tx
                     .commit(reached.as_ref(), changed as i64)
                     .instrument(record.clone())
@@ -354,11 +354,6 @@ async fn within<T>(timeout: Duration, work: impl Future<Output = T>) -> Result<T
         .await
         .map_err(|_| OperationError::TimedOut(timeout))
 }
-
-/// What the span of a sub-batch's commit describes: the fenced progress
-/// update of its batch row, then `COMMIT`.
-const RECORD_AND_COMMIT: &str = "UPDATE sluice_batches SET progress_cursor = COALESCE($3, progress_cursor), \
-     rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running'; COMMIT";
 
 /// A client span for one SQL statement, after OpenTelemetry's database
 /// conventions: named `<OPERATION> <table>`, with `db.system`,

@@ -168,7 +168,7 @@ impl Store {
                 .await?;
             let mut store = Self::postgres(pool).await?;
             if let Some(timeout) = options.sub_batch_timeout {
-                let ms = timeout.as_millis().clamp(1, i32::MAX as u128).to_string();
+                let ms = crate::sub_batch::statement_timeout_ms(timeout).to_string();
                 let bounded = PgPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)

@@ -173,8 +173,10 @@ async fn begin_bounded(
     timeout: std::time::Duration,
 ) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
     // A number this code formats, not input: safe to inline.
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128);
-    let begin = format!("BEGIN; SET LOCAL statement_timeout = {ms}");
+    let begin = format!(
+        "BEGIN; SET LOCAL statement_timeout = {}",
+        statement_timeout_ms(timeout)
+    );
     Ok(pool.begin_with(sqlx::AssertSqlSafe(begin)).await?)
 }
 
@@ -221,14 +223,18 @@ impl SubBatchTx {
         .map_or(Ok(None), |r| row_cursor(&r, width)))
     }
 
+    /// The statement [`SubBatchTx::commit`] records the sub-batch with
+    /// before it commits (for tracing: its text has placeholders only).
+    pub const RECORD: &'static str = "UPDATE sluice_batches SET progress_cursor = COALESCE($3, progress_cursor), \
+         rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
+
     /// Records the sub-batch as done (the batch's progress moves to `progress`,
     /// its row count grows by `rows`) and commits it with the data change.
     ///
     /// Errors: [`StoreError::BatchLeaseLost`] when the batch was re-claimed
     /// since; then nothing of the transaction is kept.
     pub async fn commit(self, progress: Option<&Cursor>, rows: i64) -> Result<(), StoreError> {
-        const RECORD: &str = "UPDATE sluice_batches SET progress_cursor = COALESCE($3, progress_cursor), \
-             rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
+        const RECORD: &str = SubBatchTx::RECORD;
         let progress = progress.map(Cursor::to_json);
         let lease = self.lease;
         // Record first, commit only if the record was accepted: the data change
@@ -262,4 +268,10 @@ impl SubBatchTx {
         }
         Ok(())
     }
+}
+
+/// `timeout` as PostgreSQL's `statement_timeout` takes it: whole
+/// milliseconds, at least 1 (0 would mean no limit), at most `i32::MAX`.
+pub(crate) fn statement_timeout_ms(timeout: std::time::Duration) -> u128 {
+    timeout.as_millis().clamp(1, i32::MAX as u128)
 }
