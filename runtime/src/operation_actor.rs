@@ -274,7 +274,7 @@ impl Actor for OperationActor {
             state.projection = record.state;
         }
         state.run_span.record("sluice.rows", state.rows_this_run);
-        if state.lease.is_some() {
+        if state.is_owner() {
             state.report();
         }
         Ok(())
@@ -375,7 +375,7 @@ impl OperationState {
         &mut self,
         myself: &ActorRef<OperationMessage>,
     ) -> Result<bool, OperationError> {
-        if self.lease.is_none() {
+        if !self.is_owner() {
             return self.help(myself).await;
         }
         if self.plans_ahead() {
@@ -446,12 +446,17 @@ impl OperationState {
         }
     }
 
+    /// Whether this actor holds the operation's lease (else it is a helper).
+    fn is_owner(&self) -> bool {
+        self.lease.is_some()
+    }
+
     /// Whether this owner keeps batches planned ahead for helpers: with
     /// `parallel_batches` above 1, for range (keyset) batches only — loop
     /// batches take "the next rows that match", which two workers cannot
     /// split.
     fn plans_ahead(&self) -> bool {
-        self.lease.is_some()
+        self.is_owner()
             && self.context.config.parallel_batches > 1
             && matches!(self.operation.shape().strategy(), Strategy::Keyset(_))
     }
@@ -582,7 +587,7 @@ impl OperationState {
             // Adapt on full batches only, normalised to the unthrottled size.
             // (A helper leaves the batch size to the owner.)
             let base = self.projection.batch_size;
-            let adapts = self.lease.is_some() && batch.rows * 2 >= batch.size;
+            let adapts = self.is_owner() && batch.rows * 2 >= batch.size;
             let next = adapts.then(|| {
                 let scaled = batch.busy.mul_f64(base as f64 / batch.size.max(1) as f64);
                 self.sizer.observe(base, scaled)
@@ -747,7 +752,7 @@ impl OperationState {
     /// Appends `throttled` when the signal obeyed differs from the one last
     /// recorded (the owner's job: a helper obeys without recording).
     async fn record_health(&mut self) -> Result<(), OperationError> {
-        if self.lease.is_none() {
+        if !self.is_owner() {
             return Ok(());
         }
         let (health, reason) = match &self.signal {
@@ -811,7 +816,7 @@ impl OperationState {
             };
             self.stopping.get_or_insert(Stopping::Released(why));
         }
-        if self.lease.is_some()
+        if self.is_owner()
             && let Some(reason) = self.limit_reached()
         {
             self.stopping.get_or_insert(Stopping::Yield(reason));
@@ -841,7 +846,7 @@ impl OperationState {
             let _ = store.release_batch(&batch.lease).await;
         }
         tracing::info!(parent: &self.run_span, operation = self.id, why = ?self.stopping, "operation actor stopping");
-        if self.lease.is_none() {
+        if !self.is_owner() {
             // A helper gives back its batch only; the owner speaks for the operation.
             return;
         }
