@@ -8,12 +8,14 @@
 //! `SLUICE_TEST_POSTGRES_URL`). Prints each run and the median, and checks
 //! that every operation was written with its `created` event.
 
-use std::str::FromStr;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use sluice_operations::{EnqueueOptions, NewOperation, Registry, enqueue_many};
 use sluice_store::{Backend, Statement, Store};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use common::{drop_schema, env, fresh_schema, median, postgres_url};
 
 const SCHEMA: &str = "sluice_bench_bulk";
 
@@ -22,8 +24,7 @@ async fn main() {
     let operations: usize = env("SLUICE_BENCH_OPERATIONS", 10_000);
     let repeats: usize = env("SLUICE_BENCH_REPEATS", 5);
     let only = std::env::var("SLUICE_BENCH_BACKENDS").unwrap_or_default();
-    let postgres = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let postgres = postgres_url();
     println!("operations {operations}, repeats {repeats}");
     for backend in ["sqlite", "postgres"] {
         if !only.is_empty() && !only.split(',').any(|b| b == backend) {
@@ -37,7 +38,7 @@ async fn main() {
                     let url = format!("sqlite:{}", dir.path().join("bulk.sqlite").display());
                     Store::connect(&url).await.expect("SQLite store")
                 }
-                _ => match fresh_postgres(&postgres).await {
+                _ => match fresh_schema(&postgres, SCHEMA, 4).await {
                     Ok(store) => store,
                     Err(e) => {
                         println!("postgres: skipped ({e})");
@@ -61,7 +62,7 @@ async fn main() {
                 .collect::<Vec<_>>(),
         );
         if backend == "postgres" {
-            drop_schema(&postgres).await;
+            drop_schema(&postgres, SCHEMA).await;
         }
     }
 }
@@ -116,44 +117,4 @@ async fn enqueue_once(store: &Store, n: usize) -> Duration {
         .unwrap();
     assert_eq!(events, Some(n as i64));
     took
-}
-
-/// A store in a fresh schema of the PostgreSQL at `url`.
-async fn fresh_postgres(url: &str) -> Result<Store, sluice_store::StoreError> {
-    drop_schema(url).await;
-    let admin = PgPoolOptions::new().max_connections(1).connect(url).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {SCHEMA}")))
-        .execute(&admin)
-        .await?;
-    admin.close().await;
-    let options = PgConnectOptions::from_str(url)?.options([("search_path", SCHEMA)]);
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await?;
-    Store::postgres(pool).await
-}
-
-async fn drop_schema(url: &str) {
-    if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(url).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"
-        )))
-        .execute(&admin)
-        .await;
-        admin.close().await;
-    }
-}
-
-fn median(samples: &[Duration]) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    sorted[sorted.len() / 2]
-}
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }

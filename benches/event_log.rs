@@ -6,6 +6,8 @@
 //! `SLUICE_TEST_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`;
 //! skipped with a message when unreachable).
 
+mod common;
+
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -13,6 +15,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use sluice_store::{Event, Expected, Health, Lease, OperationSpec, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::runtime::Runtime;
+
+use common::postgres_url;
 
 const REPLAY_EVENTS: u64 = 100_000;
 
@@ -34,8 +38,7 @@ async fn sqlite_store(dir: &tempfile::TempDir) -> Store {
 }
 
 async fn postgres_store() -> Option<Store> {
-    let url = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = postgres_url();
     let admin = match PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(3))

@@ -11,6 +11,8 @@
 //! 1,000,000; `SLUICE_BENCH_PAUSE_MS`, default 50; `SLUICE_TEST_POSTGRES_URL`). Prints p50 and p99 of each and
 //! their ratio to the idle p99.
 
+mod common;
+
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +23,8 @@ use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{ConnectOptions, SqlValue, Statement, Store};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use common::postgres_url;
+
 const CLIENTS: usize = 4;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -29,8 +33,7 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let url = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = postgres_url();
     let options = ConnectOptions {
         sub_batch_timeout: Some(RuntimeConfig::default().sub_batch_timeout),
         ..ConnectOptions::default()

@@ -10,11 +10,15 @@
 //! e.g. `postgres`, default both; `SLUICE_TEST_POSTGRES_URL`).
 //! Prints the median of each and their ratio.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use sluice_operations::{DeleteAgedRows, EnqueueOptions};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{Backend, ConnectOptions, SqlValue, Statement, Store};
+
+use common::{env, median, postgres_url};
 
 const SUB_BATCH: i64 = 1_000;
 
@@ -24,8 +28,7 @@ async fn main() {
     let repeats: usize = env("SLUICE_BENCH_REPEATS", 3);
     let dir = tempfile::tempdir().expect("a temporary folder");
     let sqlite = format!("sqlite:{}", dir.path().join("bench.sqlite").display());
-    let postgres = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let postgres = postgres_url();
     println!("rows {rows}, sub-batch {SUB_BATCH}, repeats {repeats}");
     let only = std::env::var("SLUICE_BENCH_BACKENDS").unwrap_or_default();
     for url in [sqlite, postgres] {
@@ -223,22 +226,9 @@ fn cutoff(store: &Store) -> SqlValue {
     }
 }
 
-fn median(samples: &[Duration]) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    sorted[sorted.len() / 2]
-}
-
 fn secs(samples: &[Duration]) -> Vec<String> {
     samples
         .iter()
         .map(|d| format!("{:.2}", d.as_secs_f64()))
         .collect()
-}
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }

@@ -8,7 +8,8 @@
 //! `cargo bench --bench scale` (env: `SLUICE_BENCH_OPERATIONS`, default
 //! 10,000; `SLUICE_BENCH_RUNNING`, default 200; `SLUICE_TEST_POSTGRES_URL`).
 
-use std::str::FromStr;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -18,7 +19,8 @@ use sluice_operations::{
 };
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{OperationStatus, Statement, Store};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use common::{drop_schema, env, fresh_schema, postgres_url};
 
 const SCHEMA: &str = "sluice_bench_scale";
 
@@ -61,9 +63,8 @@ impl Operation for TouchTenant {
 async fn main() {
     let operations: i64 = env("SLUICE_BENCH_OPERATIONS", 10_000);
     let running: usize = env("SLUICE_BENCH_RUNNING", 200);
-    let url = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let store = match fresh_schema(&url).await {
+    let url = postgres_url();
+    let store = match fresh_schema(&url, SCHEMA, 12).await {
         Ok(store) => store,
         Err(e) => {
             println!("postgres: skipped ({e})");
@@ -162,7 +163,7 @@ async fn main() {
         table_bytes as f64 / event_rows.max(1) as f64
     );
     store.close().await;
-    drop_schema(&url).await;
+    drop_schema(&url, SCHEMA).await;
 }
 
 async fn count(store: &Store, status: OperationStatus) -> i64 {
@@ -217,37 +218,4 @@ fn cpu_seconds() -> f64 {
         f.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
     });
     ticks / 100.0 // USER_HZ
-}
-
-async fn fresh_schema(url: &str) -> Result<Store, sluice_store::StoreError> {
-    drop_schema(url).await;
-    let admin = PgPoolOptions::new().max_connections(1).connect(url).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {SCHEMA}")))
-        .execute(&admin)
-        .await?;
-    admin.close().await;
-    let options = PgConnectOptions::from_str(url)?.options([("search_path", SCHEMA)]);
-    let pool = PgPoolOptions::new()
-        .max_connections(12)
-        .connect_with(options)
-        .await?;
-    Store::postgres(pool).await
-}
-
-async fn drop_schema(url: &str) {
-    if let Ok(admin) = PgPoolOptions::new().max_connections(1).connect(url).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"
-        )))
-        .execute(&admin)
-        .await;
-        admin.close().await;
-    }
-}
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }

@@ -10,11 +10,15 @@
 //! 2,000,000, half of them matching; `SLUICE_BENCH_RUNS`, default 3 per
 //! setting; `SLUICE_TEST_POSTGRES_URL`).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use sluice_store::{SqlValue, Statement, Store};
+
+use common::{env, postgres_url};
 
 const SHARED: u32 = 4;
 
@@ -22,8 +26,7 @@ const SHARED: u32 = 4;
 async fn main() {
     let rows: i64 = env("SLUICE_BENCH_ROWS", 2_000_000);
     let runs: i64 = env("SLUICE_BENCH_RUNS", 3);
-    let url = std::env::var("SLUICE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = postgres_url();
     let store = match Store::connect(&url).await {
         Ok(store) => store,
         Err(e) => {
@@ -150,11 +153,4 @@ fn sluice(url: &str, args: &[&str]) -> Vec<u8> {
         String::from_utf8_lossy(&output.stderr)
     );
     output.stdout
-}
-
-fn env(name: &str, default: i64) -> i64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
