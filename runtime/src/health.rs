@@ -23,6 +23,8 @@ use async_trait::async_trait;
 use ractor::{Actor, ActorProcessingErr, ActorRef, OutputPort};
 use sluice_store::Store;
 
+use crate::pacer::Pacer;
+
 /// What operations must do about database health.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Signal {
@@ -131,6 +133,8 @@ pub struct HealthState {
     /// Whether a poll has completed: the first one is always published, so
     /// operations waiting for a first reading learn it even when all is well.
     polled: bool,
+    /// Skips polls that queued up behind a slow one.
+    polls: Pacer,
 }
 
 impl Actor for HealthMonitor {
@@ -145,6 +149,7 @@ impl Actor for HealthMonitor {
     ) -> Result<Self::State, ActorProcessingErr> {
         myself.send_interval(args.interval, || HealthMessage::Poll);
         Ok(HealthState {
+            polls: Pacer::new(args.interval),
             args,
             tables: HashMap::new(),
             in_force: HashMap::new(),
@@ -179,7 +184,11 @@ impl Actor for HealthMonitor {
                     }
                 }
             }
-            HealthMessage::Poll => state.poll().await,
+            HealthMessage::Poll if !state.polls.due() => {}
+            HealthMessage::Poll => {
+                state.poll().await;
+                state.polls.handled();
+            }
         }
         Ok(())
     }

@@ -42,6 +42,7 @@ use tracing::Span;
 
 use crate::config::{Progress, RuntimeContext};
 use crate::health::{HealthMessage, HealthSnapshot, Signal};
+use crate::pacer::Pacer;
 use crate::pool::{PoolMessage, SubBatchJob};
 use crate::sizing::{BatchSizer, backoff, shrink_after_failure, throttled_pause, throttled_size};
 
@@ -108,6 +109,8 @@ pub struct OperationState {
     leftovers_possible: bool,
     stopping: Option<Stopping>,
     last_renewal: Instant,
+    /// Skips control ticks that queued up behind a slow one.
+    ticks: Pacer,
 }
 
 struct ActiveBatch {
@@ -249,6 +252,7 @@ impl Actor for OperationActor {
             leftovers_possible: true,
             stopping: None,
             last_renewal: Instant::now(),
+            ticks: Pacer::new(context.config.control_interval),
             context,
         })
     }
@@ -298,7 +302,12 @@ impl Actor for OperationActor {
                     .await
             }
             OperationMessage::Health(snapshot) => state.health(&myself, &snapshot).await,
-            OperationMessage::Tick => state.tick().await,
+            OperationMessage::Tick if !state.ticks.due() => Ok(()),
+            OperationMessage::Tick => {
+                let ticked = state.tick().await;
+                state.ticks.handled();
+                ticked
+            }
             OperationMessage::Shutdown => {
                 state.stopping.get_or_insert(Stopping::Shutdown);
                 Ok(())
