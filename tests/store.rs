@@ -31,6 +31,7 @@ for_each_backend!(
     sub_batch_change_and_record_commit_together_or_not_at_all,
     bulk_enqueue_writes_chunks_keeps_uniqueness_and_replays,
     one_statement_sub_batches_keep_the_change_and_its_record_together,
+    loop_sub_batches_record_their_exact_count_without_returning,
 );
 
 fn spec(table: &str) -> OperationSpec {
@@ -960,20 +961,9 @@ async fn bulk_enqueue_writes_chunks_keeps_uniqueness_and_replays(db: &TestDb) {
 /// and a statement that fails by itself both keep nothing; the holder's
 /// statements commit with their progress record.
 async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &TestDb) {
-    use sluice_store::{ConnectOptions, Ident, SqlValue, Statement};
+    use sluice_store::{Ident, SqlValue, Statement};
     let clock = ManualClock::new(1_700_000_000_000);
-    let mut stores = vec![(
-        "plain",
-        db.store.clone().with_clock(Arc::new(clock.clone())),
-    )];
-    if db.backend == "postgres" {
-        let options = ConnectOptions {
-            sub_batch_timeout: Some(Duration::from_secs(1)),
-            ..ConnectOptions::default()
-        };
-        let bounded = Store::connect_with(&db.url, &options).await.unwrap();
-        stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
-    }
+    let stores = sub_batch_stores(db, &clock).await;
     let timeout = Duration::from_secs(1);
     for (round, (name, store)) in stores.iter().enumerate() {
         let table = Ident::parse(&format!("items_{round}")).unwrap();
@@ -1089,4 +1079,130 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
             assert_eq!(sum().await, 4, "{name}");
         }
     }
+}
+
+/// `Store::run_loop_sub_batch_statement` on every path (SQLite's
+/// transaction, PostgreSQL's transaction, PostgreSQL's one fenced statement
+/// on bounded sessions): full sub-batches record `limit` rows with the
+/// change; the scope's last, smaller one leaves the batch's count exact; an
+/// empty one records nothing; a stalled holder's late statement deletes
+/// nothing and is told its lease is lost.
+async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb) {
+    use sluice_store::{Ident, SqlValue, Statement};
+    let clock = ManualClock::new(1_700_000_000_000);
+    let stores = sub_batch_stores(db, &clock).await;
+    let timeout = Duration::from_secs(1);
+    for (round, (name, store)) in stores.iter().enumerate() {
+        let table = Ident::parse(&format!("aged_{round}")).unwrap();
+        db.execute(&format!(
+            "CREATE TABLE {} (id BIGINT PRIMARY KEY, old BIGINT NOT NULL)",
+            table.quoted()
+        ))
+        .await;
+        // Ten rows in scope (old = 1), two out of it.
+        db.execute(&format!(
+            "INSERT INTO {} (id, old) SELECT v, CASE WHEN v > 10 THEN 0 ELSE 1 END FROM \
+             (SELECT 1 AS v UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
+              UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 \
+              UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12) s",
+            table.quoted()
+        ))
+        .await;
+        let left = format!("SELECT COUNT(*) FROM {}", table.quoted());
+        let delete = |limit: i64| {
+            Statement::new("DELETE FROM ")
+                .ident(&table)
+                .push(" WHERE id IN (SELECT id FROM ")
+                .ident(&table)
+                .push(" WHERE old = 1 LIMIT ")
+                .value(SqlValue::Int(limit))
+                .push(")")
+        };
+        let mut looped = spec(table.name());
+        looped.batching_columns.clear();
+        looped.max_cursor = None;
+        let id = store.enqueue(looped).await.unwrap().id;
+        let lease = common::claim_lease(store, "p", Duration::from_secs(600)).await;
+        store.plan_batch(&lease, None, 100).await.unwrap();
+        let ttl = Duration::from_secs(10);
+        let a = store.claim_batches("a", Some(id), 1, ttl).await.unwrap()[0]
+            .lease()
+            .unwrap();
+        let count = |store: &Store| {
+            let store = store.clone();
+            async move { store.batches(id).await.unwrap().remove(0).rows_affected }
+        };
+        let changed = store
+            .run_loop_sub_batch_statement(&a, &delete(4), 4, timeout)
+            .await
+            .unwrap();
+        assert_eq!((changed, count(store).await), (4, 4), "{name}: a full one");
+        // A stalls; B takes the batch over with the count A recorded.
+        clock.advance(11_000);
+        let taken = store
+            .claim_batches("b", Some(id), 1, ttl)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(taken.rows_affected, 4, "{name}");
+        let late = store
+            .run_loop_sub_batch_statement(&a, &delete(4), 4, timeout)
+            .await;
+        assert!(
+            matches!(late, Err(StoreError::BatchLeaseLost { .. })),
+            "{name}: {late:?}"
+        );
+        assert_eq!(
+            db.scalar(&left).await,
+            8,
+            "{name}: the late delete kept nothing"
+        );
+        let b = taken.lease().unwrap();
+        let full = store
+            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .await
+            .unwrap();
+        // The scope's last sub-batch finds 2 of 4: the count stays exact.
+        let last = store
+            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .await
+            .unwrap();
+        let empty = store
+            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .await
+            .unwrap();
+        assert_eq!((full, last, empty), (4, 2, 0), "{name}");
+        assert_eq!(count(store).await, 10, "{name}: the batch counts what went");
+        assert_eq!(db.scalar(&left).await, 2, "{name}: only rows in scope went");
+        // An empty sub-batch under a lost lease is told so, too.
+        clock.advance(11_000);
+        store.claim_batches("c", Some(id), 1, ttl).await.unwrap();
+        let lost = store
+            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .await;
+        assert!(
+            matches!(lost, Err(StoreError::BatchLeaseLost { .. })),
+            "{name}: {lost:?}"
+        );
+        assert_eq!(count(store).await, 10, "{name}");
+    }
+}
+
+/// The stores a one-statement sub-batch can go through, on `clock`: the test
+/// database's own (a transaction on either backend) and, on PostgreSQL, one
+/// with sessions bounded by a 1 s `statement_timeout` (one statement).
+async fn sub_batch_stores(db: &TestDb, clock: &ManualClock) -> Vec<(&'static str, Store)> {
+    let mut stores = vec![(
+        "plain",
+        db.store.clone().with_clock(Arc::new(clock.clone())),
+    )];
+    if db.backend == "postgres" {
+        let options = sluice_store::ConnectOptions {
+            sub_batch_timeout: Some(Duration::from_secs(1)),
+            ..sluice_store::ConnectOptions::default()
+        };
+        let bounded = Store::connect_with(&db.url, &options).await.unwrap();
+        stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
+    }
+    stores
 }

@@ -163,11 +163,16 @@ impl Operation for DeleteAgedRows {
         sub_batch.delete().await
     }
 
-    // Not given as one statement: on PostgreSQL a `DELETE … RETURNING`
-    // (which the one-statement form needs, to count the rows it records)
-    // re-reads every deleted row, and with the larger statement's planning
-    // that costs more than the round trips it saves on a local server
-    // (BENCHMARKS.md). `UPDATE … RETURNING` has no such cost.
+    /// One statement: a loop sub-batch records the rows it is expected to
+    /// delete with them, so no `DELETE … RETURNING` (which would re-read
+    /// every deleted row) is needed to count them.
+    fn sub_batch_statement(
+        &self,
+        _: &Self::Arguments,
+        rows: &SubBatchRows<'_>,
+    ) -> Result<Option<Statement>, OperationError> {
+        Ok(Some(rows.delete_statement()))
+    }
 
     /// A schedule stores `{"table", "column", "key", "older_than": "90d"}`;
     /// each fire measures the age from its own time. Stored arguments with a

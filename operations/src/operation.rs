@@ -94,7 +94,9 @@ pub trait Operation: Send + Sync + 'static {
     /// `Ok(Some(rows.delete_statement()))`). Given it, the runtime sends the
     /// change and the record that the sub-batch is done as one statement on
     /// PostgreSQL — one round trip, like a hand-written loop, instead of a
-    /// transaction of four — and does not call `run`. By default `None`:
+    /// transaction of four — and does not call `run`. The statement must
+    /// end inside its top-level `WHERE`, as those `rows` builds do (the
+    /// store adds a fence to it, or a `RETURNING`). By default `None`:
     /// `run` is always called.
     fn sub_batch_statement(
         &self,

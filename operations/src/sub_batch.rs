@@ -231,7 +231,8 @@ impl<'a> SubBatch<'a> {
 /// recorded is the range's end either way. When the operation gives its
 /// sub-batch as one statement ([`crate::Operation::sub_batch_statement`]),
 /// the change and its record go to the store as one statement
-/// ([`Store::run_sub_batch_statement`]); otherwise a transaction is opened
+/// ([`Store::run_loop_sub_batch_statement`] for a loop,
+/// [`Store::run_sub_batch_statement`] for a range); otherwise a transaction is opened
 /// and [`crate::Operation::run`] runs in it.
 pub async fn run_sub_batch(
     store: &Store,
@@ -252,14 +253,32 @@ pub async fn run_sub_batch(
         Some(statement) => {
             // One statement: the change and its record (its text is the change's).
             let span = statement_span(system, table, statement.text().as_str());
-            let one = store
-                .run_sub_batch_statement(
-                    &request.lease,
-                    &statement,
-                    reached.as_ref(),
-                    request.timeout,
-                )
-                .instrument(span.clone());
+            let one = async {
+                match &rows.bounds {
+                    // A loop's count is known before it runs, but for the last one.
+                    Bounds::Loop { limit } => {
+                        store
+                            .run_loop_sub_batch_statement(
+                                &request.lease,
+                                &statement,
+                                *limit,
+                                request.timeout,
+                            )
+                            .await
+                    }
+                    Bounds::Range { .. } => {
+                        store
+                            .run_sub_batch_statement(
+                                &request.lease,
+                                &statement,
+                                reached.as_ref(),
+                                request.timeout,
+                            )
+                            .await
+                    }
+                }
+            }
+            .instrument(span.clone());
             // PostgreSQL bounds the statement itself (`statement_timeout`);
             // the timer is for SQLite, whose statements have no such setting.
             let changed = if matches!(store.backend(), Backend::Postgres(_)) {

@@ -92,10 +92,9 @@ impl Store {
         let pool = match self.backend() {
             Backend::Postgres(pool) => pool,
             Backend::Sqlite(_) => {
-                let mut tx = self.begin_sub_batch_within(lease, Some(timeout)).await?;
-                let rows = tx.execute(statement).await?;
-                tx.commit(progress, rows as i64).await?;
-                return Ok(rows);
+                return self
+                    .sub_batch_in_transaction(lease, statement, progress, timeout)
+                    .await;
             }
         };
         let fused = fused_with_record(statement);
@@ -127,6 +126,101 @@ impl Store {
             }
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// Runs a loop sub-batch that is exactly one data-changing statement
+    /// changing at most `limit` rows (`… WHERE key IN (SELECT key … LIMIT
+    /// n)`: every sub-batch but the scope's last changes `limit`) and records
+    /// it done, with no `RETURNING` (which makes PostgreSQL re-read every
+    /// row a `DELETE` removes):
+    /// - PostgreSQL, on a store with sessions bounded by `statement_timeout`:
+    ///   one statement, `WITH recorded AS (<the fenced progress update,
+    ///   counting limit rows>) <statement> AND EXISTS (SELECT 1 FROM
+    ///   recorded)`, so a lost lease changes nothing. When the statement
+    ///   changed other than `limit` rows (the scope's last sub-batch), a
+    ///   second, fenced statement sets the count right at once; a crash
+    ///   between the two leaves the batch's row count off by the
+    ///   difference until the batch completes, when the runtime writes its
+    ///   exact total — the change itself is exactly once either way;
+    /// - otherwise: a transaction with the statement and the record, as
+    ///   [`Store::run_sub_batch_statement`].
+    ///
+    /// `statement` must end inside its top-level `WHERE` (the store appends
+    /// `AND …`), as the statements of a sub-batch's `rows_where` do.
+    ///
+    /// Returns the rows changed. Errors: [`StoreError::BatchLeaseLost`] when
+    /// the batch was re-claimed since (nothing is kept); a database error of
+    /// the statement (nothing is kept).
+    pub async fn run_loop_sub_batch_statement(
+        &self,
+        lease: &BatchLease,
+        statement: &Statement,
+        limit: i64,
+        timeout: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        let Some(bounded) = self.bounded_sessions(timeout) else {
+            return self
+                .sub_batch_in_transaction(lease, statement, None, timeout)
+                .await;
+        };
+        let n = statement.params().len();
+        let fused = SqlText::new(
+            "WITH recorded AS (UPDATE sluice_batches SET rows_affected = rows_affected + ",
+        )
+        .param(n + 1)
+        .push(" WHERE id = ")
+        .param(n + 2)
+        .push(" AND lease_epoch = ")
+        .param(n + 3)
+        .push(" AND status = 'running' RETURNING 1) ")
+        .append(statement.text())
+        .push(" AND EXISTS (SELECT 1 FROM recorded)");
+        let changed = bind_values!(sqlx::query(fused.to_sqlx()), statement.params())
+            .bind(limit)
+            .bind(lease.batch_id)
+            .bind(lease.epoch)
+            .execute(bounded)
+            .await?
+            .rows_affected();
+        let difference = i64::try_from(changed).unwrap_or(i64::MAX) - limit;
+        if difference == 0 {
+            return Ok(changed);
+        }
+        // The record counted `limit` rows; set it to what changed. Nothing
+        // changed and no record to set right: the lease was lost before the
+        // statement, which then kept nothing.
+        const SET_RIGHT: &str = "UPDATE sluice_batches SET rows_affected = rows_affected + $1 \
+             WHERE id = $2 AND lease_epoch = $3 AND status = 'running'";
+        let corrected = sqlx::query(SET_RIGHT)
+            .bind(difference)
+            .bind(lease.batch_id)
+            .bind(lease.epoch)
+            .execute(bounded)
+            .await?
+            .rows_affected();
+        if corrected == 0 && changed == 0 {
+            return Err(StoreError::BatchLeaseLost {
+                batch_id: lease.batch_id,
+                epoch: lease.epoch,
+            });
+        }
+        Ok(changed)
+    }
+
+    /// `statement` and its record in one write transaction (bounded by
+    /// `timeout` on PostgreSQL): the exact path every backend has.
+    async fn sub_batch_in_transaction(
+        &self,
+        lease: &BatchLease,
+        statement: &Statement,
+        progress: Option<&Cursor>,
+        timeout: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.begin_sub_batch_within(lease, Some(timeout)).await?;
+        let rows = tx.execute(statement).await?;
+        tx.commit(progress, i64::try_from(rows).unwrap_or(i64::MAX))
+            .await?;
+        Ok(rows)
     }
 
     /// True while `lease` still holds its batch.

@@ -1,0 +1,183 @@
+//! What one sub-batch costs in each form the store can send it in, measured
+//! by turns in one run so that drift on the machine (and the table's dead
+//! rows piling up as the run deletes) weighs on every form alike:
+//!
+//! - `loop`: the hand-written loop's statement alone, in autocommit;
+//! - `transaction`: the same statement with its fenced progress record in
+//!   one transaction (`BEGIN; SET LOCAL statement_timeout`, statement,
+//!   record, `COMMIT`: four round trips) — the form every operation's
+//!   `run` takes;
+//! - `one statement`: [`Store::run_loop_sub_batch_statement`] on sessions
+//!   bounded by `statement_timeout` — the change with its record fused into
+//!   one statement, one round trip — the form `delete-aged-rows` takes.
+//!
+//! Each turn deletes 1,000 aged rows of `bench_events` with the statement
+//! the runtime builds for `delete-aged-rows`, until none are left.
+//!
+//! `cargo bench --bench sub_batch_forms` (env: `SLUICE_BENCH_ROWS`, default
+//! 1,000,000; `SLUICE_BENCH_REPEATS`, default 2; `SLUICE_TEST_POSTGRES_URL`).
+//! PostgreSQL only: SQLite has one form, the transaction.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use sluice_store::{BatchLease, ConnectOptions, OperationSpec, SqlValue, Statement, Store};
+
+use common::{env, postgres_url};
+
+const SUB_BATCH: i64 = 1_000;
+const KIND: &str = "bench-sub-batch-forms";
+const FORMS: [&str; 3] = ["loop", "transaction", "one statement"];
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
+    let repeats: usize = env("SLUICE_BENCH_REPEATS", 2);
+    let timeout = Duration::from_secs(30);
+    let options = ConnectOptions {
+        sub_batch_timeout: Some(timeout),
+        ..ConnectOptions::default()
+    };
+    let url = postgres_url();
+    let store = match Store::connect_with(&url, &options).await {
+        Ok(store) => store,
+        Err(e) => {
+            println!("{}: skipped ({e})", sluice_store::redact_url(&url));
+            return;
+        }
+    };
+    println!("rows {rows}, sub-batch {SUB_BATCH}, repeats {repeats}");
+    for repeat in 1..=repeats {
+        fill(&store, rows).await;
+        let lease = batch_lease(&store).await;
+        let delete = aged_rows();
+        let mut spent = [Duration::ZERO; 3];
+        let mut turns = [0u32; 3];
+        let (mut deleted, mut with_record) = (0, 0);
+        // Whose turn it is rotates, and so does who starts a repeat.
+        for turn in repeat.. {
+            let form = turn % FORMS.len();
+            let started = Instant::now();
+            let n = match form {
+                0 => store.execute(&delete).await.unwrap(),
+                1 => {
+                    let mut tx = store
+                        .begin_sub_batch_within(&lease, Some(timeout))
+                        .await
+                        .unwrap();
+                    let n = tx.execute(&delete).await.unwrap();
+                    tx.commit(None, n as i64).await.unwrap();
+                    n
+                }
+                _ => store
+                    .run_loop_sub_batch_statement(&lease, &delete, SUB_BATCH, timeout)
+                    .await
+                    .unwrap(),
+            } as i64;
+            spent[form] += started.elapsed();
+            turns[form] += 1;
+            deleted += n;
+            if form > 0 {
+                with_record += n;
+            }
+            if n < SUB_BATCH {
+                break;
+            }
+        }
+        assert_eq!(deleted, rows, "every aged row deleted once");
+        let recorded = store.batches(lease.operation_id).await.unwrap()[0].rows_affected;
+        assert_eq!(recorded, with_record, "the record forms count exactly");
+        let mean = |form: usize| spent[form].as_secs_f64() * 1e3 / f64::from(turns[form].max(1));
+        println!(
+            "repeat {repeat}: {}",
+            FORMS
+                .iter()
+                .enumerate()
+                .map(|(form, name)| format!(
+                    "{name} {:.3} ms ({:+.3} ms, {:.3}×) over {} sub-batches",
+                    mean(form),
+                    mean(form) - mean(0),
+                    mean(form) / mean(0),
+                    turns[form]
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    store
+        .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
+        .await
+        .unwrap();
+    store.close().await;
+}
+
+/// The statement the runtime sends for a `delete-aged-rows` sub-batch of
+/// `bench_events` (the loop strategy: up to `SUB_BATCH` aged rows).
+fn aged_rows() -> Statement {
+    Statement::new(
+        "DELETE FROM \"bench_events\" WHERE \"id\" IN (SELECT \"id\" FROM \"bench_events\" \
+         WHERE 1 = 1 AND \"created_at\" < ",
+    )
+    .value(SqlValue::Timestamp(
+        chrono::Utc::now() - chrono::Duration::days(1),
+    ))
+    .push(" LIMIT ")
+    .value(SqlValue::Int(SUB_BATCH))
+    .push(")")
+}
+
+/// A running loop batch of a fresh operation of this harness's own kind,
+/// held for an hour: the fence the record forms write through.
+async fn batch_lease(store: &Store) -> BatchLease {
+    let mut spec = OperationSpec::new(KIND, "bench_events", vec![]);
+    spec.batch_size = i64::MAX / 2;
+    spec.sub_batch_size = SUB_BATCH;
+    let id = store.enqueue(spec).await.unwrap().id;
+    let hour = Duration::from_secs(3_600);
+    let claimed = store
+        .claim_operations_of("bench", Some(&[KIND]), 100, hour)
+        .await
+        .unwrap();
+    let lease = claimed
+        .into_iter()
+        .find(|c| c.record.id == id)
+        .and_then(|c| c.record.lease)
+        .expect("the new operation is claimed");
+    store.plan_batch(&lease, None, i64::MAX / 2).await.unwrap();
+    store
+        .claim_batches("bench", Some(id), 1, hour)
+        .await
+        .unwrap()
+        .remove(0)
+        .lease()
+        .expect("a claimed batch is running")
+}
+
+/// `bench_events` as `benches/overhead.rs` fills it: `rows` aged rows,
+/// indexed on `created_at`, vacuumed, analysed and checkpointed, autovacuum
+/// off.
+async fn fill(store: &Store, rows: i64) {
+    for statement in [
+        "DROP TABLE IF EXISTS bench_events",
+        "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, \
+         payload TEXT NOT NULL) WITH (autovacuum_enabled = false)",
+    ] {
+        store.execute(&Statement::new(statement)).await.unwrap();
+    }
+    let insert = Statement::new(
+        "INSERT INTO bench_events SELECT g, TIMESTAMPTZ '2020-01-01Z' + (g % 3600) * INTERVAL '1 second', \
+         'payload ' || g FROM generate_series(1, ",
+    )
+    .value(SqlValue::Int(rows))
+    .push(") g");
+    store.execute(&insert).await.unwrap();
+    for statement in [
+        "CREATE INDEX bench_events_created_at_idx ON bench_events (created_at)",
+        "VACUUM ANALYZE bench_events",
+    ] {
+        store.execute(&Statement::new(statement)).await.unwrap();
+    }
+    // Needs a superuser; skipped otherwise.
+    let _ = store.execute(&Statement::new("CHECKPOINT")).await;
+}
