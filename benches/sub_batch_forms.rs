@@ -130,7 +130,10 @@ fn aged_rows() -> Statement {
 /// A running loop batch of a fresh operation of this harness's own kind,
 /// held for an hour: the fence the record forms write through.
 async fn batch_lease(store: &Store) -> BatchLease {
-    let mut spec = OperationSpec::new(KIND, "bench_events", vec![]);
+    // Arguments of its own, so it is not taken for an earlier run's.
+    let run = chrono::Utc::now().timestamp_micros();
+    let mut spec = OperationSpec::new(KIND, "bench_events", vec![])
+        .with_arguments(&serde_json::json!({ "run": run }));
     spec.batch_size = i64::MAX / 2;
     spec.sub_batch_size = SUB_BATCH;
     let id = store.enqueue(spec).await.unwrap().id;
