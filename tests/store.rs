@@ -979,16 +979,8 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
         .await;
         let total = format!("SELECT CAST(SUM(n) AS BIGINT) FROM {}", table.quoted());
         let sum = || db.scalar(&total);
-        let id = store.enqueue(spec(table.name())).await.unwrap().id;
-        let lease = common::claim_lease(store, "p", Duration::from_secs(600)).await;
-        store
-            .plan_batch(&lease, Some(Cursor::int(4)), 4)
-            .await
-            .unwrap();
         let ttl = Duration::from_secs(10);
-        let a = store.claim_batches("a", Some(id), 1, ttl).await.unwrap()[0]
-            .lease()
-            .unwrap();
+        let (id, a) = batch_held_by_a(store, spec(table.name()), Some(Cursor::int(4)), 4).await;
         let bump = |lo: i64, hi: i64| {
             Statement::new("UPDATE ")
                 .ident(&table)
@@ -1121,13 +1113,8 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         let mut looped = spec(table.name());
         looped.batching_columns.clear();
         looped.max_cursor = None;
-        let id = store.enqueue(looped).await.unwrap().id;
-        let lease = common::claim_lease(store, "p", Duration::from_secs(600)).await;
-        store.plan_batch(&lease, None, 100).await.unwrap();
         let ttl = Duration::from_secs(10);
-        let a = store.claim_batches("a", Some(id), 1, ttl).await.unwrap()[0]
-            .lease()
-            .unwrap();
+        let (id, a) = batch_held_by_a(store, looped, None, 100).await;
         let count = |store: &Store| {
             let store = store.clone();
             async move { store.batches(id).await.unwrap().remove(0).rows_affected }
@@ -1205,4 +1192,23 @@ async fn sub_batch_stores(db: &TestDb, clock: &ManualClock) -> Vec<(&'static str
         stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
     }
     stores
+}
+
+/// Enqueues `spec`, plans its first batch (to `end`, `size` rows) under
+/// node `p`'s operation lease, and claims that batch for node `a` for 10 s;
+/// returns the operation's id and `a`'s batch lease.
+async fn batch_held_by_a(
+    store: &Store,
+    spec: OperationSpec,
+    end: Option<Cursor>,
+    size: i64,
+) -> (i64, sluice_store::BatchLease) {
+    let id = store.enqueue(spec).await.unwrap().id;
+    let lease = common::claim_lease(store, "p", Duration::from_secs(600)).await;
+    store.plan_batch(&lease, end, size).await.unwrap();
+    let claimed = store
+        .claim_batches("a", Some(id), 1, Duration::from_secs(10))
+        .await
+        .unwrap();
+    (id, claimed[0].lease().unwrap())
 }
