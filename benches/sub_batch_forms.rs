@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use sluice_store::{BatchLease, ConnectOptions, OperationSpec, SqlValue, Statement, Store};
 
-use common::{env, postgres_url};
+use common::{env, fill_aged_events as fill, postgres_url};
 
 const SUB_BATCH: i64 = 1_000;
 const KIND: &str = "bench-sub-batch-forms";
@@ -155,32 +155,4 @@ async fn batch_lease(store: &Store) -> BatchLease {
         .remove(0)
         .lease()
         .expect("a claimed batch is running")
-}
-
-/// `bench_events` as `benches/overhead.rs` fills it: `rows` aged rows,
-/// indexed on `created_at`, vacuumed, analysed and checkpointed, autovacuum
-/// off.
-async fn fill(store: &Store, rows: i64) {
-    for statement in [
-        "DROP TABLE IF EXISTS bench_events",
-        "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, \
-         payload TEXT NOT NULL) WITH (autovacuum_enabled = false)",
-    ] {
-        store.execute(&Statement::new(statement)).await.unwrap();
-    }
-    let insert = Statement::new(
-        "INSERT INTO bench_events SELECT g, TIMESTAMPTZ '2020-01-01Z' + (g % 3600) * INTERVAL '1 second', \
-         'payload ' || g FROM generate_series(1, ",
-    )
-    .value(SqlValue::Int(rows))
-    .push(") g");
-    store.execute(&insert).await.unwrap();
-    for statement in [
-        "CREATE INDEX bench_events_created_at_idx ON bench_events (created_at)",
-        "VACUUM ANALYZE bench_events",
-    ] {
-        store.execute(&Statement::new(statement)).await.unwrap();
-    }
-    // Needs a superuser; skipped otherwise.
-    let _ = store.execute(&Statement::new("CHECKPOINT")).await;
 }

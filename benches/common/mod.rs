@@ -1,12 +1,13 @@
 //! What the end-to-end harnesses share: their settings from the
-//! environment, medians, and a PostgreSQL store in a schema of its own.
+//! environment, medians, a PostgreSQL store in a schema of its own, and the
+//! table of aged rows the overhead harnesses delete.
 
 #![allow(dead_code, reason = "each harness uses what it needs")]
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use sluice_store::{Store, StoreError};
+use sluice_store::{Backend, SqlValue, Statement, Store, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 /// `name` from the environment parsed as `T`, or `default` when unset or
@@ -57,5 +58,51 @@ pub async fn drop_schema(url: &str, schema: &str) {
         .execute(&admin)
         .await;
         admin.close().await;
+    }
+}
+
+/// `bench_events` with `rows` rows, all aged, indexed on `created_at`,
+/// vacuumed and analysed, the WAL checkpointed; on PostgreSQL autovacuum is
+/// off for it, so no run is slowed (or sped up) by a vacuum that happens to
+/// start during it.
+pub async fn fill_aged_events(store: &Store, rows: i64) {
+    store
+        .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
+        .await
+        .unwrap();
+    let (create, head, tail) = match store.backend() {
+        Backend::Sqlite(_) => (
+            "CREATE TABLE bench_events (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL, payload TEXT NOT NULL)",
+            "WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < ",
+            ") INSERT INTO bench_events SELECT v, printf('2020-01-01T00:%02d:%02dZ', v % 60, v % 59), \
+             'payload ' || v FROM n",
+        ),
+        Backend::Postgres(_) => (
+            "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL) \
+             WITH (autovacuum_enabled = false)",
+            "INSERT INTO bench_events SELECT g, TIMESTAMPTZ '2020-01-01Z' + (g % 3600) * INTERVAL '1 second', \
+             'payload ' || g FROM generate_series(1, ",
+            ") g",
+        ),
+    };
+    store.execute(&Statement::new(create)).await.unwrap();
+    let insert = Statement::new(head).value(SqlValue::Int(rows)).push(tail);
+    store.execute(&insert).await.unwrap();
+    store
+        .execute(&Statement::new(
+            "CREATE INDEX IF NOT EXISTS bench_events_created_at_idx ON bench_events (created_at)",
+        ))
+        .await
+        .unwrap();
+    let settle = match store.backend() {
+        Backend::Sqlite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
+        Backend::Postgres(_) => "VACUUM ANALYZE bench_events",
+    };
+    store.execute(&Statement::new(settle)).await.unwrap();
+    if let Backend::Postgres(_) = store.backend() {
+        // Start each run with the fill's WAL written out, so a checkpoint
+        // does not land inside one run and not another (needs a superuser;
+        // skipped otherwise).
+        let _ = store.execute(&Statement::new("CHECKPOINT")).await;
     }
 }
