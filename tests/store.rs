@@ -10,7 +10,7 @@ use common::TestDb;
 use serde_json::json;
 use sluice_store::{
     BatchStatus, Cursor, Event, Expected, Health, IllegalTransition, ListFilter, ManualClock,
-    OperationSpec, OperationStatus, Store, StoreError,
+    NextBatch, OperationSpec, OperationStatus, Store, StoreError,
 };
 
 for_each_backend!(
@@ -32,6 +32,7 @@ for_each_backend!(
     bulk_enqueue_writes_chunks_keeps_uniqueness_and_replays,
     one_statement_sub_batches_keep_the_change_and_its_record_together,
     loop_sub_batches_record_their_exact_count_without_returning,
+    owner_completes_and_plans_the_next_batch_in_one_commit,
 );
 
 fn spec(table: &str) -> OperationSpec {
@@ -1211,4 +1212,129 @@ async fn batch_held_by_a(
         .await
         .unwrap();
     (id, claimed[0].lease().unwrap())
+}
+
+async fn owner_completes_and_plans_the_next_batch_in_one_commit(db: &TestDb) {
+    let (store, clock) = with_clock(db);
+    let id = store.enqueue(spec("t")).await.unwrap().id;
+    let claimed = store
+        .claim_operations("owner", 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    let owner = claimed[0].record.lease.clone().unwrap();
+    let next = |end: i64, size: i64| NextBatch {
+        end: Some(Cursor::int(end)),
+        size,
+        ttl: Duration::from_secs(600),
+    };
+    // Planned and claimed at once: running, first attempt, no one else's.
+    let (first, _) = store
+        .plan_claimed_batch(&owner, &next(100, 100))
+        .await
+        .unwrap();
+    let first = first.lease().expect("claimed as planned");
+    assert_eq!((first.ordinal, first.epoch, first.attempt), (1, 1, 1));
+    assert_eq!(first.node, "owner");
+    let others = store
+        .claim_batches("other", Some(id), 5, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert!(others.is_empty(), "{others:?}");
+
+    // The outcome and the next batch, one transaction.
+    let (done, second) = store
+        .complete_and_plan_batch(
+            &first,
+            100,
+            Duration::from_millis(5),
+            Some(120),
+            &owner,
+            &next(220, 120),
+        )
+        .await
+        .unwrap();
+    let state = &done.record.state;
+    assert_eq!(
+        (
+            state.rows_done,
+            state.batches_succeeded,
+            state.batches_planned
+        ),
+        (100, 1, 2)
+    );
+    assert_eq!(
+        (state.batch_size, state.cursor.clone()),
+        (120, Some(Cursor::int(220)))
+    );
+    let second = second.expect("the next batch is planned with the outcome");
+    assert_eq!(
+        (second.ordinal, second.start.clone(), second.end.clone()),
+        (2, Some(Cursor::int(100)), Some(Cursor::int(220)))
+    );
+    let second = second.lease().expect("claimed as planned");
+    assert_eq!(
+        (second.epoch, second.attempt, second.node.as_str()),
+        (1, 1, "owner")
+    );
+    let kinds: Vec<&str> = store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event.kind())
+        .collect();
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["batch_succeeded", "batch_planned"]
+    );
+
+    // Taken over meanwhile: the outcome is recorded alone, nothing planned.
+    clock.advance(2_000);
+    let usurper = store
+        .claim_operations("usurper", 1, Duration::from_secs(600))
+        .await
+        .unwrap()[0]
+        .record
+        .lease
+        .clone()
+        .unwrap();
+    let (done, third) = store
+        .complete_and_plan_batch(
+            &second,
+            120,
+            Duration::from_millis(5),
+            None,
+            &owner,
+            &next(340, 120),
+        )
+        .await
+        .unwrap();
+    assert!(third.is_none(), "{third:?}");
+    assert_eq!(
+        (
+            done.record.state.batches_succeeded,
+            done.record.state.batches_planned
+        ),
+        (2, 2)
+    );
+    assert_eq!(store.batches(id).await.unwrap().len(), 2);
+    assert!(matches!(
+        store.plan_claimed_batch(&owner, &next(340, 120)).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert_eq!(store.batches(id).await.unwrap().len(), 2);
+
+    // A claim given back unused does not count as an attempt.
+    let (third, _) = store
+        .plan_claimed_batch(&usurper, &next(340, 120))
+        .await
+        .unwrap();
+    store.release_batch(&third.lease().unwrap()).await.unwrap();
+    let again = store
+        .claim_batches("usurper", Some(id), 5, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let again = again[0].lease().unwrap();
+    assert_eq!((again.ordinal, again.epoch, again.attempt), (3, 2, 1));
+    store.verify(id).await.unwrap();
 }

@@ -32,8 +32,8 @@ use sluice_operations::{
     batching::{keyset_columns, next_batch_end, nth_after},
 };
 use sluice_store::{
-    Batch, BatchLease, BatchStatus, Cursor, Event, Expected, Health, Lease, OperationStatus,
-    Projection, StoreError,
+    Batch, BatchLease, BatchStatus, Cursor, Event, Expected, Health, Lease, NextBatch,
+    OperationStatus, Projection, StoreError,
 };
 
 use sluice_telemetry::metrics::Subject;
@@ -424,7 +424,7 @@ impl OperationState {
         let end = match self.operation.shape().strategy() {
             Strategy::Keyset(_) if self.scope_exhausted => return self.finish(myself).await,
             Strategy::Keyset(_) => {
-                let (_, end) = self.next_range().await?;
+                let (_, end) = self.next_range(self.projection.batch_size).await?;
                 if end.is_none() {
                     return self.finish(myself).await;
                 }
@@ -434,25 +434,38 @@ impl OperationState {
             Strategy::Loop { .. } => None,
         };
         let lease = self.lease.as_ref().expect("an owner holds the lease");
-        let (_, appended) = store.plan_batch(lease, end, size).await?;
+        let next = NextBatch {
+            end,
+            size,
+            ttl: config.lease_ttl,
+        };
+        if self.plans_ahead() {
+            // Helpers may take it: plan it pending, then claim the first.
+            let (_, appended) = store.plan_batch(lease, next.end, next.size).await?;
+            self.projection = appended.record.state;
+            self.transitioned(&["batch_planned"]);
+            return match store
+                .claim_batches(node, Some(self.id), 1, config.lease_ttl)
+                .await?
+                .into_iter()
+                .next()
+            {
+                Some(batch) => {
+                    self.batch = Some(self.activate(batch));
+                    Ok(true)
+                }
+                // Another node's worker took it; look again shortly.
+                None => {
+                    self.schedule_step(myself, config.retry_base);
+                    Ok(false)
+                }
+            };
+        }
+        let (batch, appended) = store.plan_claimed_batch(lease, &next).await?;
         self.projection = appended.record.state;
         self.transitioned(&["batch_planned"]);
-        match store
-            .claim_batches(node, Some(self.id), 1, config.lease_ttl)
-            .await?
-            .into_iter()
-            .next()
-        {
-            Some(batch) => {
-                self.batch = Some(self.activate(batch));
-                Ok(true)
-            }
-            // Another node's worker took it; look again shortly.
-            None => {
-                self.schedule_step(myself, config.retry_base);
-                Ok(false)
-            }
-        }
+        self.batch = Some(self.activate(batch));
+        Ok(true)
     }
 
     /// Whether this actor holds the operation's lease (else it is a helper).
@@ -482,7 +495,7 @@ impl OperationState {
             && self.limit_reached().is_none()
             && self.projection.batches_planned - self.projection.batches_succeeded < parallel
         {
-            let (size, end) = self.next_range().await?;
+            let (size, end) = self.next_range(self.projection.batch_size).await?;
             if end.is_none() {
                 self.scope_exhausted = true;
                 break;
@@ -494,10 +507,46 @@ impl OperationState {
         Ok(())
     }
 
-    /// The next range batch from the cursor at the batch size in force
-    /// (throttled): its size and its end, `None` when no row is left.
-    async fn next_range(&self) -> Result<(i64, Option<Cursor>), OperationError> {
-        let size = throttled_size(self.projection.batch_size, self.percent());
+    /// The batch to plan and claim in the same commit as the outcome of the
+    /// one just done (`next_size`: the size it set, if any), so the pool
+    /// waits on one commit between batches, not three. `None` when the next
+    /// batch is not this owner's to take at once: helpers share the
+    /// operation, a batch may be left over from a retry, the scope is
+    /// exhausted, the operation is stopping, stopped by the health signal,
+    /// or at a run limit. Then the next step decides, as for a first batch.
+    async fn next_batch_now(
+        &self,
+        next_size: Option<i64>,
+    ) -> Result<Option<NextBatch>, OperationError> {
+        if !self.is_owner()
+            || self.plans_ahead()
+            || self.leftovers_possible
+            || self.scope_exhausted
+            || self.stopping.is_some()
+            || matches!(self.signal, Signal::Stop { .. })
+            || self.limit_reached().is_some()
+        {
+            return Ok(None);
+        }
+        let base = next_size.unwrap_or(self.projection.batch_size);
+        let (size, end) = match self.operation.shape().strategy() {
+            Strategy::Keyset(_) => match self.next_range(base).await? {
+                (_, None) => return Ok(None),
+                found => found,
+            },
+            Strategy::Loop { .. } => (throttled_size(base, self.percent()), None),
+        };
+        Ok(Some(NextBatch {
+            end,
+            size,
+            ttl: self.context.config.lease_ttl,
+        }))
+    }
+
+    /// The next range batch from the cursor at `base_size` throttled: its
+    /// size and its end, `None` when no row is left.
+    async fn next_range(&self, base_size: i64) -> Result<(i64, Option<Cursor>), OperationError> {
+        let size = throttled_size(base_size, self.percent());
         let end = next_batch_end(
             &self.context.store,
             self.operation.shape(),
@@ -597,21 +646,41 @@ impl OperationState {
             // (A helper leaves the batch size to the owner.)
             let base = self.projection.batch_size;
             let adapts = self.is_owner() && batch.rows * 2 >= batch.size;
-            let next = adapts.then(|| {
+            let next_size = adapts.then(|| {
                 let scaled = batch.busy.mul_f64(base as f64 / batch.size.max(1) as f64);
                 self.sizer.observe(base, scaled)
             });
-            let appended = self
-                .context
-                .store
-                .complete_batch(&batch.lease, batch.rows, batch.busy, next)
-                .await?;
+            let store = &self.context.store;
+            let (appended, planned) = match (self.next_batch_now(next_size).await?, &self.lease) {
+                (Some(next), Some(owner)) => {
+                    store
+                        .complete_and_plan_batch(
+                            &batch.lease,
+                            batch.rows,
+                            batch.busy,
+                            next_size,
+                            owner,
+                            &next,
+                        )
+                        .await?
+                }
+                _ => {
+                    let appended = store
+                        .complete_batch(&batch.lease, batch.rows, batch.busy, next_size)
+                        .await?;
+                    (appended, None)
+                }
+            };
             self.projection = appended.record.state;
             self.transitioned(&["batch_succeeded"]);
             batch.span.record("sluice.rows", batch.rows);
             self.context
                 .metrics
                 .batch(self.subject(), batch.busy, self.projection.batch_size);
+            if let Some(planned) = planned {
+                self.transitioned(&["batch_planned"]);
+                self.batch = Some(self.activate(planned));
+            }
         }
         self.report();
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));

@@ -27,7 +27,7 @@ pub use error::StoreError;
 pub use event::{Event, RecordedEvent};
 pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection};
 pub use queries::{Appended, Expected, PROMOTE_AFTER_MS};
-pub use record::{Batch, BatchLease, BatchStatus, Lease, OperationRecord};
+pub use record::{Batch, BatchLease, BatchStatus, Lease, NextBatch, OperationRecord};
 pub use schedule::{FireOutcome, Schedule, ScheduleFire, Switch};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};

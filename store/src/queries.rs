@@ -21,10 +21,11 @@ use crate::error::StoreError;
 use crate::event::{self, Event, FORMAT_VERSION};
 use crate::machine::{self, Effect, OperationStatus};
 use crate::record::{
-    Batch, BatchLease, BatchRow, EventRow, Lease, OperationRecord, OperationRow,
+    Batch, BatchLease, BatchRow, EventRow, Lease, NextBatch, OperationRecord, OperationRow,
     PROJECTION_COLUMNS, ProjectionValues,
 };
 use crate::spec::OperationSpec;
+use crate::store::millis;
 
 /// What an append expects the log's last sequence number to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -332,34 +333,19 @@ macro_rules! backend {
             pub(crate) async fn plan_batch(
                 pool: &Pool,
                 lease: &Lease,
-                end: Option<Cursor>,
-                size: i64,
+                next: &NextBatch,
+                claim: bool,
                 now: i64,
             ) -> Result<(Batch, Appended), StoreError> {
                 let mut tx = begin_write(pool).await?;
                 let record = load_locked(&mut tx, lease.operation_id).await?;
-                let ordinal = record.state.batches_planned + 1;
-                let start = record.state.cursor.clone();
-                let sub_batch_size = record.state.sub_batch_size.min(size);
+                let planned = PlannedBatch::after(&record, next);
                 // The row is locked and was read just now: the lease fence is the guard.
-                let planned = [Event::BatchPlanned { ordinal, start: start.clone(), end: end.clone(), size }];
-                let appended = append_loaded(&mut tx, record, Expected::Any, Some(lease), None, &planned, now).await?;
-                let row: BatchRow = sqlx::query_as(
-                    "INSERT INTO sluice_batches \
-                     (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) RETURNING *",
-                )
-                .bind(lease.operation_id)
-                .bind(ordinal)
-                .bind(start.as_ref().map(Cursor::to_json))
-                .bind(end.as_ref().map(Cursor::to_json))
-                .bind(size)
-                .bind(sub_batch_size)
-                .bind(now)
-                .fetch_one(&mut *tx)
-                .await?;
+                let appended = append_loaded(&mut tx, record, Expected::Any, Some(lease), None, &[planned.event()], now).await?;
+                let claim = claim.then(|| (lease.node.as_str(), now + millis(next.ttl)));
+                let batch = insert_batch(&mut tx, lease.operation_id, &planned, claim, now).await?;
                 tx.commit().await?;
-                Ok((row.try_into()?, appended))
+                Ok((batch, appended))
             }
 
             pub(crate) async fn claim_batches(
@@ -398,7 +384,7 @@ macro_rules! backend {
 
             pub(crate) async fn release_batch(pool: &Pool, lease: &BatchLease) -> Result<(), StoreError> {
                 let released = sqlx::query(
-                    "UPDATE sluice_batches SET status = 'pending', lease_expires_at = NULL \
+                    "UPDATE sluice_batches SET status = 'pending', lease_expires_at = NULL, attempts = attempts - 1 \
                      WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
                 )
                 .bind(lease.batch_id)
@@ -434,33 +420,57 @@ macro_rules! backend {
 
             pub(crate) async fn complete_batch(
                 pool: &Pool,
-                lease: &BatchLease,
-                rows: i64,
-                duration_ms: i64,
-                next_batch_size: Option<i64>,
+                batch: &BatchLease,
+                done: &BatchDone,
+                then: Option<(&Lease, &NextBatch)>,
                 now: i64,
-            ) -> Result<Appended, StoreError> {
+            ) -> Result<(Appended, Option<Batch>), StoreError> {
                 let mut tx = begin_write(pool).await?;
-                let done = sqlx::query(
+                let updated = sqlx::query(
                     "UPDATE sluice_batches SET status = 'succeeded', rows_affected = $3, duration_ms = $4, \
                      finished_at = $5, lease_expires_at = NULL \
                      WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
                 )
-                .bind(lease.batch_id)
-                .bind(lease.epoch)
-                .bind(rows)
-                .bind(duration_ms)
+                .bind(batch.batch_id)
+                .bind(batch.epoch)
+                .bind(done.rows)
+                .bind(done.duration_ms)
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                if updated.rows_affected() == 0 {
+                    return Err(StoreError::BatchLeaseLost { batch_id: batch.batch_id, epoch: batch.epoch });
                 }
-                let event = Event::BatchSucceeded { ordinal: lease.ordinal, rows, duration_ms, next_batch_size };
-                let record = load_locked(&mut tx, lease.operation_id).await?;
-                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &[event], now).await?;
+                let succeeded = Event::BatchSucceeded {
+                    ordinal: batch.ordinal,
+                    rows: done.rows,
+                    duration_ms: done.duration_ms,
+                    next_batch_size: done.next_batch_size,
+                };
+                let record = load_locked(&mut tx, batch.operation_id).await?;
+                // The next batch goes with it only while `lease` still holds the
+                // operation and its state machine takes the plan (not, say, once
+                // an operator paused it): otherwise the outcome is recorded alone.
+                let next = then
+                    .filter(|(lease, _)| holds(&record, lease))
+                    .map(|(lease, next)| (lease, PlannedBatch::after(&record, next), next.ttl))
+                    .filter(|(_, planned, _)| {
+                        machine::apply(Some(&record.state), &succeeded, now)
+                            .and_then(|(state, _)| machine::apply(Some(&state), &planned.event(), now))
+                            .is_ok()
+                    });
+                let mut events = vec![succeeded];
+                events.extend(next.as_ref().map(|(_, planned, _)| planned.event()));
+                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
+                let planned = match next {
+                    Some((lease, planned, ttl)) => {
+                        let claim = Some((lease.node.as_str(), now + millis(ttl)));
+                        Some(insert_batch(&mut tx, batch.operation_id, &planned, claim, now).await?)
+                    }
+                    None => None,
+                };
                 tx.commit().await?;
-                Ok(appended)
+                Ok((appended, planned))
             }
 
             pub(crate) async fn fail_batch(
@@ -635,7 +645,7 @@ macro_rules! backend {
                     return Err(StoreError::Conflict { operation_id: id, expected: seq, actual: record.state.last_seq });
                 }
                 if let Some(fence) = fence
-                    && record.lease.as_ref().is_none_or(|held| held.node != fence.node || held.epoch != fence.epoch)
+                    && !holds(&record, fence)
                 {
                     return Err(lease_lost(fence));
                 }
@@ -681,6 +691,37 @@ macro_rules! backend {
                 Ok(Appended { record: OperationRecord { id, state, lease, lease_epoch }, effects })
             }
 
+            /// Inserts a planned batch: pending, or running under a first claim by
+            /// `claim`'s node until its expiry (what [`claim_batches`] would make of it).
+            async fn insert_batch(
+                tx: &mut Tx,
+                operation_id: i64,
+                planned: &PlannedBatch,
+                claim: Option<(&str, i64)>,
+                now: i64,
+            ) -> Result<Batch, StoreError> {
+                let row: BatchRow = sqlx::query_as(
+                    "INSERT INTO sluice_batches \
+                     (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at, \
+                      claimed_by, lease_epoch, attempts, lease_expires_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11) RETURNING *",
+                )
+                .bind(operation_id)
+                .bind(planned.ordinal)
+                .bind(planned.start.as_ref().map(Cursor::to_json))
+                .bind(planned.end.as_ref().map(Cursor::to_json))
+                .bind(planned.size)
+                .bind(planned.sub_batch_size)
+                .bind(if claim.is_some() { "running" } else { "pending" })
+                .bind(now)
+                .bind(claim.map(|(node, _)| node))
+                .bind(i32::from(claim.is_some()))
+                .bind(claim.map(|(_, expires_at)| expires_at))
+                .fetch_one(&mut **tx)
+                .await?;
+                row.try_into()
+            }
+
             async fn insert_events(tx: &mut Tx, id: i64, first_seq: i64, events: &[Event], now: i64) -> Result<(), StoreError> {
                 for (seq, event) in (first_seq..).zip(events) {
                     sqlx::query(
@@ -704,6 +745,52 @@ macro_rules! backend {
 
 backend!(sqlite, sqlx::Sqlite, Dialect::Sqlite);
 backend!(postgres, sqlx::Postgres, Dialect::Postgres);
+
+/// What a batch that succeeded reports ([`Event::BatchSucceeded`]).
+pub(crate) struct BatchDone {
+    pub(crate) rows: i64,
+    pub(crate) duration_ms: i64,
+    pub(crate) next_batch_size: Option<i64>,
+}
+
+/// The batch an owner plans next: from the operation's cursor to the end it
+/// asked for, numbered after the last one planned.
+struct PlannedBatch {
+    ordinal: i64,
+    start: Option<Cursor>,
+    end: Option<Cursor>,
+    size: i64,
+    sub_batch_size: i64,
+}
+
+impl PlannedBatch {
+    fn after(record: &OperationRecord, next: &NextBatch) -> Self {
+        PlannedBatch {
+            ordinal: record.state.batches_planned + 1,
+            start: record.state.cursor.clone(),
+            end: next.end.clone(),
+            size: next.size,
+            sub_batch_size: record.state.sub_batch_size.min(next.size),
+        }
+    }
+
+    fn event(&self) -> Event {
+        Event::BatchPlanned {
+            ordinal: self.ordinal,
+            start: self.start.clone(),
+            end: self.end.clone(),
+            size: self.size,
+        }
+    }
+}
+
+/// Whether `lease` is the lease `record` is held under.
+fn holds(record: &OperationRecord, lease: &Lease) -> bool {
+    record
+        .lease
+        .as_ref()
+        .is_some_and(|held| held.node == lease.node && held.epoch == lease.epoch)
+}
 
 fn lease_lost(lease: &Lease) -> StoreError {
     StoreError::LeaseLost {

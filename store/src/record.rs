@@ -108,6 +108,19 @@ pub struct BatchLease {
     pub attempt: i32,
 }
 
+/// The batch an operation's owner plans next, and for how long it claims it
+/// ([`crate::Store::plan_claimed_batch`], [`crate::Store::complete_and_plan_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextBatch {
+    /// Its inclusive end in the batching order (`None` for a loop batch); it
+    /// starts at the operation's cursor.
+    pub end: Option<Cursor>,
+    /// Its size in rows.
+    pub size: i64,
+    /// How long the claim lasts unless renewed.
+    pub ttl: std::time::Duration,
+}
+
 impl Batch {
     /// The lease this batch's current claim holds, if it is running.
     pub fn lease(&self) -> Option<BatchLease> {

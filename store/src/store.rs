@@ -26,8 +26,8 @@ use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::{self, Event, RecordedEvent};
 use crate::machine::{self, OperationStatus, Projection};
-use crate::queries::{self, Appended, Expected};
-use crate::record::{Batch, BatchLease, EventRow, Lease, OperationRecord};
+use crate::queries::{self, Appended, BatchDone, Expected};
+use crate::record::{Batch, BatchLease, EventRow, Lease, NextBatch, OperationRecord};
 use crate::spec::OperationSpec;
 
 /// The handle to Sluice's durable state in one database. Cheap to clone; clones
@@ -448,7 +448,28 @@ impl Store {
         size: i64,
     ) -> Result<(Batch, Appended), StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.plan_batch(lease, end, size, now))
+        let next = NextBatch {
+            end,
+            size,
+            ttl: Duration::ZERO,
+        };
+        dispatch!(self.plan_batch(lease, &next, false, now))
+    }
+
+    /// [`Store::plan_batch`], and the batch claimed by `lease`'s node for
+    /// `next.ttl` in the same transaction (its first attempt, epoch 1): what
+    /// an owner that runs its batches itself does, in one commit instead of two.
+    ///
+    /// Errors: [`StoreError::LeaseLost`] when `lease` no longer holds the
+    /// operation; [`StoreError::Illegal`] when its state machine refuses the
+    /// plan (nothing is written either way).
+    pub async fn plan_claimed_batch(
+        &self,
+        lease: &Lease,
+        next: &NextBatch,
+    ) -> Result<(Batch, Appended), StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.plan_batch(lease, next, true, now))
     }
 
     /// Claims up to `limit` batches of running operations (of one operation
@@ -490,7 +511,8 @@ impl Store {
     /// Gives a running batch back (pending, unleased) without recording a
     /// failure: its holder stops before finishing it (pause, shutdown), so
     /// the next claim need not wait for the lease to lapse. Its committed
-    /// progress is kept. Errors: [`StoreError::BatchLeaseLost`].
+    /// progress is kept, and the claim given back does not count as one of
+    /// its attempts. Errors: [`StoreError::BatchLeaseLost`].
     pub async fn release_batch(&self, lease: &BatchLease) -> Result<(), StoreError> {
         dispatch!(self.release_batch(lease))
     }
@@ -517,7 +539,40 @@ impl Store {
         next_batch_size: Option<i64>,
     ) -> Result<Appended, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.complete_batch(lease, rows, millis(duration), next_batch_size, now))
+        let done = BatchDone {
+            rows,
+            duration_ms: millis(duration),
+            next_batch_size,
+        };
+        let (appended, _) = dispatch!(self.complete_batch(lease, &done, None, now))?;
+        Ok(appended)
+    }
+
+    /// [`Store::complete_batch`], and in the same transaction the owner's
+    /// next batch planned and claimed as [`Store::plan_claimed_batch`] does:
+    /// one commit between two batches instead of three. The next batch is
+    /// left out (the result's batch is `None`, the outcome is recorded alone)
+    /// when `owner` no longer holds the operation or its state machine
+    /// refuses the plan (an operator paused or cancelled it meanwhile).
+    ///
+    /// Errors: [`StoreError::BatchLeaseLost`] when the batch was claimed by
+    /// another node since (nothing is written).
+    pub async fn complete_and_plan_batch(
+        &self,
+        lease: &BatchLease,
+        rows: i64,
+        duration: Duration,
+        next_batch_size: Option<i64>,
+        owner: &Lease,
+        next: &NextBatch,
+    ) -> Result<(Appended, Option<Batch>), StoreError> {
+        let now = self.clock.now_ms();
+        let done = BatchDone {
+            rows,
+            duration_ms: millis(duration),
+            next_batch_size,
+        };
+        dispatch!(self.complete_batch(lease, &done, Some((owner, next)), now))
     }
 
     /// Records a failed batch attempt: the batch goes back to pending when
@@ -587,7 +642,7 @@ fn decode_row(row: EventRow) -> Result<RecordedEvent, StoreError> {
     })
 }
 
-fn millis(d: Duration) -> i64 {
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
