@@ -4,14 +4,21 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::TestDb;
-use sluice_operations::{TargetError, check_index, check_target};
+use sluice_operations::{
+    COUNT_EXACTLY_UP_TO, DeleteAgedRows, EnqueueOptions, Registry, TargetError, check_index,
+    check_target, enqueue,
+};
 use sluice_store::{Ident, SqlValue, Statement};
 
 for_each_backend!(
     unknown_names_are_refused_by_name,
     full_scans_are_refused_until_an_index_serves_them
 );
+
+postgres_only!(a_large_scope_takes_the_planners_estimate_a_small_one_is_counted);
 
 async fn create_events(db: &TestDb) {
     db.execute(
@@ -150,4 +157,61 @@ async fn plans_on_many_connections(
         accepted.push(task.await.unwrap());
     }
     accepted
+}
+
+/// The rows in scope are counted exactly up to [`COUNT_EXACTLY_UP_TO`] by
+/// the planner's estimate; past it, the estimate stands. Statistics taken
+/// before half the rows left the scope make the two tell apart: the count
+/// sees the change at once, the estimate does not.
+async fn a_large_scope_takes_the_planners_estimate_a_small_one_is_counted(db: &TestDb) {
+    let registry = Registry::with_builtins();
+    let estimated = |table: &'static str| {
+        let (store, registry) = (db.store.clone(), &registry);
+        async move {
+            let arguments = DeleteAgedRows::arguments(
+                &store,
+                table,
+                "created_at",
+                "id",
+                Duration::from_secs(86_400),
+                chrono::Utc::now(),
+            )
+            .await
+            .unwrap();
+            let arguments = serde_json::to_value(arguments).unwrap();
+            let options = EnqueueOptions::default();
+            let id = enqueue(&store, registry, "delete-aged-rows", &arguments, &options)
+                .await
+                .unwrap()
+                .id;
+            store.operation(id).await.unwrap().state.estimated_rows
+        }
+    };
+    let large = 3 * COUNT_EXACTLY_UP_TO;
+    for (table, rows) in [("small_scope", 1_000), ("large_scope", large)] {
+        db.execute(&format!(
+            "CREATE TABLE {table} (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL) \
+             WITH (autovacuum_enabled = false)"
+        ))
+        .await;
+        db.execute(&format!(
+            "INSERT INTO {table} SELECT g, TIMESTAMPTZ '2020-01-01Z' FROM generate_series(1, {rows}) g"
+        ))
+        .await;
+        db.execute(&format!("CREATE INDEX ON {table} (created_at)"))
+            .await;
+        db.execute(&format!("ANALYZE {table}")).await;
+        // Half of them young now; the statistics still say all are aged.
+        db.execute(&format!(
+            "UPDATE {table} SET created_at = now() + INTERVAL '1 day' WHERE id % 2 = 0"
+        ))
+        .await;
+    }
+    assert_eq!(estimated("small_scope").await, Some(500));
+    let large_estimate = estimated("large_scope").await.expect("an estimate");
+    assert!(
+        large_estimate > large * 3 / 4,
+        "expected the planner's stale estimate (about {large} or more), not the count {}: {large_estimate}",
+        large / 2
+    );
 }

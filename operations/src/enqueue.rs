@@ -3,7 +3,8 @@
 //! [`enqueue`] binds the kind to its arguments, validates every name against
 //! the database's catalogue, asks the planner how the first batch query would
 //! run (a full scan of the target table is refused unless forced), counts the
-//! rows in scope for progress estimates, and only then writes the operation
+//! rows in scope for progress estimates (or, past [`COUNT_EXACTLY_UP_TO`]
+//! on PostgreSQL, takes the planner's estimate), and only then writes the operation
 //! (or returns the active one with the same identity).
 
 use std::collections::HashSet;
@@ -77,7 +78,7 @@ pub async fn enqueue(
 ) -> Result<Enqueued, OperationError> {
     let span = enqueue_span(kind);
     async {
-        let (mut spec, count) = checked_spec(
+        let (mut spec, scope) = checked_spec(
             store,
             registry,
             kind,
@@ -86,7 +87,7 @@ pub async fn enqueue(
             &mut Checked::default(),
         )
         .await?;
-        spec.estimated_rows = store.fetch_int(&count).await.map_err(refused_sql)?;
+        spec.estimated_rows = rows_in_scope(store, &scope).await?;
         spec.validate()?;
         // The operation's trace starts here; every run of it joins it.
         spec.trace_context = traceparent(&Span::current());
@@ -193,8 +194,8 @@ struct Checked {
 }
 
 /// Binds `kind` to `arguments`, checks the target and the plan of its batch
-/// query, and returns the spec to store with the statement counting the
-/// rows in scope.
+/// query, and returns the spec to store with the statements about the rows
+/// in scope.
 async fn checked_spec(
     store: &Store,
     registry: &Registry,
@@ -202,7 +203,7 @@ async fn checked_spec(
     arguments: &serde_json::Value,
     options: &EnqueueOptions,
     checked: &mut Checked,
-) -> Result<(OperationSpec, Statement), OperationError> {
+) -> Result<(OperationSpec, ScopeRows), OperationError> {
     let canonical = canonical_json(arguments);
     let prepared = registry.prepare(kind, &canonical)?;
     let shape = prepared.shape();
@@ -235,11 +236,18 @@ async fn checked_spec(
         checked.passed.insert(key);
     }
 
-    let count = shape.filter().and_to(
-        Statement::new("SELECT COUNT(*) FROM ")
-            .ident(shape.table())
-            .push(" WHERE 1 = 1"),
-    );
+    let scope = ScopeRows {
+        count: shape.filter().and_to(
+            Statement::new("SELECT COUNT(*) FROM ")
+                .ident(shape.table())
+                .push(" WHERE 1 = 1"),
+        ),
+        select: shape.filter().and_to(
+            Statement::new("SELECT 1 FROM ")
+                .ident(shape.table())
+                .push(" WHERE 1 = 1"),
+        ),
+    };
     let mut spec = OperationSpec::new(
         kind,
         shape.table().to_string(),
@@ -257,7 +265,35 @@ async fn checked_spec(
     spec.priority = options.priority;
     spec.origin = options.origin;
     spec.tenant_id = options.tenant_id.clone();
-    Ok((spec, count))
+    Ok((spec, scope))
+}
+
+/// Above this many rows in scope by the planner's estimate, the estimate is
+/// the operation's `estimated_rows` and nothing is counted: an exact count
+/// reads every row in scope before the first batch runs (seconds to minutes
+/// on the tables batching is for), where the estimate costs one `EXPLAIN`.
+pub const COUNT_EXACTLY_UP_TO: i64 = 100_000;
+
+/// The statements about an operation's rows in scope.
+struct ScopeRows {
+    /// Counts them.
+    count: Statement,
+    /// Selects them (for the planner's estimate).
+    select: Statement,
+}
+
+/// How many rows are in scope: the planner's estimate when it expects more
+/// than [`COUNT_EXACTLY_UP_TO`], else an exact count (on SQLite, which gives
+/// no estimate, always exact).
+async fn rows_in_scope(store: &Store, scope: &ScopeRows) -> Result<Option<i64>, OperationError> {
+    let estimate = store
+        .estimate_rows(&scope.select)
+        .await
+        .map_err(refused_sql)?;
+    if let Some(estimate) = estimate.filter(|rows| *rows > COUNT_EXACTLY_UP_TO) {
+        return Ok(Some(estimate));
+    }
+    store.fetch_int(&scope.count).await.map_err(refused_sql)
 }
 
 /// A database error while explaining or counting is the operator's SQL at

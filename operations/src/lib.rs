@@ -22,7 +22,7 @@ pub mod target;
 
 pub use builtin::{DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, parse_duration};
-pub use enqueue::{EnqueueOptions, NewOperation, enqueue, enqueue_many};
+pub use enqueue::{COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, enqueue, enqueue_many};
 pub use error::OperationError;
 pub use operation::{Operation, PreparedOperation, Registry};
 pub use shape::{Filter, Shape, Strategy, check_expression};

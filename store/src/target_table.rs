@@ -130,6 +130,25 @@ impl Store {
         })
     }
 
+    /// How many rows the planner expects `statement` (a `SELECT`) to return,
+    /// from the table's statistics, without running it: PostgreSQL's
+    /// `EXPLAIN (FORMAT JSON)` estimate for the plan's top node. `None` on
+    /// SQLite, whose planner gives no row estimates. Only as good as the
+    /// statistics (`ANALYZE`); never an exact count.
+    pub async fn estimate_rows(&self, statement: &Statement) -> Result<Option<i64>, StoreError> {
+        let Backend::Postgres(pool) = self.backend() else {
+            return Ok(None);
+        };
+        let text = SqlText::new("EXPLAIN (FORMAT JSON) ").append(statement.text());
+        let query = sqlx::query_scalar(AssertSqlSafe(text.as_str().to_owned())).persistent(false);
+        let plan: serde_json::Value = bind_values!(query, statement.params())
+            .fetch_one(pool)
+            .await?;
+        Ok(plan[0]["Plan"]["Plan Rows"]
+            .as_f64()
+            .map(|rows| rows.round() as i64))
+    }
+
     /// Runs a read statement and returns its first row's first column as an
     /// integer (a `COUNT(*)`, a `MAX(id)`), or `None` when there is no row, a
     /// NULL, or a non-integer value.
