@@ -513,11 +513,10 @@ impl OperationState {
     /// batch is not this owner's to take at once: helpers share the
     /// operation, a batch may be left over from a retry, the scope is
     /// exhausted, the operation is stopping, stopped by the health signal,
-    /// or at a run limit. Then the next step decides, as for a first batch.
-    async fn next_batch_now(
-        &self,
-        next_size: Option<i64>,
-    ) -> Result<Option<NextBatch>, OperationError> {
+    /// or at a run limit. Then the next step decides, as for a first batch;
+    /// it also meets any error finding the next range (this one's outcome
+    /// is recorded first, whatever happens to the lookup).
+    async fn next_batch_now(&self, next_size: Option<i64>) -> Option<NextBatch> {
         if !self.is_owner()
             || self.plans_ahead()
             || self.leftovers_possible
@@ -526,21 +525,21 @@ impl OperationState {
             || matches!(self.signal, Signal::Stop { .. })
             || self.limit_reached().is_some()
         {
-            return Ok(None);
+            return None;
         }
         let base = next_size.unwrap_or(self.projection.batch_size);
         let (size, end) = match self.operation.shape().strategy() {
-            Strategy::Keyset(_) => match self.next_range(base).await? {
-                (_, None) => return Ok(None),
-                found => found,
+            Strategy::Keyset(_) => match self.next_range(base).await {
+                Ok((size, Some(end))) => (size, Some(end)),
+                Ok((_, None)) | Err(_) => return None,
             },
             Strategy::Loop { .. } => (throttled_size(base, self.percent()), None),
         };
-        Ok(Some(NextBatch {
+        Some(NextBatch {
             end,
             size,
             ttl: self.context.config.lease_ttl,
-        }))
+        })
     }
 
     /// The next range batch from the cursor at `base_size` throttled: its
@@ -651,7 +650,7 @@ impl OperationState {
                 self.sizer.observe(base, scaled)
             });
             let store = &self.context.store;
-            let (appended, planned) = match (self.next_batch_now(next_size).await?, &self.lease) {
+            let (appended, planned) = match (self.next_batch_now(next_size).await, &self.lease) {
                 (Some(next), Some(owner)) => {
                     store
                         .complete_and_plan_batch(
