@@ -38,6 +38,7 @@ postgres_only!(
     keyset_walks_timestamp_columns_and_int4_ids,
     a_shared_operation_whose_batches_always_fail_is_failed_once,
     shutdown_leaves_no_pooled_connection_inside_a_transaction,
+    a_batch_outcome_that_fails_to_record_is_recorded_again,
 );
 
 /// Settings that make tests quick: short intervals, small leases.
@@ -1318,4 +1319,60 @@ async fn shutdown_leaves_no_pooled_connection_inside_a_transaction(db: &TestDb) 
 async fn create_events_again(db: &TestDb) {
     db.execute("DROP TABLE events").await;
     create_events(db, 3_000, 0).await;
+}
+
+/// The write that records a batch's outcome fails (a trigger on the batch
+/// table refuses the first two with a serialization failure, a transient
+/// error): the actor keeps the batch and records it again at its next step,
+/// so no batch is left running for its lease to lapse and be claimed again.
+async fn a_batch_outcome_that_fails_to_record_is_recorded_again(db: &TestDb) {
+    create_events(db, 600, 0).await;
+    db.execute("CREATE SEQUENCE close_faults").await;
+    db.execute(
+        "CREATE FUNCTION fail_first_closes() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN \
+           IF NEW.status = 'succeeded' AND OLD.status = 'running' AND nextval('close_faults') <= 2 THEN \
+             RAISE EXCEPTION 'injected: could not record the outcome' USING ERRCODE = '40001'; \
+           END IF; \
+           RETURN NEW; \
+         END $$",
+    )
+    .await;
+    db.execute(
+        "CREATE TRIGGER fail_first_closes BEFORE UPDATE ON sluice_batches \
+         FOR EACH ROW EXECUTE FUNCTION fail_first_closes()",
+    )
+    .await;
+    let runtime = builder(db)
+        .config(fixed_batches(100))
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 100,
+        sub_batch_size: 50,
+        ..EnqueueOptions::default()
+    };
+    let op = enqueue_aged(&runtime, db, &options).await;
+    let record = finish(&runtime, op.id).await;
+    runtime.shutdown().await.unwrap();
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.rows_done, 600);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
+    assert!(
+        db.scalar("SELECT last_value FROM close_faults").await > 2,
+        "the faults were injected"
+    );
+    // Each batch was claimed once: none was dropped and taken over later.
+    let batches = db.store.batches(op.id).await.unwrap();
+    assert_eq!(
+        batches.iter().map(|b| b.attempts).collect::<Vec<_>>(),
+        vec![1; batches.len()],
+        "{batches:?}"
+    );
+    assert_eq!(
+        batches.iter().map(|b| b.rows_affected).sum::<i64>(),
+        600,
+        "{batches:?}"
+    );
 }

@@ -122,6 +122,16 @@ struct ActiveBatch {
     sub_batch_size: i64,
     rows: i64,
     busy: Duration,
+    /// Set once its last sub-batch is done, until its outcome is recorded
+    /// (a failed write is retried by the next step, not lost).
+    closing: Option<Closing>,
+}
+
+/// A batch whose sub-batches are all done.
+#[derive(Debug, Clone, Copy)]
+struct Closing {
+    /// The batch size its outcome sets (the sizer observed it once).
+    next_size: Option<i64>,
 }
 
 /// Why the actor is winding down.
@@ -335,6 +345,9 @@ impl OperationState {
         if matches!(self.signal, Signal::Stop { .. }) {
             // Resumed by the health message that lifts the stop.
             return Ok(());
+        }
+        if self.batch.as_ref().is_some_and(|b| b.closing.is_some()) {
+            self.close_batch().await?;
         }
         if self.batch.is_none() && !self.open_batch(myself).await? {
             return Ok(());
@@ -639,51 +652,67 @@ impl OperationState {
             self.scope_exhausted = true;
         }
         let done = outcome.last || (is_loop && batch.rows >= batch.size);
+        let (batch_rows, busy, size) = (batch.rows, batch.busy, batch.size);
         if done {
-            let batch = self.batch.take().expect("checked above");
             // Adapt on full batches only, normalised to the unthrottled size.
             // (A helper leaves the batch size to the owner.)
             let base = self.projection.batch_size;
-            let adapts = self.is_owner() && batch.rows * 2 >= batch.size;
+            let adapts = self.is_owner() && batch_rows * 2 >= size;
             let next_size = adapts.then(|| {
-                let scaled = batch.busy.mul_f64(base as f64 / batch.size.max(1) as f64);
+                let scaled = busy.mul_f64(base as f64 / size.max(1) as f64);
                 self.sizer.observe(base, scaled)
             });
-            let store = &self.context.store;
-            let (appended, planned) = match (self.next_batch_now(next_size).await, &self.lease) {
-                (Some(next), Some(owner)) => {
-                    store
-                        .complete_and_plan_batch(
-                            &batch.lease,
-                            batch.rows,
-                            batch.busy,
-                            next_size,
-                            owner,
-                            &next,
-                        )
-                        .await?
-                }
-                _ => {
-                    let appended = store
-                        .complete_batch(&batch.lease, batch.rows, batch.busy, next_size)
-                        .await?;
-                    (appended, None)
-                }
-            };
-            self.projection = appended.record.state;
-            self.transitioned(&["batch_succeeded"]);
-            batch.span.record("sluice.rows", batch.rows);
-            self.context
-                .metrics
-                .batch(self.subject(), batch.busy, self.projection.batch_size);
-            if let Some(planned) = planned {
-                self.transitioned(&["batch_planned"]);
-                self.batch = Some(self.activate(planned));
+            if let Some(batch) = self.batch.as_mut() {
+                batch.closing = Some(Closing { next_size });
             }
+            self.close_batch().await?;
         }
         self.report();
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
         self.schedule_step(myself, throttled_pause(pause, self.percent()));
+        Ok(())
+    }
+
+    /// Records the outcome of the open batch, whose sub-batches are all done
+    /// (`closing` is set) — with the next batch planned and claimed in the
+    /// same commit when [`Self::next_batch_now`] has one. The batch stays
+    /// open until the write succeeds, so an error leaves it for the next step
+    /// to record again rather than losing it.
+    async fn close_batch(&mut self) -> Result<(), OperationError> {
+        let batch = self.batch.as_ref().expect("a batch is closing");
+        let next_size = batch.closing.expect("a batch is closing").next_size;
+        let store = &self.context.store;
+        let (appended, planned) = match (self.next_batch_now(next_size).await, &self.lease) {
+            (Some(next), Some(owner)) => {
+                store
+                    .complete_and_plan_batch(
+                        &batch.lease,
+                        batch.rows,
+                        batch.busy,
+                        next_size,
+                        owner,
+                        &next,
+                    )
+                    .await?
+            }
+            _ => {
+                let appended = store
+                    .complete_batch(&batch.lease, batch.rows, batch.busy, next_size)
+                    .await?;
+                (appended, None)
+            }
+        };
+        let batch = self.batch.take().expect("a batch is closing");
+        self.projection = appended.record.state;
+        self.transitioned(&["batch_succeeded"]);
+        batch.span.record("sluice.rows", batch.rows);
+        self.context
+            .metrics
+            .batch(self.subject(), batch.busy, self.projection.batch_size);
+        if let Some(planned) = planned {
+            self.transitioned(&["batch_planned"]);
+            self.batch = Some(self.activate(planned));
+        }
         Ok(())
     }
 
@@ -1111,6 +1140,7 @@ impl OperationState {
             sub_batch_size: batch.sub_batch_size,
             rows: batch.rows_affected,
             busy: Duration::ZERO,
+            closing: None,
         }
     }
 }
