@@ -199,13 +199,8 @@ impl SupervisorState {
             return;
         }
         loop {
-            let args = OperationArgs {
-                context: self.context.clone(),
-                operation_id: id,
-                helper: false,
-            };
-            match Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await {
-                Ok((actor, _)) => {
+            match self.spawn_operation_actor(myself, id, false).await {
+                Ok(actor) => {
                     self.operations.insert(actor.get_id(), (id, actor));
                     return;
                 }
@@ -217,6 +212,23 @@ impl SupervisorState {
                 }
             }
         }
+    }
+
+    /// Spawns an operation actor for `id` under this supervisor: its owner
+    /// (`helper` false, this node holds the operation) or a helper.
+    async fn spawn_operation_actor(
+        &self,
+        myself: &ActorRef<SupervisorMessage>,
+        id: i64,
+        helper: bool,
+    ) -> Result<ActorRef<OperationMessage>, ractor::SpawnErr> {
+        let args = OperationArgs {
+            context: self.context.clone(),
+            operation_id: id,
+            helper,
+        };
+        let (actor, _) = Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await?;
+        Ok(actor)
     }
 
     /// Starts a helper for each of `ids` not already helped or held here,
@@ -234,13 +246,8 @@ impl SupervisorState {
             {
                 continue;
             }
-            let args = OperationArgs {
-                context: self.context.clone(),
-                operation_id: id,
-                helper: true,
-            };
-            match Actor::spawn_linked(None, OperationActor, args, myself.get_cell()).await {
-                Ok((actor, _)) => {
+            match self.spawn_operation_actor(myself, id, true).await {
+                Ok(actor) => {
                     tracing::debug!(operation = id, "helping");
                     self.helpers.insert(actor.get_id(), (id, actor));
                 }
