@@ -333,16 +333,17 @@ macro_rules! backend {
             pub(crate) async fn plan_batch(
                 pool: &Pool,
                 lease: &Lease,
-                next: &NextBatch,
-                claim: bool,
+                end: Option<Cursor>,
+                size: i64,
+                claim_ttl: Option<std::time::Duration>,
                 now: i64,
             ) -> Result<(Batch, Appended), StoreError> {
                 let mut tx = begin_write(pool).await?;
                 let record = load_locked(&mut tx, lease.operation_id).await?;
-                let planned = PlannedBatch::after(&record, next);
+                let planned = PlannedBatch::after(&record, end, size);
                 // The row is locked and was read just now: the lease fence is the guard.
                 let appended = append_loaded(&mut tx, record, Expected::Any, Some(lease), None, &[planned.event()], now).await?;
-                let claim = claim.then(|| (lease.node.as_str(), now + millis(next.ttl)));
+                let claim = claim_ttl.map(|ttl| (lease.node.as_str(), now + millis(ttl)));
                 let batch = insert_batch(&mut tx, lease.operation_id, &planned, claim, now).await?;
                 tx.commit().await?;
                 Ok((batch, appended))
@@ -392,7 +393,7 @@ macro_rules! backend {
                 .execute(pool)
                 .await?;
                 if released.rows_affected() == 0 {
-                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                    return Err(batch_lease_lost(lease));
                 }
                 Ok(())
             }
@@ -413,7 +414,7 @@ macro_rules! backend {
                 .execute(pool)
                 .await?;
                 if renewed.rows_affected() == 0 {
-                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                    return Err(batch_lease_lost(lease));
                 }
                 Ok(())
             }
@@ -439,7 +440,7 @@ macro_rules! backend {
                 .execute(&mut *tx)
                 .await?;
                 if updated.rows_affected() == 0 {
-                    return Err(StoreError::BatchLeaseLost { batch_id: batch.batch_id, epoch: batch.epoch });
+                    return Err(batch_lease_lost(batch));
                 }
                 let succeeded = Event::BatchSucceeded {
                     ordinal: batch.ordinal,
@@ -453,7 +454,7 @@ macro_rules! backend {
                 // an operator paused it): otherwise the outcome is recorded alone.
                 let next = then
                     .filter(|(lease, _)| holds(&record, lease))
-                    .map(|(lease, next)| (lease, PlannedBatch::after(&record, next), next.ttl))
+                    .map(|(lease, next)| (lease, PlannedBatch::after(&record, next.end.clone(), next.size), next.ttl))
                     .filter(|(_, planned, _)| {
                         machine::apply(Some(&record.state), &succeeded, now)
                             .and_then(|(state, _)| machine::apply(Some(&state), &planned.event(), now))
@@ -496,7 +497,7 @@ macro_rules! backend {
                 .execute(&mut *tx)
                 .await?;
                 if failed.rows_affected() == 0 {
-                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                    return Err(batch_lease_lost(lease));
                 }
                 let event = Event::BatchFailed {
                     ordinal: lease.ordinal,
@@ -528,7 +529,7 @@ macro_rules! backend {
                 .fetch_optional(&mut *tx)
                 .await?;
                 let Some(row) = row else {
-                    return Err(StoreError::BatchLeaseLost { batch_id: lease.batch_id, epoch: lease.epoch });
+                    return Err(batch_lease_lost(lease));
                 };
                 let batch = Batch::try_from(row)?;
                 let from = batch.progress.as_ref().or(batch.start.as_ref());
@@ -764,13 +765,13 @@ struct PlannedBatch {
 }
 
 impl PlannedBatch {
-    fn after(record: &OperationRecord, next: &NextBatch) -> Self {
+    fn after(record: &OperationRecord, end: Option<Cursor>, size: i64) -> Self {
         PlannedBatch {
             ordinal: record.state.batches_planned + 1,
             start: record.state.cursor.clone(),
-            end: next.end.clone(),
-            size: next.size,
-            sub_batch_size: record.state.sub_batch_size.min(next.size),
+            end,
+            size,
+            sub_batch_size: record.state.sub_batch_size.min(size),
         }
     }
 
@@ -790,6 +791,14 @@ fn holds(record: &OperationRecord, lease: &Lease) -> bool {
         .lease
         .as_ref()
         .is_some_and(|held| held.node == lease.node && held.epoch == lease.epoch)
+}
+
+/// The error for a write refused because `lease` no longer holds its batch.
+pub(crate) fn batch_lease_lost(lease: &BatchLease) -> StoreError {
+    StoreError::BatchLeaseLost {
+        batch_id: lease.batch_id,
+        epoch: lease.epoch,
+    }
 }
 
 fn lease_lost(lease: &Lease) -> StoreError {

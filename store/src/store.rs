@@ -448,12 +448,7 @@ impl Store {
         size: i64,
     ) -> Result<(Batch, Appended), StoreError> {
         let now = self.clock.now_ms();
-        let next = NextBatch {
-            end,
-            size,
-            ttl: Duration::ZERO,
-        };
-        dispatch!(self.plan_batch(lease, &next, false, now))
+        dispatch!(self.plan_batch(lease, end, size, None, now))
     }
 
     /// [`Store::plan_batch`], and the batch claimed by `lease`'s node for
@@ -469,7 +464,7 @@ impl Store {
         next: &NextBatch,
     ) -> Result<(Batch, Appended), StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.plan_batch(lease, next, true, now))
+        dispatch!(self.plan_batch(lease, next.end.clone(), next.size, Some(next.ttl), now))
     }
 
     /// Claims up to `limit` batches of running operations (of one operation

@@ -14,7 +14,7 @@ use sqlx::{Postgres, Sqlite};
 
 use crate::cursor::Cursor;
 use crate::error::StoreError;
-use crate::queries;
+use crate::queries::{self, batch_lease_lost};
 use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
 use crate::store::{Backend, Store, on_pool};
@@ -119,10 +119,7 @@ impl Store {
         match done {
             Ok((rows, _)) => Ok(rows as u64),
             Err(error) if is_division_by_zero(&error) && !self.holds_batch(lease).await? => {
-                Err(StoreError::BatchLeaseLost {
-                    batch_id: lease.batch_id,
-                    epoch: lease.epoch,
-                })
+                Err(batch_lease_lost(lease))
             }
             Err(error) => Err(error.into()),
         }
@@ -186,23 +183,20 @@ impl Store {
         if difference == 0 {
             return Ok(changed);
         }
-        // The record counted `limit` rows; set it to what changed. Nothing
-        // changed and no record to set right: the lease was lost before the
-        // statement, which then kept nothing.
-        const SET_RIGHT: &str = "UPDATE sluice_batches SET rows_affected = rows_affected + $1 \
-             WHERE id = $2 AND lease_epoch = $3 AND status = 'running'";
-        let corrected = sqlx::query(SET_RIGHT)
-            .bind(difference)
+        // The record counted `limit` rows; set it to what changed (the
+        // record statement with no progress to move). Nothing changed and no
+        // record to set right: the lease was lost before the statement,
+        // which then kept nothing.
+        let corrected = sqlx::query(SubBatchTx::RECORD)
             .bind(lease.batch_id)
             .bind(lease.epoch)
+            .bind(None::<String>)
+            .bind(difference)
             .execute(bounded)
             .await?
             .rows_affected();
         if corrected == 0 && changed == 0 {
-            return Err(StoreError::BatchLeaseLost {
-                batch_id: lease.batch_id,
-                epoch: lease.epoch,
-            });
+            return Err(batch_lease_lost(lease));
         }
         Ok(changed)
     }
@@ -355,10 +349,7 @@ impl SubBatchTx {
             Tx::Postgres(tx) => record_then_commit!(tx),
         };
         if recorded != 1 {
-            return Err(StoreError::BatchLeaseLost {
-                batch_id: lease.batch_id,
-                epoch: lease.epoch,
-            });
+            return Err(batch_lease_lost(&lease));
         }
         Ok(())
     }
