@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Output;
 
-use common::{TestDb, sluice, sluice_on};
+use common::{TestDb, sluice, sluice_on, succeeded};
 use sluice_operations::{EnqueueOptions, NewOperation, OperationError};
 use sluice_runtime::{RuntimeBuilder, RuntimeError, ScheduleError, ScheduleSpec, Selection};
 use sluice_store::{Store, StoreError};
@@ -55,11 +55,7 @@ async fn set_up(db: &TestDb) {
             "90d",
         ],
     );
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    succeeded(&ok);
     let ok = sluice(
         db,
         &[
@@ -71,18 +67,10 @@ async fn set_up(db: &TestDb) {
             "counter = 0",
         ],
     );
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    succeeded(&ok);
     // Run it to the end, so nothing moves while the cases are tried.
     let ok = sluice(db, &["run", "--until-idle"]);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    succeeded(&ok);
 }
 
 /// Everything a refused input must leave as it was.

@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 
 use common::{
     TestDb, assert_group_one_changed_once, enqueue_increment, json, released, sluice, spawn_worker,
-    until,
+    succeeded, until, until_items_changed,
 };
 use sluice_store::{ListFilter, OperationStatus};
 
@@ -81,11 +81,7 @@ async fn enqueue_run_until_idle_and_show_report_the_right_counts(db: &TestDb) {
     assert_eq!(deleted["estimated_rows"], 2_500);
     let updated = enqueue_increment(db, &["--where", "grp = 1", "--batch-size", "300"]);
     let run = sluice(db, &["run", "--until-idle", "--node", "cli-worker"]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    succeeded(&run);
     let out = String::from_utf8_lossy(&run.stdout);
     assert!(
         out.contains("finished"),
@@ -125,12 +121,7 @@ async fn a_second_process_pauses_and_resumes_a_running_worker(db: &TestDb) {
     );
     let id = op["id"].as_i64().unwrap();
     let mut child = worker(db, "paused-worker");
-    until("the worker starts changing rows", || async {
-        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
-            .await
-            > 0
-    })
-    .await;
+    until_items_changed(db, 0).await;
     let paused = sluice(db, &["pause", &id.to_string(), "--reason", "deploy"]);
     assert!(paused.status.success());
     // The worker notices within its control interval and lets go.
@@ -334,11 +325,7 @@ async fn enqueue_refuses_bad_input_with_exit_2_and_changes_nothing(db: &TestDb) 
     let forced_args = with(aged("unindexed", "created_at", "30d"), &["--force"]);
     let forced_args: Vec<&str> = forced_args.iter().map(String::as_str).collect();
     let forced = sluice(db, &forced_args);
-    assert!(
-        forced.status.success(),
-        "{}",
-        String::from_utf8_lossy(&forced.stderr)
-    );
+    succeeded(&forced);
 }
 
 /// `sluice pause --kind` from another process while a worker runs: within a
@@ -378,21 +365,12 @@ async fn a_kill_switch_from_a_second_process_stops_its_kind_within_a_second(db: 
     };
     let first = increment("grp = 1");
     let mut child = worker(db, "switch-worker");
-    until("the worker starts changing rows", || async {
-        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
-            .await
-            > 0
-    })
-    .await;
+    until_items_changed(db, 0).await;
     let paused = sluice(
         db,
         &["pause", "--kind", "update-in-batches", "--reason", "freeze"],
     );
-    assert!(
-        paused.status.success(),
-        "{}",
-        String::from_utf8_lossy(&paused.stderr)
-    );
+    succeeded(&paused);
     until("the worker lets go of the operation", || {
         released(&db.store, first)
     })

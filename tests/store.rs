@@ -1217,11 +1217,7 @@ async fn batch_held_by_a(
 async fn owner_completes_and_plans_the_next_batch_in_one_commit(db: &TestDb) {
     let (store, clock) = with_clock(db);
     let id = store.enqueue(spec("t")).await.unwrap().id;
-    let claimed = store
-        .claim_operations("owner", 1, Duration::from_secs(1))
-        .await
-        .unwrap();
-    let owner = claimed[0].record.lease.clone().unwrap();
+    let owner = common::claim_lease(&store, "owner", Duration::from_secs(1)).await;
     let next = |end: i64, size: i64| NextBatch {
         end: Some(Cursor::int(end)),
         size,
@@ -1290,14 +1286,7 @@ async fn owner_completes_and_plans_the_next_batch_in_one_commit(db: &TestDb) {
 
     // Taken over meanwhile: the outcome is recorded alone, nothing planned.
     clock.advance(2_000);
-    let usurper = store
-        .claim_operations("usurper", 1, Duration::from_secs(600))
-        .await
-        .unwrap()[0]
-        .record
-        .lease
-        .clone()
-        .unwrap();
+    let usurper = common::claim_lease(&store, "usurper", Duration::from_secs(600)).await;
     let (done, third) = store
         .complete_and_plan_batch(
             &second,

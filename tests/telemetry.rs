@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestDb, until};
+use common::{TestDb, succeeded, until, until_items_changed};
 use fake_opentelemetry_collector::{ExportedSpan, FakeCollectorServer};
 use sluice_operations::{EnqueueOptions, UpdateInBatches};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig, Signal, indicator_fn};
@@ -348,11 +348,7 @@ async fn a_worker_killed_mid_run_and_its_successor_continue_the_enqueuer_s_trace
         ],
         &otel,
     );
-    assert!(
-        enqueued.status.success(),
-        "{}",
-        String::from_utf8_lossy(&enqueued.stderr)
-    );
+    succeeded(&enqueued);
     let id = common::json(&enqueued)["id"].as_i64().unwrap();
     let stored = db
         .store
@@ -373,12 +369,7 @@ async fn a_worker_killed_mid_run_and_its_successor_continue_the_enqueuer_s_trace
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    until("the first worker changes rows", || async {
-        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
-            .await
-            > 200
-    })
-    .await;
+    until_items_changed(&db, 200).await;
     first.kill().unwrap(); // SIGKILL: its unexported spans die with it
     first.wait().unwrap();
     let second = sluice_with(
@@ -393,11 +384,7 @@ async fn a_worker_killed_mid_run_and_its_successor_continue_the_enqueuer_s_trace
         ],
         &otel,
     );
-    assert!(
-        second.status.success(),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
+    succeeded(&second);
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
             .await,
@@ -529,11 +516,7 @@ async fn http_protobuf_export_posts_to_v1_traces() {
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
         ],
     );
-    assert!(
-        enqueued.status.success(),
-        "{}",
-        String::from_utf8_lossy(&enqueued.stderr)
-    );
+    succeeded(&enqueued);
     exited.store(true, std::sync::atomic::Ordering::SeqCst);
     let heads = heads.join().unwrap();
     let traces = heads

@@ -207,6 +207,17 @@ where
     until_within(what, Duration::from_secs(90), check).await
 }
 
+/// Waits ([`until`]) until more than `rows` rows of `items` have been
+/// changed once (`counter = 1`): a worker is under way.
+pub async fn until_items_changed(db: &TestDb, rows: i64) {
+    until("a worker changes rows of items", || async {
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+            .await
+            > rows
+    })
+    .await;
+}
+
 /// [`until`] with its own deadline.
 pub async fn until_within<F, Fut>(what: &str, deadline: Duration, mut check: F)
 where
@@ -267,13 +278,18 @@ pub fn spawn_worker_on(url: &str, args: &[&str]) -> Child {
         .expect("start a worker")
 }
 
-/// The JSON a successful command printed.
-pub fn json(output: &Output) -> serde_json::Value {
+/// Fails the test, showing the command's stderr, unless it succeeded.
+pub fn succeeded(output: &Output) {
     assert!(
         output.status.success(),
         "failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The JSON a successful command printed.
+pub fn json(output: &Output) -> serde_json::Value {
+    succeeded(output);
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
             "not JSON ({e}): {}",
