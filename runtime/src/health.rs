@@ -23,8 +23,6 @@ use async_trait::async_trait;
 use ractor::{Actor, ActorProcessingErr, ActorRef, OutputPort};
 use sluice_store::Store;
 
-use crate::pacer::Pacer;
-
 /// What operations must do about database health.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Signal {
@@ -133,8 +131,6 @@ pub struct HealthState {
     /// Whether a poll has completed: the first one is always published, so
     /// operations waiting for a first reading learn it even when all is well.
     polled: bool,
-    /// Skips polls that queued up behind a slow one.
-    polls: Pacer,
 }
 
 impl Actor for HealthMonitor {
@@ -147,9 +143,10 @@ impl Actor for HealthMonitor {
         myself: ActorRef<Self::Msg>,
         args: HealthMonitorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        myself.send_interval(args.interval, || HealthMessage::Poll);
+        // Re-armed once handled (not `send_interval`): a slow poll never
+        // leaves polls queued behind it.
+        myself.send_after(args.interval, || HealthMessage::Poll);
         Ok(HealthState {
-            polls: Pacer::new(args.interval),
             args,
             tables: HashMap::new(),
             in_force: HashMap::new(),
@@ -161,7 +158,7 @@ impl Actor for HealthMonitor {
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: HealthMessage,
         state: &mut HealthState,
     ) -> Result<(), ActorProcessingErr> {
@@ -184,10 +181,9 @@ impl Actor for HealthMonitor {
                     }
                 }
             }
-            HealthMessage::Poll if !state.polls.due() => {}
             HealthMessage::Poll => {
                 state.poll().await;
-                state.polls.handled();
+                myself.send_after(state.args.interval, || HealthMessage::Poll);
             }
         }
         Ok(())

@@ -23,7 +23,6 @@ pub mod control;
 pub mod health;
 pub mod indicators;
 pub mod operation_actor;
-mod pacer;
 pub mod pool;
 pub mod reconciler;
 mod runtime;

@@ -42,7 +42,6 @@ use tracing::Span;
 
 use crate::config::{Progress, RuntimeContext};
 use crate::health::{HealthMessage, HealthSnapshot, Signal};
-use crate::pacer::Pacer;
 use crate::pool::{PoolMessage, SubBatchJob};
 use crate::sizing::{BatchSizer, backoff, shrink_after_failure, throttled_pause, throttled_size};
 
@@ -109,8 +108,6 @@ pub struct OperationState {
     leftovers_possible: bool,
     stopping: Option<Stopping>,
     last_renewal: Instant,
-    /// Skips control ticks that queued up behind a slow one.
-    ticks: Pacer,
 }
 
 struct ActiveBatch {
@@ -216,7 +213,9 @@ impl Actor for OperationActor {
                 .is_err(),
             None => true,
         };
-        myself.send_interval(context.config.control_interval, || OperationMessage::Tick);
+        // Re-armed once handled (not `send_interval`): a tick slowed by the
+        // database never leaves ticks queued in front of a sub-batch's outcome.
+        myself.send_after(context.config.control_interval, || OperationMessage::Tick);
         let config = &context.config;
         let sizer = BatchSizer::new(
             config.target_batch_duration,
@@ -262,7 +261,6 @@ impl Actor for OperationActor {
             leftovers_possible: true,
             stopping: None,
             last_renewal: Instant::now(),
-            ticks: Pacer::new(context.config.control_interval),
             context,
         })
     }
@@ -312,10 +310,11 @@ impl Actor for OperationActor {
                     .await
             }
             OperationMessage::Health(snapshot) => state.health(&myself, &snapshot).await,
-            OperationMessage::Tick if !state.ticks.due() => Ok(()),
             OperationMessage::Tick => {
                 let ticked = state.tick().await;
-                state.ticks.handled();
+                myself.send_after(state.context.config.control_interval, || {
+                    OperationMessage::Tick
+                });
                 ticked
             }
             OperationMessage::Shutdown => {

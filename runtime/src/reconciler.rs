@@ -23,8 +23,12 @@ pub struct Reconciler;
 /// Messages of [`Reconciler`].
 #[derive(Debug)]
 pub enum ReconcilerMessage {
-    /// Look for runnable operations now.
+    /// Look for runnable operations now (asked for by the supervisor).
     Reconcile,
+    /// The periodic look: the same, and the next one armed once this one is
+    /// handled (not `send_interval`), so a slow store never queues them up
+    /// (at most one waits while one runs).
+    Interval,
 }
 
 impl Actor for Reconciler {
@@ -37,10 +41,7 @@ impl Actor for Reconciler {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        myself.send_interval(args.0.config.reconcile_interval, || {
-            ReconcilerMessage::Reconcile
-        });
-        myself.cast(ReconcilerMessage::Reconcile)?;
+        myself.cast(ReconcilerMessage::Interval)?;
         Ok(ReconcilerState {
             context: args.0,
             supervisor: args.1,
@@ -50,10 +51,15 @@ impl Actor for Reconciler {
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
-        _message: ReconcilerMessage,
+        myself: ActorRef<Self::Msg>,
+        message: ReconcilerMessage,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if let ReconcilerMessage::Interval = message {
+            myself.send_after(state.context.config.reconcile_interval, || {
+                ReconcilerMessage::Interval
+            });
+        }
         state.report_status_counts().await;
         let ReconcilerState {
             context,

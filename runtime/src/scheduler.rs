@@ -31,17 +31,19 @@ impl Actor for Scheduler {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        myself.send_interval(args.0.config.schedule_interval, || SchedulerMessage::Tick);
+        // The first tick now; each re-arms the next once handled (not
+        // `send_interval`), so a slow store never queues ticks up.
         myself.cast(SchedulerMessage::Tick)?;
         Ok(args)
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         _message: SchedulerMessage,
         (context, supervisor): &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        myself.send_after(context.config.schedule_interval, || SchedulerMessage::Tick);
         match fire_due(&context.store, &context.registry).await {
             Ok(fired) if fired.iter().any(|f| f.outcome == FireOutcome::Enqueued) => {
                 // Run what was just enqueued without waiting for the reconciler's interval.
