@@ -236,17 +236,16 @@ async fn checked_spec(
         checked.passed.insert(key);
     }
 
+    let in_scope = |head: &'static str| {
+        shape.filter().and_to(
+            Statement::new(head)
+                .ident(shape.table())
+                .push(" WHERE 1 = 1"),
+        )
+    };
     let scope = ScopeRows {
-        count: shape.filter().and_to(
-            Statement::new("SELECT COUNT(*) FROM ")
-                .ident(shape.table())
-                .push(" WHERE 1 = 1"),
-        ),
-        select: shape.filter().and_to(
-            Statement::new("SELECT 1 FROM ")
-                .ident(shape.table())
-                .push(" WHERE 1 = 1"),
-        ),
+        count: in_scope("SELECT COUNT(*) FROM "),
+        select: in_scope("SELECT 1 FROM "),
     };
     let mut spec = OperationSpec::new(
         kind,
