@@ -39,6 +39,8 @@ postgres_only!(
     a_shared_operation_whose_batches_always_fail_is_failed_once,
     shutdown_leaves_no_pooled_connection_inside_a_transaction,
     a_batch_outcome_that_fails_to_record_is_recorded_again,
+    a_failed_attempt_that_fails_to_record_is_recorded_again,
+    an_operation_failure_that_fails_to_record_is_recorded_again,
 );
 
 /// Settings that make tests quick: short intervals, small leases.
@@ -678,9 +680,10 @@ async fn an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_rec
     runtime.shutdown().await.unwrap();
 }
 
-/// Deletes `rows` rows, failing its first `failures` sub-batches.
+/// Deletes its sub-batches' rows, failing the sub-batches whose call
+/// number (from 0) is in `fails` (the deletes of those are rolled back).
 struct Flaky {
-    failures: u32,
+    fails: std::ops::Range<u32>,
     calls: Arc<AtomicU32>,
 }
 
@@ -703,32 +706,54 @@ impl Operation for Flaky {
     ) -> Result<u64, OperationError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
         let deleted = batch.delete().await?;
-        if call < self.failures {
+        if self.fails.contains(&call) {
             return Err(OperationError::Failed(format!("boom {call}")));
         }
         Ok(deleted)
     }
 }
 
-async fn a_sub_batch_failing_twice_is_retried_smaller_and_finishes(db: &TestDb) {
-    create_events(db, 500, 0).await;
-    let calls = Arc::new(AtomicU32::new(0));
+/// Runs a [`Flaky`] failing the calls in `fails` over `events` to its end
+/// (with `config` and `options`), shuts the runtime down and returns the
+/// final record, its log checked to replay.
+async fn run_flaky(
+    db: &TestDb,
+    fails: std::ops::Range<u32>,
+    config: RuntimeConfig,
+    options: &EnqueueOptions,
+) -> sluice_store::OperationRecord {
     let flaky = Flaky {
-        failures: 2,
-        calls: calls.clone(),
+        fails,
+        calls: Arc::new(AtomicU32::new(0)),
     };
-    let runtime = builder(db).register(flaky).start().await.unwrap();
-    let options = EnqueueOptions {
-        batch_size: 200,
-        sub_batch_size: 100,
-        ..EnqueueOptions::default()
-    };
+    let runtime = builder(db)
+        .config(config)
+        .register(flaky)
+        .start()
+        .await
+        .unwrap();
     let id = runtime
-        .enqueue_json("flaky", &serde_json::json!({}), &options)
+        .enqueue_json("flaky", &serde_json::json!({}), options)
         .await
         .unwrap()
         .id;
     let record = finish(&runtime, id).await;
+    runtime.shutdown().await.unwrap();
+    record
+}
+
+/// Batches of 200 in sub-batches of 100.
+fn batches_of_200() -> EnqueueOptions {
+    EnqueueOptions {
+        batch_size: 200,
+        sub_batch_size: 100,
+        ..EnqueueOptions::default()
+    }
+}
+
+async fn a_sub_batch_failing_twice_is_retried_smaller_and_finishes(db: &TestDb) {
+    create_events(db, 500, 0).await;
+    let record = run_flaky(db, 0..2, quick(), &batches_of_200()).await;
     assert_eq!(record.state.status, OperationStatus::Finished);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
     // The failed attempts' deletes were rolled back: every row counted once.
@@ -736,23 +761,9 @@ async fn a_sub_batch_failing_twice_is_retried_smaller_and_finishes(db: &TestDb) 
         record.state.rows_done, 500,
         "the failed attempts' deletes were not counted"
     );
-    let failures: Vec<Option<i64>> = db
-        .store
-        .events(id, 0)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|e| match e.event {
-            Event::BatchFailed {
-                next_sub_batch_size,
-                ..
-            } => Some(next_sub_batch_size),
-            _ => None,
-        })
-        .collect();
+    let failures = failures_recorded(db, record.id).await;
     assert_eq!(failures, vec![Some(75), Some(56)]);
     assert_eq!(record.state.sub_batch_size, 56);
-    runtime.shutdown().await.unwrap();
 }
 
 /// `items(id 1..=n, seen 0, slow 0)`.
@@ -868,24 +879,11 @@ async fn a_batch_that_keeps_timing_out_is_split_in_halves(db: &TestDb) {
 
 async fn a_sub_batch_that_always_fails_fails_the_operation(db: &TestDb) {
     create_events(db, 50, 0).await;
-    let flaky = Flaky {
-        failures: u32::MAX,
-        calls: Arc::new(AtomicU32::new(0)),
+    let config = RuntimeConfig {
+        max_attempts: 3,
+        ..quick()
     };
-    let mut config = quick();
-    config.max_attempts = 3;
-    let runtime = builder(db)
-        .config(config)
-        .register(flaky)
-        .start()
-        .await
-        .unwrap();
-    let id = runtime
-        .enqueue_json("flaky", &serde_json::json!({}), &EnqueueOptions::default())
-        .await
-        .unwrap()
-        .id;
-    let record = finish(&runtime, id).await;
+    let record = run_flaky(db, 0..u32::MAX, config, &EnqueueOptions::default()).await;
     assert_eq!(record.state.status, OperationStatus::Failed);
     let error = record.state.last_error.unwrap();
     assert!(
@@ -897,7 +895,6 @@ async fn a_sub_batch_that_always_fails_fails_the_operation(db: &TestDb) {
         50,
         "nothing was kept"
     );
-    runtime.shutdown().await.unwrap();
 }
 
 /// Two runtimes share an operation (`parallel_batches`) whose every
@@ -921,7 +918,7 @@ async fn a_shared_operation_whose_batches_always_fail_is_failed_once(db: &TestDb
         builder(db)
             .config(config)
             .register(Flaky {
-                failures: u32::MAX,
+                fails: 0..u32::MAX,
                 calls: Arc::new(AtomicU32::new(0)),
             })
             .start()
@@ -1375,4 +1372,113 @@ async fn a_batch_outcome_that_fails_to_record_is_recorded_again(db: &TestDb) {
         600,
         "{batches:?}"
     );
+}
+
+/// Makes the next `times` updates of `table` matching `condition` (over
+/// `OLD` and `NEW`) fail with a serialization failure, a transient error.
+async fn refuse_updates(db: &TestDb, table: &str, condition: &str, times: i64) {
+    db.execute("CREATE SEQUENCE injected_faults").await;
+    db.execute(&format!(
+        "CREATE FUNCTION refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN \
+           IF {condition} AND nextval('injected_faults') <= {times} THEN \
+             RAISE EXCEPTION 'injected: could not record it' USING ERRCODE = '40001'; \
+           END IF; \
+           RETURN NEW; \
+         END $$"
+    ))
+    .await;
+    db.execute(&format!(
+        "CREATE TRIGGER refuse_updates BEFORE UPDATE ON {table} \
+         FOR EACH ROW EXECUTE FUNCTION refuse_updates()"
+    ))
+    .await;
+}
+
+/// The `next_sub_batch_size` of each `batch_failed` in the log.
+async fn failures_recorded(db: &TestDb, id: i64) -> Vec<Option<i64>> {
+    db.store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::BatchFailed {
+                next_sub_batch_size,
+                ..
+            } => Some(next_sub_batch_size),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A sub-batch fails (twice, then succeeds) and the write recording its
+/// failed attempt is refused twice: the actor keeps the batch and records
+/// the failure again, so each failed attempt is recorded once and the
+/// batch is retried at once, not left running until its lease lapses.
+async fn a_failed_attempt_that_fails_to_record_is_recorded_again(db: &TestDb) {
+    create_events(db, 500, 0).await;
+    refuse_updates(
+        db,
+        "sluice_batches",
+        "OLD.status = 'running' AND NEW.status = 'pending' AND NEW.last_error IS DISTINCT FROM OLD.last_error",
+        2,
+    )
+    .await;
+    let record = run_flaky(db, 0..2, quick(), &batches_of_200()).await;
+    let id = record.id;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.rows_done, 500);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
+    assert!(
+        db.scalar("SELECT last_value FROM injected_faults").await > 2,
+        "the faults were injected"
+    );
+    // Both failed attempts recorded, each once, each shrinking the sub-batch.
+    assert_eq!(failures_recorded(db, id).await, vec![Some(75), Some(56)]);
+    // The first batch took three attempts (two failed), every other one.
+    let batches = db.store.batches(id).await.unwrap();
+    let attempts: Vec<i32> = batches.iter().map(|b| b.attempts).collect();
+    assert_eq!(attempts[0], 3, "{batches:?}");
+    assert!(attempts[1..].iter().all(|a| *a == 1), "{batches:?}");
+}
+
+/// Batches start failing once a dozen are done, past the allowed ratio of
+/// failed attempts, and the write failing the operation is refused twice:
+/// the actor records the failure again instead of running more batches,
+/// so exactly the two attempts that crossed the ratio are recorded.
+async fn an_operation_failure_that_fails_to_record_is_recorded_again(db: &TestDb) {
+    create_events(db, 2_000, 0).await;
+    refuse_updates(
+        db,
+        "sluice_operations",
+        "NEW.status = 'failed' AND OLD.status <> 'failed'",
+        2,
+    )
+    .await;
+    let config = RuntimeConfig {
+        max_attempts: 100,
+        max_failure_ratio: 0.1,
+        ..fixed_batches(100)
+    };
+    let options = EnqueueOptions {
+        batch_size: 100,
+        sub_batch_size: 100,
+        ..EnqueueOptions::default()
+    };
+    let record = run_flaky(db, 12..u32::MAX, config, &options).await;
+    let id = record.id;
+    assert_eq!(record.state.status, OperationStatus::Failed);
+    let error = record.state.last_error.unwrap_or_default();
+    assert!(
+        error.contains("2 failed attempts over 13 batches"),
+        "{error}"
+    );
+    assert!(
+        db.scalar("SELECT last_value FROM injected_faults").await > 2,
+        "the faults were injected"
+    );
+    assert_eq!(failures_recorded(db, id).await.len(), 2);
+    assert_eq!(record.state.rows_done, 1_200);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 800);
 }

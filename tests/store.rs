@@ -33,6 +33,7 @@ for_each_backend!(
     one_statement_sub_batches_keep_the_change_and_its_record_together,
     loop_sub_batches_record_their_exact_count_without_returning,
     owner_completes_and_plans_the_next_batch_in_one_commit,
+    a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit,
 );
 
 fn spec(table: &str) -> OperationSpec {
@@ -1326,4 +1327,131 @@ async fn owner_completes_and_plans_the_next_batch_in_one_commit(db: &TestDb) {
     let again = again[0].lease().unwrap();
     assert_eq!((again.ordinal, again.epoch, again.attempt), (3, 2, 1));
     store.verify(id).await.unwrap();
+}
+
+/// `fail_batch_and_operation`: on a running operation the batch and the
+/// operation fail in one append; on one paused meanwhile the batch waits as
+/// a retry for the resume; on one failed already (another node's batch) the
+/// batch's failure is recorded alone. The logs replay.
+async fn a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit(db: &TestDb) {
+    let ttl = Duration::from_secs(600);
+    let running_batch = |id: i64, end: i64| {
+        let store = db.store.clone();
+        async move {
+            let lease = common::claim_lease(&store, "n", ttl).await;
+            store
+                .plan_batch(&lease, Some(Cursor::int(end)), 100)
+                .await
+                .unwrap();
+            let batch = store.claim_batches("n", Some(id), 1, ttl).await.unwrap();
+            (lease, batch[0].lease().unwrap())
+        }
+    };
+
+    // Running: both events, one append, the batch failed for good.
+    let id = db.store.enqueue(spec("running")).await.unwrap().id;
+    let (_, batch) = running_batch(id, 100).await;
+    let appended = db
+        .store
+        .fail_batch_and_operation(&batch, "deadlock detected", "batch 1 failed 1 times")
+        .await
+        .unwrap();
+    assert_eq!(appended.record.state.status, OperationStatus::Failed);
+    assert_eq!(
+        appended.record.state.last_error.as_deref(),
+        Some("batch 1 failed 1 times")
+    );
+    let events = db.store.events(id, 0).await.unwrap();
+    let tail: Vec<_> = events
+        .iter()
+        .rev()
+        .take(2)
+        .map(|e| e.event.kind())
+        .collect();
+    assert_eq!(tail, ["failed", "batch_failed"]);
+    assert_eq!(
+        db.store.batches(id).await.unwrap()[0].status,
+        BatchStatus::Failed
+    );
+    // Its lease is gone with it: the same call again changes nothing.
+    assert!(matches!(
+        db.store.fail_batch_and_operation(&batch, "x", "y").await,
+        Err(StoreError::BatchLeaseLost { .. })
+    ));
+    db.store.verify(id).await.unwrap();
+
+    // Paused by an operator meanwhile: the batch goes back to pending and
+    // the resumed operation claims it for one more attempt.
+    let id = db.store.enqueue(spec("paused")).await.unwrap().id;
+    let (_, batch) = running_batch(id, 100).await;
+    db.store
+        .append(
+            id,
+            Expected::Any,
+            None,
+            &[Event::Paused {
+                reason: "look".into(),
+            }],
+        )
+        .await
+        .unwrap();
+    let appended = db
+        .store
+        .fail_batch_and_operation(&batch, "deadlock detected", "batch 1 failed 1 times")
+        .await
+        .unwrap();
+    assert_eq!(appended.record.state.status, OperationStatus::Paused);
+    assert_eq!(
+        db.store.batches(id).await.unwrap()[0].status,
+        BatchStatus::Pending
+    );
+    db.store
+        .append(id, Expected::Any, None, &[Event::Resumed])
+        .await
+        .unwrap();
+    let lease = common::claim_lease(&db.store, "n", ttl).await;
+    assert_eq!(lease.operation_id, id);
+    let again = db.store.claim_batches("n", Some(id), 1, ttl).await.unwrap();
+    assert_eq!((again[0].ordinal, again[0].attempts), (1, 2));
+    db.store.verify(id).await.unwrap();
+
+    // Failed already by another batch: this batch's failure alone.
+    let id = db.store.enqueue(spec("failed")).await.unwrap().id;
+    let (lease, first) = running_batch(id, 100).await;
+    db.store
+        .plan_batch(&lease, Some(Cursor::int(200)), 100)
+        .await
+        .unwrap();
+    let second = db.store.claim_batches("m", Some(id), 1, ttl).await.unwrap();
+    let second = second[0].lease().unwrap();
+    db.store
+        .fail_batch_and_operation(&first, "boom", "batch 1 failed")
+        .await
+        .unwrap();
+    let appended = db
+        .store
+        .fail_batch_and_operation(&second, "boom", "batch 2 failed")
+        .await
+        .unwrap();
+    assert_eq!(appended.record.state.status, OperationStatus::Failed);
+    assert_eq!(
+        appended.record.state.last_error.as_deref(),
+        Some("batch 1 failed"),
+        "the operation keeps the error it failed with"
+    );
+    let kinds: Vec<_> = db
+        .store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event.kind())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "failed").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last(), Some(&"batch_failed"));
+    db.store.verify(id).await.unwrap();
 }

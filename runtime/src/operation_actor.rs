@@ -32,7 +32,7 @@ use sluice_operations::{
     batching::{keyset_columns, next_batch_end, nth_after},
 };
 use sluice_store::{
-    Batch, BatchLease, BatchStatus, Cursor, Event, Expected, Health, Lease, NextBatch,
+    Batch, BatchLease, BatchStatus, Cursor, Effect, Event, Expected, Health, Lease, NextBatch,
     OperationStatus, Projection, StoreError,
 };
 
@@ -107,6 +107,10 @@ pub struct OperationState {
     /// before planning, saving a query per batch otherwise.
     leftovers_possible: bool,
     stopping: Option<Stopping>,
+    /// The operation's failure once decided, until the write recording it
+    /// commits: a failed write is retried by the next step (or by the wind
+    /// down), never dropped while the actor goes on planning batches.
+    failing: Option<Event>,
     last_renewal: Instant,
 }
 
@@ -119,16 +123,27 @@ struct ActiveBatch {
     sub_batch_size: i64,
     rows: i64,
     busy: Duration,
-    /// Set once its last sub-batch is done, until its outcome is recorded
-    /// (a failed write is retried by the next step, not lost).
-    closing: Option<Closing>,
+    /// Set once the batch's sub-batches stop (the last one done, or one
+    /// failed), until the write recording its outcome commits: a failed
+    /// write is retried by the next step, so the batch is not dropped to
+    /// sit under its lease until the lease lapses and it is claimed again.
+    ending: Option<Ending>,
 }
 
-/// A batch whose sub-batches are all done.
-#[derive(Debug, Clone, Copy)]
-struct Closing {
-    /// The batch size its outcome sets (the sizer observed it once).
-    next_size: Option<i64>,
+/// How a batch ended, kept until its outcome is recorded.
+#[derive(Debug, Clone)]
+enum Ending {
+    /// Every sub-batch is done; `next_size` is the batch size its outcome
+    /// sets (the sizer observed the batch once, when it ended).
+    Succeeded { next_size: Option<i64> },
+    /// A sub-batch failed: its attempt is recorded as failed, and the batch
+    /// retried, split or — its attempts spent — the operation failed.
+    Failed {
+        /// The sub-batch's error, as recorded.
+        message: String,
+        /// Whether it ran out of time (only those split a range batch).
+        timed_out: bool,
+    },
 }
 
 /// Why the actor is winding down.
@@ -260,6 +275,7 @@ impl Actor for OperationActor {
             scope_exhausted: false,
             leftovers_possible: true,
             stopping: None,
+            failing: None,
             last_renewal: Instant::now(),
             context,
         })
@@ -345,8 +361,15 @@ impl OperationState {
             // Resumed by the health message that lifts the stop.
             return Ok(());
         }
-        if self.batch.as_ref().is_some_and(|b| b.closing.is_some()) {
-            self.close_batch().await?;
+        if let Some(failed) = self.failing.clone() {
+            return self.fail(failed).await;
+        }
+        match self.batch.as_ref().and_then(|b| b.ending.clone()) {
+            Some(Ending::Succeeded { next_size }) => self.close_batch(next_size).await?,
+            Some(Ending::Failed { message, timed_out }) => {
+                return self.record_failure(myself, message, timed_out).await;
+            }
+            None => {}
         }
         if self.batch.is_none() && !self.open_batch(myself).await? {
             return Ok(());
@@ -662,9 +685,9 @@ impl OperationState {
                 self.sizer.observe(base, scaled)
             });
             if let Some(batch) = self.batch.as_mut() {
-                batch.closing = Some(Closing { next_size });
+                batch.ending = Some(Ending::Succeeded { next_size });
             }
-            self.close_batch().await?;
+            self.close_batch(next_size).await?;
         }
         self.report();
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
@@ -673,13 +696,13 @@ impl OperationState {
     }
 
     /// Records the outcome of the open batch, whose sub-batches are all done
-    /// (`closing` is set) — with the next batch planned and claimed in the
-    /// same commit when [`Self::next_batch_now`] has one. The batch stays
-    /// open until the write succeeds, so an error leaves it for the next step
-    /// to record again rather than losing it.
-    async fn close_batch(&mut self) -> Result<(), OperationError> {
+    /// (its ending is [`Ending::Succeeded`] with `next_size`) — with the next
+    /// batch planned and claimed in the same commit when
+    /// [`Self::next_batch_now`] has one. The batch stays open until the write
+    /// succeeds, so an error leaves it for the next step to record again
+    /// rather than losing it.
+    async fn close_batch(&mut self, next_size: Option<i64>) -> Result<(), OperationError> {
         let batch = self.batch.as_ref().expect("a batch is closing");
-        let next_size = batch.closing.expect("a batch is closing").next_size;
         let store = &self.context.store;
         let (appended, planned) = match (self.next_batch_now(next_size).await, &self.lease) {
             (Some(next), Some(owner)) => {
@@ -715,16 +738,17 @@ impl OperationState {
         Ok(())
     }
 
-    /// A failed sub-batch: retry the batch after a backoff with smaller
-    /// sub-batches, or fail the operation once its attempts are spent.
+    /// A failed sub-batch: the batch takes it as its ending (see
+    /// [`Self::record_failure`]), unless the batch was taken over, which
+    /// leaves nothing to record.
     async fn sub_batch_failed(
         &mut self,
         myself: &ActorRef<OperationMessage>,
         error: OperationError,
     ) -> Result<(), OperationError> {
-        let batch = self.batch.take().expect("a batch is open");
-        self.leftovers_possible = true;
         if let OperationError::Store(StoreError::BatchLeaseLost { .. }) = error {
+            let batch = self.batch.take().expect("a batch is open");
+            self.leftovers_possible = true;
             tracing::warn!(
                 operation = self.id,
                 ordinal = batch.lease.ordinal,
@@ -733,69 +757,106 @@ impl OperationState {
             self.schedule_step(myself, Duration::ZERO);
             return Ok(());
         }
-        let config = &self.context.config;
-        let attempt = u32::try_from(batch.lease.attempt).unwrap_or(u32::MAX);
+        let batch = self.batch.as_mut().expect("a batch is open");
         let message = error.to_string();
         batch.span.record("otel.status_code", "error");
         batch
             .span
             .record("otel.status_description", message.as_str());
-        tracing::warn!(parent: &batch.span, operation = self.id, ordinal = batch.lease.ordinal, attempt, error = %message, "sub-batch failed");
+        tracing::warn!(parent: &batch.span, operation = self.id, ordinal = batch.lease.ordinal, attempt = batch.lease.attempt, error = %message, "sub-batch failed");
+        let timed_out = error.is_timeout();
+        batch.ending = Some(Ending::Failed {
+            message: message.clone(),
+            timed_out,
+        });
+        self.record_failure(myself, message, timed_out).await
+    }
+
+    /// Records the open batch's failed attempt and what follows from it: the
+    /// batch retried after a backoff with smaller sub-batches, a range that
+    /// keeps timing out split in halves, or — its attempts spent, or too
+    /// many batches failing — the operation failed. The batch is let go
+    /// only once the write commits; until then the next step tries again.
+    async fn record_failure(
+        &mut self,
+        myself: &ActorRef<OperationMessage>,
+        message: String,
+        timed_out: bool,
+    ) -> Result<(), OperationError> {
+        let batch = self.batch.as_ref().expect("a batch is failing");
+        let (lease, span) = (batch.lease.clone(), batch.span.clone());
+        let config = &self.context.config;
+        let attempt = u32::try_from(lease.attempt).unwrap_or(u32::MAX);
         let store = &self.context.store;
         let smaller = Some(shrink_after_failure(batch.sub_batch_size));
+        let wait = backoff(attempt, config.retry_base, config.retry_cap, jitter());
         if attempt >= config.max_attempts
-            && error.is_timeout()
-            && let Some(at) = self.split_point(&batch).await?
+            && timed_out
+            && let Some(at) = self.split_point(batch).await?
         {
             // A range that keeps running out of time: its halves are retried
             // separately, each with a fresh attempt budget.
-            let appended = store
-                .split_batch(&batch.lease, &at, &message, smaller)
-                .await?;
-            self.projection = appended.record.state;
-            self.transitioned(&["batch_failed", "batch_split"]);
-            tracing::warn!(parent: &self.run_span, operation = self.id, ordinal = batch.lease.ordinal, at = %at, "batch split in two after timing out {attempt} times");
-            let wait = backoff(attempt, config.retry_base, config.retry_cap, jitter());
+            let appended = store.split_batch(&lease, &at, &message, smaller).await?;
+            self.let_go_of_failed_batch(appended.record.state, &["batch_failed", "batch_split"]);
+            tracing::warn!(parent: &span, operation = self.id, ordinal = lease.ordinal, at = %at, "batch split in two after timing out {attempt} times");
             self.schedule_step(myself, wait);
             return Ok(());
         }
         if attempt >= config.max_attempts {
-            store
-                .fail_batch(&batch.lease, &message, false, None)
+            // The batch and the operation fail in one commit.
+            let error = format!(
+                "batch {} failed {attempt} times; last error: {message}",
+                lease.ordinal
+            );
+            let appended = store
+                .fail_batch_and_operation(&lease, &message, &error)
                 .await?;
-            self.transitioned(&["batch_failed"]);
-            let failed = Event::Failed {
-                error: format!(
-                    "batch {} failed {attempt} times; last error: {message}",
-                    batch.lease.ordinal
-                ),
+            let events: &[&str] = if appended
+                .effects
+                .contains(&Effect::NotifyTerminal(OperationStatus::Failed))
+            {
+                &["batch_failed", "failed"]
+            } else {
+                &["batch_failed"]
             };
-            self.fail(failed).await?;
+            self.let_go_of_failed_batch(appended.record.state, events);
+            if self.projection.status == OperationStatus::Failed {
+                // By this batch, or already by another node's.
+                self.failed();
+            } else {
+                // Paused or cancelled meanwhile: the next step or tick finds out.
+                self.schedule_step(myself, wait);
+            }
             return Ok(());
         }
         // Every failure retries with smaller sub-batches: less work per
         // transaction is what helps a timeout, and costs little otherwise.
-        let appended = store
-            .fail_batch(&batch.lease, &message, true, smaller)
-            .await?;
-        self.projection = appended.record.state;
-        self.transitioned(&["batch_failed"]);
+        let appended = store.fail_batch(&lease, &message, true, smaller).await?;
+        self.let_go_of_failed_batch(appended.record.state, &["batch_failed"]);
         let p = &self.projection;
-        if p.batches_planned >= 10
-            && p.batch_failures as f64 / p.batches_planned as f64 > config.max_failure_ratio
+        let max_ratio = self.context.config.max_failure_ratio;
+        if p.batches_planned >= 10 && p.batch_failures as f64 / p.batches_planned as f64 > max_ratio
         {
             let failed = Event::Failed {
                 error: format!(
-                    "{} failed attempts over {} batches exceed the allowed ratio {}; last error: {message}",
-                    p.batch_failures, p.batches_planned, config.max_failure_ratio
+                    "{} failed attempts over {} batches exceed the allowed ratio {max_ratio}; last error: {message}",
+                    p.batch_failures, p.batches_planned
                 ),
             };
-            self.fail(failed).await?;
-            return Ok(());
+            return self.fail(failed).await;
         }
-        let wait = backoff(attempt, config.retry_base, config.retry_cap, jitter());
         self.schedule_step(myself, wait);
         Ok(())
+    }
+
+    /// The open batch's failure is recorded (`events` appended, `state` the
+    /// projection after them): the batch is no longer this actor's to run,
+    /// and the store may hold it (or its halves) as a leftover to claim.
+    fn let_go_of_failed_batch(&mut self, state: Projection, events: &[&'static str]) {
+        self.batch = None;
+        self.leftovers_possible = true;
+        self.projection = state;
+        self.transitioned(events);
     }
 
     /// Where to cut a range batch's remaining rows in half: the middle row
@@ -817,8 +878,18 @@ impl OperationState {
         Ok(at.filter(|at| at < end))
     }
 
+    /// Fails the operation with `failed` (an [`Event::Failed`]); kept in
+    /// `failing` until the write commits.
     async fn fail(&mut self, failed: Event) -> Result<(), OperationError> {
+        self.failing = Some(failed.clone());
         self.record(failed).await?;
+        self.failing = None;
+        self.failed();
+        Ok(())
+    }
+
+    /// The operation is failed in the store: say so on the run's span and stop.
+    fn failed(&mut self) {
         self.run_span.record("otel.status_code", "error");
         if let Some(error) = &self.projection.last_error {
             self.run_span
@@ -826,7 +897,6 @@ impl OperationState {
         }
         tracing::error!(parent: &self.run_span, operation = self.id, error = ?self.projection.last_error, "operation failed");
         self.stopping = Some(Stopping::Released("failed".into()));
-        Ok(())
     }
 
     async fn health(
@@ -951,6 +1021,14 @@ impl OperationState {
             let _ = store.release_batch(&batch.lease).await;
         }
         tracing::info!(parent: &self.run_span, operation = self.id, why = ?self.stopping, "operation actor stopping");
+        if let Some(failed) = self.failing.take() {
+            // A failure decided but not yet recorded goes in before anything
+            // else: the operation must not be given back as runnable.
+            if let Err(e) = self.record(failed).await {
+                tracing::warn!(operation = self.id, error = %e, "could not record the operation's failure; its batch's failure is recorded for the next run to see");
+            }
+            return;
+        }
         if !self.is_owner() {
             // A helper gives back its batch only; the owner speaks for the operation.
             return;
@@ -1139,7 +1217,7 @@ impl OperationState {
             sub_batch_size: batch.sub_batch_size,
             rows: batch.rows_affected,
             busy: Duration::ZERO,
-            closing: None,
+            ending: None,
         }
     }
 }

@@ -480,6 +480,7 @@ macro_rules! backend {
                 error: &str,
                 retry: bool,
                 next_sub_batch_size: Option<i64>,
+                fail_operation: Option<&str>,
                 now: i64,
             ) -> Result<Appended, StoreError> {
                 let mut tx = begin_write(pool).await?;
@@ -506,7 +507,28 @@ macro_rules! backend {
                     next_sub_batch_size,
                 };
                 let record = load_locked(&mut tx, lease.operation_id).await?;
-                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &[event], now).await?;
+                // The operation's failure goes with it while its state machine
+                // takes one (not once it failed already, say by another node's
+                // batch, or an operator paused or cancelled it).
+                let operation_failed = fail_operation
+                    .map(|error| Event::Failed { error: error.to_owned() })
+                    .filter(|failed| {
+                        machine::apply(Some(&record.state), &event, now)
+                            .and_then(|(state, _)| machine::apply(Some(&state), failed, now))
+                            .is_ok()
+                    });
+                if fail_operation.is_some() && operation_failed.is_none() && record.state.status == OperationStatus::Paused {
+                    // Paused meanwhile, the operation cannot fail now: the batch
+                    // waits as a retry, which fails it if it fails again once
+                    // resumed (its attempts are spent).
+                    sqlx::query("UPDATE sluice_batches SET status = 'pending', finished_at = NULL WHERE id = $1")
+                        .bind(lease.batch_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let mut events = vec![event];
+                events.extend(operation_failed);
+                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
                 tx.commit().await?;
                 Ok(appended)
             }

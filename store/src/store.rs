@@ -582,7 +582,30 @@ impl Store {
         next_sub_batch_size: Option<i64>,
     ) -> Result<Appended, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.fail_batch(lease, error, retry, next_sub_batch_size, now))
+        dispatch!(self.fail_batch(lease, error, retry, next_sub_batch_size, None, now))
+    }
+
+    /// Records a batch's last failed attempt — the batch failed for good —
+    /// and in the same transaction fails its operation with
+    /// `operation_error`: `batch_failed` and `failed` in one append, so no
+    /// crash can leave a failed batch under an operation still running. The
+    /// operation's failure is left out (the batch's is recorded alone) when
+    /// its state machine refuses it: the operation failed already, or an
+    /// operator paused or cancelled it meanwhile. A paused operation's batch
+    /// goes back to pending instead of failing, so the resumed operation
+    /// retries it once more (and fails if that fails too). The result's
+    /// projection says which.
+    ///
+    /// Errors: [`StoreError::BatchLeaseLost`] when the batch was claimed by
+    /// another node since (nothing is written).
+    pub async fn fail_batch_and_operation(
+        &self,
+        lease: &BatchLease,
+        error: &str,
+        operation_error: &str,
+    ) -> Result<Appended, StoreError> {
+        let now = self.clock.now_ms();
+        dispatch!(self.fail_batch(lease, error, false, None, Some(operation_error), now))
     }
 
     /// Records a running range batch's failed attempt and cuts the batch in
