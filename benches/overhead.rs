@@ -1,13 +1,16 @@
 //! End-to-end harness: deleting aged rows with the runtime's built-in
 //! `delete-aged-rows` versus a hand-written loop issuing the same statements
-//! (`DELETE … WHERE id IN (SELECT id … WHERE created_at < $1 LIMIT n)`, one
+//! (`DELETE … WHERE id = ANY (ARRAY(SELECT id … WHERE created_at < $1 LIMIT
+//! n))` on PostgreSQL, `… WHERE id IN (SELECT id … LIMIT n)` on SQLite, one
 //! transaction per statement, until fewer than `n` rows go) at the same
 //! size, on SQLite and PostgreSQL, alternating in one run (which side goes
 //! first alternates too); and, for scale, everything in one `DELETE`.
 //!
 //! `cargo bench --bench overhead` (env: `SLUICE_BENCH_ROWS`, default
 //! 1,000,000; `SLUICE_BENCH_REPEATS`, default 3; `SLUICE_BENCH_BACKENDS`,
-//! e.g. `postgres`, default both; `SLUICE_TEST_POSTGRES_URL`).
+//! e.g. `postgres`, default both; `SLUICE_BENCH_SUB_BATCH`, rows per
+//! sub-batch for both sides, default 1,000, batches of 20 sub-batches;
+//! `SLUICE_TEST_POSTGRES_URL`).
 //! Prints the median of each and their ratio.
 
 mod common;
@@ -20,16 +23,18 @@ use sluice_store::{Backend, ConnectOptions, SqlValue, Statement, Store};
 
 use common::{env, fill_aged_events as fill, median, postgres_url};
 
+/// Rows per sub-batch unless `SLUICE_BENCH_SUB_BATCH` says otherwise.
 const SUB_BATCH: i64 = 1_000;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
     let repeats: usize = env("SLUICE_BENCH_REPEATS", 3);
+    let sub_batch: i64 = env("SLUICE_BENCH_SUB_BATCH", SUB_BATCH);
     let dir = tempfile::tempdir().expect("a temporary folder");
     let sqlite = format!("sqlite:{}", dir.path().join("bench.sqlite").display());
     let postgres = postgres_url();
-    println!("rows {rows}, sub-batch {SUB_BATCH}, repeats {repeats}");
+    println!("rows {rows}, sub-batch {sub_batch}, repeats {repeats}");
     let only = std::env::var("SLUICE_BENCH_BACKENDS").unwrap_or_default();
     for url in [sqlite, postgres] {
         if !only.is_empty() && !only.split(',').any(|b| url.starts_with(b)) {
@@ -59,9 +64,9 @@ async fn main() {
             for runtime_turn in [repeat % 2 == 1, repeat % 2 == 0] {
                 fill(&store, rows).await;
                 if runtime_turn {
-                    by_runtime.push(with_runtime(&store, rows).await);
+                    by_runtime.push(with_runtime(&store, rows, sub_batch).await);
                 } else {
-                    by_loop.push(hand_written_loop(&store, rows).await);
+                    by_loop.push(hand_written_loop(&store, rows, sub_batch).await);
                 }
             }
             fill(&store, rows).await;
@@ -108,21 +113,25 @@ async fn one_delete(store: &Store, rows: i64) -> Duration {
     started.elapsed()
 }
 
-async fn hand_written_loop(store: &Store, rows: i64) -> Duration {
+async fn hand_written_loop(store: &Store, rows: i64, sub_batch: i64) -> Duration {
     let cutoff = cutoff(store);
     let started = Instant::now();
     let mut deleted = 0;
+    let (open, close) = match store.backend() {
+        Backend::Postgres(_) => ("id = ANY (ARRAY(", "))"),
+        Backend::Sqlite(_) => ("id IN (", ")"),
+    };
     loop {
-        let statement = Statement::new(
-            "DELETE FROM bench_events WHERE id IN (SELECT id FROM bench_events WHERE created_at < ",
-        )
-        .value(cutoff.clone())
-        .push(" LIMIT ")
-        .value(SqlValue::Int(SUB_BATCH))
-        .push(")");
+        let statement = Statement::new("DELETE FROM bench_events WHERE ")
+            .push(open)
+            .push("SELECT id FROM bench_events WHERE created_at < ")
+            .value(cutoff.clone())
+            .push(" LIMIT ")
+            .value(SqlValue::Int(sub_batch))
+            .push(close);
         let n = store.execute(&statement).await.unwrap() as i64;
         deleted += n;
-        if n < SUB_BATCH {
+        if n < sub_batch {
             break;
         }
     }
@@ -130,12 +139,12 @@ async fn hand_written_loop(store: &Store, rows: i64) -> Duration {
     started.elapsed()
 }
 
-async fn with_runtime(store: &Store, rows: i64) -> Duration {
+async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
     let config = RuntimeConfig {
         node: "bench".into(),
         pool_size: 1,
-        min_batch_size: 20 * SUB_BATCH,
-        max_batch_size: 20 * SUB_BATCH,
+        min_batch_size: 20 * sub_batch,
+        max_batch_size: 20 * sub_batch,
         ..RuntimeConfig::default()
     };
     let runtime = RuntimeBuilder::with_store(store.clone())
@@ -155,8 +164,8 @@ async fn with_runtime(store: &Store, rows: i64) -> Duration {
     .await
     .unwrap();
     let options = EnqueueOptions {
-        batch_size: 20 * SUB_BATCH,
-        sub_batch_size: SUB_BATCH,
+        batch_size: 20 * sub_batch,
+        sub_batch_size: sub_batch,
         ..EnqueueOptions::default()
     };
     // Timed from enqueue (checks, EXPLAIN, COUNT included) to finished.

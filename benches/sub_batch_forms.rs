@@ -112,11 +112,12 @@ async fn main() {
     store.close().await;
 }
 
-/// The statement the runtime sends for a `delete-aged-rows` sub-batch of
-/// `bench_events` (the loop strategy: up to `SUB_BATCH` aged rows).
+/// The statement the runtime sends on PostgreSQL for a `delete-aged-rows`
+/// sub-batch of `bench_events` (the loop strategy: up to `SUB_BATCH` aged
+/// rows).
 fn aged_rows() -> Statement {
     Statement::new(
-        "DELETE FROM \"bench_events\" WHERE \"id\" IN (SELECT \"id\" FROM \"bench_events\" \
+        "DELETE FROM \"bench_events\" WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM \"bench_events\" \
          WHERE 1 = 1 AND \"created_at\" < ",
     )
     .value(SqlValue::Timestamp(
@@ -124,7 +125,7 @@ fn aged_rows() -> Statement {
     ))
     .push(" LIMIT ")
     .value(SqlValue::Int(SUB_BATCH))
-    .push(")")
+    .push("))")
 }
 
 /// A running loop batch of a fresh operation of this harness's own kind,

@@ -7,18 +7,22 @@ mod common;
 use std::time::Duration;
 
 use common::TestDb;
+use sluice_operations::batching::{LoopPick, loop_rows};
 use sluice_operations::{
-    COUNT_EXACTLY_UP_TO, DeleteAgedRows, EnqueueOptions, Registry, TargetError, check_index,
-    check_target, enqueue,
+    COUNT_EXACTLY_UP_TO, DeleteAgedRows, EnqueueOptions, Filter, Registry, Shape, Strategy,
+    TargetError, check_index, check_target, enqueue,
 };
-use sluice_store::{Ident, SqlValue, Statement};
+use sluice_store::{Backend, Ident, SqlValue, Statement};
 
 for_each_backend!(
     unknown_names_are_refused_by_name,
     full_scans_are_refused_until_an_index_serves_them
 );
 
-postgres_only!(a_large_scope_takes_the_planners_estimate_a_small_one_is_counted);
+postgres_only!(
+    a_large_scope_takes_the_planners_estimate_a_small_one_is_counted,
+    a_loop_sub_batch_finds_its_rows_by_key_at_any_size,
+);
 
 async fn create_events(db: &TestDb) {
     db.execute(
@@ -213,5 +217,58 @@ async fn a_large_scope_takes_the_planners_estimate_a_small_one_is_counted(db: &T
         large_estimate > large * 3 / 4,
         "expected the planner's stale estimate (about {large} or more), not the count {}: {large_estimate}",
         large / 2
+    );
+}
+
+/// A loop sub-batch's `DELETE` on PostgreSQL (`key = ANY (ARRAY(SELECT key
+/// … LIMIT n))`) finds the picked rows through the key's index at every
+/// size, where the `IN (SELECT …)` form is planned, past a few thousand
+/// rows, as a hash join over a scan of the whole table — once per
+/// sub-batch. Checked on the plans the server makes for the real
+/// statements with their bound values.
+async fn a_loop_sub_batch_finds_its_rows_by_key_at_any_size(db: &TestDb) {
+    db.execute("CREATE TABLE wide (id BIGINT PRIMARY KEY, n INTEGER NOT NULL)")
+        .await;
+    db.execute("INSERT INTO wide SELECT g, g % 1000 FROM generate_series(1, 200000) g")
+        .await;
+    db.execute("ANALYZE wide").await;
+    let shape = Shape::loop_until_done("wide", "id")
+        .unwrap()
+        .scope(Filter::new().lt("n", 2_000_i64))
+        .unwrap();
+    let Strategy::Loop { key } = shape.strategy() else {
+        unreachable!("a loop shape")
+    };
+    let Backend::Postgres(pool) = db.store.backend() else {
+        unreachable!("PostgreSQL only")
+    };
+    let plan = |pick, limit| {
+        let head = Statement::new("DELETE FROM ").ident(shape.table());
+        let statement = loop_rows(&shape, key, limit, pick, head);
+        async move {
+            let explain = format!("EXPLAIN {}", statement.text().as_str());
+            let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(explain));
+            for value in statement.params() {
+                let SqlValue::Int(n) = value else {
+                    unreachable!("integer parameters only")
+                };
+                query = query.bind(*n);
+            }
+            query.fetch_all(pool).await.unwrap().join("\n")
+        }
+    };
+    assert_eq!(LoopPick::for_store(&db.store), LoopPick::KeyArray);
+    for limit in [1_000, 5_000, 20_000] {
+        let by_key = plan(LoopPick::KeyArray, limit).await;
+        assert!(
+            by_key.contains("Index Cond: (id = ANY") && !by_key.contains("Hash"),
+            "{limit} rows:\n{by_key}"
+        );
+    }
+    // What the other form does here, so the check above means something.
+    let by_join = plan(LoopPick::InSubquery, 20_000).await;
+    assert!(
+        by_join.contains("Hash") && by_join.contains("Seq Scan on wide "),
+        "{by_join}"
     );
 }

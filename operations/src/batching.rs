@@ -9,7 +9,7 @@
 //! processed) or in one already run (and is out of scope for this operation,
 //! provably: its key is at or below the cursor).
 
-use sluice_store::{Cursor, Ident, Statement, Store};
+use sluice_store::{Backend, Cursor, Ident, Statement, Store};
 
 use crate::error::OperationError;
 use crate::shape::{Shape, Strategy};
@@ -88,13 +88,47 @@ pub fn range_predicate(
     statement
 }
 
-/// Appends ` WHERE key IN (SELECT key FROM table WHERE scope LIMIT n)` to
-/// `head`: the rows of one loop sub-batch.
-pub fn loop_rows(shape: &Shape, key: &Ident, limit: i64, head: Statement) -> Statement {
+/// How a loop sub-batch names the rows it picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopPick {
+    /// `key IN (SELECT key FROM table WHERE scope LIMIT n)`: every backend.
+    InSubquery,
+    /// `key = ANY (ARRAY(SELECT key FROM table WHERE scope LIMIT n))`
+    /// (PostgreSQL): the pick runs once, before the change, and the change
+    /// finds the picked rows through the key's index whatever `n` is. With
+    /// `IN`, past a few thousand rows the planner hash-joins the pick
+    /// against a scan of the whole table, every sub-batch.
+    KeyArray,
+}
+
+impl LoopPick {
+    /// The form for the store's database.
+    pub fn for_store(store: &Store) -> Self {
+        match store.backend() {
+            Backend::Postgres(_) => LoopPick::KeyArray,
+            Backend::Sqlite(_) => LoopPick::InSubquery,
+        }
+    }
+}
+
+/// Appends ` WHERE key IN (SELECT key FROM table WHERE scope LIMIT n)` (or
+/// its `= ANY (ARRAY(…))` form, see [`LoopPick`]) to `head`: the rows of one
+/// loop sub-batch.
+pub fn loop_rows(
+    shape: &Shape,
+    key: &Ident,
+    limit: i64,
+    pick: LoopPick,
+    head: Statement,
+) -> Statement {
+    let (open, close) = match pick {
+        LoopPick::InSubquery => (" IN (SELECT ", ")"),
+        LoopPick::KeyArray => (" = ANY (ARRAY(SELECT ", "))"),
+    };
     let inner = head
         .push(" WHERE ")
         .ident(key)
-        .push(" IN (SELECT ")
+        .push(open)
         .ident(key)
         .push(" FROM ")
         .ident(shape.table())
@@ -104,7 +138,7 @@ pub fn loop_rows(shape: &Shape, key: &Ident, limit: i64, head: Statement) -> Sta
         .and_to(inner)
         .push(" LIMIT ")
         .value(limit.into())
-        .push(")")
+        .push(close)
 }
 
 /// Appends ` WHERE (cols) > (start) AND (cols) <= (end) AND scope` to `head`:
@@ -249,15 +283,20 @@ mod tests {
         let Strategy::Loop { key } = shape.strategy() else {
             unreachable!()
         };
-        let s = loop_rows(
-            &shape,
-            key,
-            100,
-            Statement::new("DELETE FROM ").ident(shape.table()),
+        let delete = |pick| {
+            let head = Statement::new("DELETE FROM ").ident(shape.table());
+            loop_rows(&shape, key, 100, pick, head)
+                .text()
+                .as_str()
+                .to_owned()
+        };
+        assert_eq!(
+            delete(LoopPick::InSubquery),
+            "DELETE FROM \"t\" WHERE \"id\" IN (SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2)"
         );
         assert_eq!(
-            s.text().as_str(),
-            "DELETE FROM \"t\" WHERE \"id\" IN (SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2)"
+            delete(LoopPick::KeyArray),
+            "DELETE FROM \"t\" WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2))"
         );
         assert!(keyset_columns(&shape).is_err());
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sluice_store::{Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchTx};
 use tracing::{Instrument, Span};
 
-use crate::batching::{loop_rows, nth_after, range_rows};
+use crate::batching::{LoopPick, loop_rows, nth_after, range_rows};
 use crate::error::OperationError;
 use crate::operation::PreparedOperation;
 use crate::shape::{Shape, Strategy, check_expression};
@@ -31,6 +31,7 @@ pub struct SubBatch<'a> {
 pub struct SubBatchRows<'a> {
     shape: &'a Shape,
     bounds: Bounds,
+    pick: LoopPick,
 }
 
 /// Which rows a sub-batch covers.
@@ -99,7 +100,7 @@ impl<'a> SubBatchRows<'a> {
                 range_rows(self.shape, columns, start.as_ref(), end, head)
             }
             (Bounds::Loop { limit }, Strategy::Loop { key }) => {
-                loop_rows(self.shape, key, *limit, head)
+                loop_rows(self.shape, key, *limit, self.pick, head)
             }
             // The runner builds bounds from the strategy; they always agree.
             _ => unreachable!("sub-batch bounds do not match the strategy"),
@@ -244,6 +245,7 @@ pub async fn run_sub_batch(
     let rows = SubBatchRows {
         shape: operation.shape(),
         bounds: bounds(store, operation.shape(), request).await?,
+        pick: LoopPick::for_store(store),
     };
     let reached = match &rows.bounds {
         Bounds::Range { end, .. } => Some(end.clone()),

@@ -126,8 +126,9 @@ impl Store {
     }
 
     /// Runs a loop sub-batch that is exactly one data-changing statement
-    /// changing at most `limit` rows (`… WHERE key IN (SELECT key … LIMIT
-    /// n)`: every sub-batch but the scope's last changes `limit`) and records
+    /// changing at most `limit` rows (`… WHERE key = ANY (ARRAY(SELECT key …
+    /// LIMIT n))` or `… WHERE key IN (SELECT key … LIMIT n)`: every
+    /// sub-batch but the scope's last changes `limit`) and records
     /// it done, with no `RETURNING` (which makes PostgreSQL re-read every
     /// row a `DELETE` removes):
     /// - PostgreSQL, on a store with sessions bounded by `statement_timeout`:
