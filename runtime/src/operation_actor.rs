@@ -364,11 +364,9 @@ impl OperationState {
         if let Some(failed) = self.failing.clone() {
             return self.fail(failed).await;
         }
-        match self.batch.as_ref().and_then(|b| b.ending.clone()) {
-            Some(Ending::Succeeded { next_size }) => self.close_batch(next_size).await?,
-            Some(Ending::Failed { message, timed_out }) => {
-                return self.record_failure(myself, message, timed_out).await;
-            }
+        match self.batch.as_ref().and_then(|b| b.ending.as_ref()) {
+            Some(Ending::Succeeded { .. }) => self.close_batch().await?,
+            Some(Ending::Failed { .. }) => return self.record_failure(myself).await,
             None => {}
         }
         if self.batch.is_none() && !self.open_batch(myself).await? {
@@ -687,7 +685,7 @@ impl OperationState {
             if let Some(batch) = self.batch.as_mut() {
                 batch.ending = Some(Ending::Succeeded { next_size });
             }
-            self.close_batch(next_size).await?;
+            self.close_batch().await?;
         }
         self.report();
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
@@ -696,13 +694,15 @@ impl OperationState {
     }
 
     /// Records the outcome of the open batch, whose sub-batches are all done
-    /// (its ending is [`Ending::Succeeded`] with `next_size`) — with the next
-    /// batch planned and claimed in the same commit when
-    /// [`Self::next_batch_now`] has one. The batch stays open until the write
-    /// succeeds, so an error leaves it for the next step to record again
-    /// rather than losing it.
-    async fn close_batch(&mut self, next_size: Option<i64>) -> Result<(), OperationError> {
+    /// (its ending is [`Ending::Succeeded`]) — with the next batch planned
+    /// and claimed in the same commit when [`Self::next_batch_now`] has one.
+    /// The batch stays open until the write succeeds, so an error leaves it
+    /// for the next step to record again rather than losing it.
+    async fn close_batch(&mut self) -> Result<(), OperationError> {
         let batch = self.batch.as_ref().expect("a batch is closing");
+        let Some(Ending::Succeeded { next_size }) = batch.ending else {
+            unreachable!("a closing batch has succeeded")
+        };
         let store = &self.context.store;
         let (appended, planned) = match (self.next_batch_now(next_size).await, &self.lease) {
             (Some(next), Some(owner)) => {
@@ -764,26 +764,27 @@ impl OperationState {
             .span
             .record("otel.status_description", message.as_str());
         tracing::warn!(parent: &batch.span, operation = self.id, ordinal = batch.lease.ordinal, attempt = batch.lease.attempt, error = %message, "sub-batch failed");
-        let timed_out = error.is_timeout();
         batch.ending = Some(Ending::Failed {
-            message: message.clone(),
-            timed_out,
+            message,
+            timed_out: error.is_timeout(),
         });
-        self.record_failure(myself, message, timed_out).await
+        self.record_failure(myself).await
     }
 
-    /// Records the open batch's failed attempt and what follows from it: the
-    /// batch retried after a backoff with smaller sub-batches, a range that
-    /// keeps timing out split in halves, or — its attempts spent, or too
-    /// many batches failing — the operation failed. The batch is let go
-    /// only once the write commits; until then the next step tries again.
+    /// Records the open batch's failed attempt (its ending is
+    /// [`Ending::Failed`]) and what follows from it: the batch retried after
+    /// a backoff with smaller sub-batches, a range that keeps timing out
+    /// split in halves, or — its attempts spent, or too many batches failing
+    /// — the operation failed. The batch is let go only once the write
+    /// commits; until then the next step tries again.
     async fn record_failure(
         &mut self,
         myself: &ActorRef<OperationMessage>,
-        message: String,
-        timed_out: bool,
     ) -> Result<(), OperationError> {
         let batch = self.batch.as_ref().expect("a batch is failing");
+        let Some(Ending::Failed { message, timed_out }) = batch.ending.clone() else {
+            unreachable!("a failing batch has failed")
+        };
         let (lease, span) = (batch.lease.clone(), batch.span.clone());
         let config = &self.context.config;
         let attempt = u32::try_from(lease.attempt).unwrap_or(u32::MAX);
