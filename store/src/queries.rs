@@ -455,11 +455,7 @@ macro_rules! backend {
                 let next = then
                     .filter(|(lease, _)| holds(&record, lease))
                     .map(|(lease, next)| (lease, PlannedBatch::after(&record, next.end.clone(), next.size), next.ttl))
-                    .filter(|(_, planned, _)| {
-                        machine::apply(Some(&record.state), &succeeded, now)
-                            .and_then(|(state, _)| machine::apply(Some(&state), &planned.event(), now))
-                            .is_ok()
-                    });
+                    .filter(|(_, planned, _)| legal_after(&record.state, &succeeded, &planned.event(), now));
                 let mut events = vec![succeeded];
                 events.extend(next.as_ref().map(|(_, planned, _)| planned.event()));
                 let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
@@ -512,11 +508,7 @@ macro_rules! backend {
                 // batch, or an operator paused or cancelled it).
                 let operation_failed = fail_operation
                     .map(|error| Event::Failed { error: error.to_owned() })
-                    .filter(|failed| {
-                        machine::apply(Some(&record.state), &event, now)
-                            .and_then(|(state, _)| machine::apply(Some(&state), failed, now))
-                            .is_ok()
-                    });
+                    .filter(|failed| legal_after(&record.state, &event, failed, now));
                 if fail_operation.is_some() && operation_failed.is_none() && record.state.status == OperationStatus::Paused {
                     // Paused meanwhile, the operation cannot fail now: the batch
                     // waits as a retry, which fails it if it fails again once
@@ -776,6 +768,21 @@ pub(crate) struct BatchDone {
     pub(crate) next_batch_size: Option<i64>,
 }
 
+impl BatchDone {
+    /// `rows` changed in `duration`, setting the batch size to `next_batch_size`.
+    pub(crate) fn new(
+        rows: i64,
+        duration: std::time::Duration,
+        next_batch_size: Option<i64>,
+    ) -> Self {
+        BatchDone {
+            rows,
+            duration_ms: millis(duration),
+            next_batch_size,
+        }
+    }
+}
+
 /// The batch an owner plans next: from the operation's cursor to the end it
 /// asked for, numbered after the last one planned.
 struct PlannedBatch {
@@ -805,6 +812,15 @@ impl PlannedBatch {
             size: self.size,
         }
     }
+}
+
+/// Whether the state machine takes `then` right after `first` on `state`:
+/// the trial run before a second event is appended with the first, so a
+/// refused one is left out rather than refusing both.
+fn legal_after(state: &machine::Projection, first: &Event, then: &Event, now: i64) -> bool {
+    machine::apply(Some(state), first, now)
+        .and_then(|(state, _)| machine::apply(Some(&state), then, now))
+        .is_ok()
 }
 
 /// Whether `lease` is the lease `record` is held under.

@@ -534,11 +534,7 @@ impl Store {
         next_batch_size: Option<i64>,
     ) -> Result<Appended, StoreError> {
         let now = self.clock.now_ms();
-        let done = BatchDone {
-            rows,
-            duration_ms: millis(duration),
-            next_batch_size,
-        };
+        let done = BatchDone::new(rows, duration, next_batch_size);
         let (appended, _) = dispatch!(self.complete_batch(lease, &done, None, now))?;
         Ok(appended)
     }
@@ -562,11 +558,7 @@ impl Store {
         next: &NextBatch,
     ) -> Result<(Appended, Option<Batch>), StoreError> {
         let now = self.clock.now_ms();
-        let done = BatchDone {
-            rows,
-            duration_ms: millis(duration),
-            next_batch_size,
-        };
+        let done = BatchDone::new(rows, duration, next_batch_size);
         dispatch!(self.complete_batch(lease, &done, Some((owner, next)), now))
     }
 
