@@ -83,16 +83,7 @@ async fn main() {
         .await
         .unwrap();
     let sluice = under_load(&load_pool, young_from, rows, async {
-        let arguments = DeleteAgedRows::arguments(
-            &store,
-            "fg_events",
-            "created_at",
-            "id",
-            Duration::from_secs(86_400),
-            chrono::Utc::now(),
-        )
-        .await
-        .unwrap();
+        let arguments = common::older_than_a_day(&store, "fg_events").await;
         let options = EnqueueOptions {
             batch_size: 20_000,
             sub_batch_size: 1_000,

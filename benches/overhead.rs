@@ -153,16 +153,7 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
         .start()
         .await
         .unwrap();
-    let arguments = DeleteAgedRows::arguments(
-        store,
-        "bench_events",
-        "created_at",
-        "id",
-        Duration::from_secs(86_400),
-        chrono::Utc::now(),
-    )
-    .await
-    .unwrap();
+    let arguments = common::older_than_a_day(store, "bench_events").await;
     let options = EnqueueOptions {
         batch_size: 20 * sub_batch,
         sub_batch_size: sub_batch,

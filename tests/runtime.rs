@@ -112,16 +112,7 @@ async fn create_events(db: &TestDb, aged: i64, young: i64) {
 
 /// Enqueues `delete-aged-rows` on `events.created_at` (older than a day).
 async fn enqueue_aged(runtime: &Runtime, db: &TestDb, options: &EnqueueOptions) -> Enqueued {
-    let args = DeleteAgedRows::arguments(
-        &db.store,
-        "events",
-        "created_at",
-        "id",
-        Duration::from_secs(86_400),
-        chrono::Utc::now(),
-    )
-    .await
-    .unwrap();
+    let args = common::older_than_a_day(&db.store, "events").await;
     runtime
         .enqueue(&DeleteAgedRows, &args, options)
         .await
@@ -1324,20 +1315,11 @@ async fn create_events_again(db: &TestDb) {
 /// so no batch is left running for its lease to lapse and be claimed again.
 async fn a_batch_outcome_that_fails_to_record_is_recorded_again(db: &TestDb) {
     create_events(db, 600, 0).await;
-    db.execute("CREATE SEQUENCE close_faults").await;
-    db.execute(
-        "CREATE FUNCTION fail_first_closes() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN \
-           IF NEW.status = 'succeeded' AND OLD.status = 'running' AND nextval('close_faults') <= 2 THEN \
-             RAISE EXCEPTION 'injected: could not record the outcome' USING ERRCODE = '40001'; \
-           END IF; \
-           RETURN NEW; \
-         END $$",
-    )
-    .await;
-    db.execute(
-        "CREATE TRIGGER fail_first_closes BEFORE UPDATE ON sluice_batches \
-         FOR EACH ROW EXECUTE FUNCTION fail_first_closes()",
+    refuse_updates(
+        db,
+        "sluice_batches",
+        "NEW.status = 'succeeded' AND OLD.status = 'running'",
+        2,
     )
     .await;
     let runtime = builder(db)
@@ -1357,7 +1339,7 @@ async fn a_batch_outcome_that_fails_to_record_is_recorded_again(db: &TestDb) {
     assert_eq!(record.state.rows_done, 600);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
     assert!(
-        db.scalar("SELECT last_value FROM close_faults").await > 2,
+        db.scalar("SELECT last_value FROM injected_faults").await > 2,
         "the faults were injected"
     );
     // Each batch was claimed once: none was dropped and taken over later.

@@ -4,13 +4,11 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::TestDb;
 use sluice_operations::batching::{LoopPick, loop_rows};
 use sluice_operations::{
-    COUNT_EXACTLY_UP_TO, DeleteAgedRows, EnqueueOptions, Filter, Registry, Shape, Strategy,
-    TargetError, check_index, check_target, enqueue,
+    COUNT_EXACTLY_UP_TO, EnqueueOptions, Filter, Registry, Shape, Strategy, TargetError,
+    check_index, check_target, enqueue,
 };
 use sluice_store::{Backend, Ident, SqlValue, Statement};
 
@@ -172,16 +170,7 @@ async fn a_large_scope_takes_the_planners_estimate_a_small_one_is_counted(db: &T
     let estimated = |table: &'static str| {
         let (store, registry) = (db.store.clone(), &registry);
         async move {
-            let arguments = DeleteAgedRows::arguments(
-                &store,
-                table,
-                "created_at",
-                "id",
-                Duration::from_secs(86_400),
-                chrono::Utc::now(),
-            )
-            .await
-            .unwrap();
+            let arguments = common::older_than_a_day(&store, table).await;
             let arguments = serde_json::to_value(arguments).unwrap();
             let options = EnqueueOptions::default();
             let id = enqueue(&store, registry, "delete-aged-rows", &arguments, &options)
