@@ -20,6 +20,7 @@ use common::{TestDb, released, until};
 
 for_each_backend!(
     aged_rows_are_deleted_and_young_rows_kept,
+    each_batch_boundary_is_one_commit_or_overlaps_the_next_batch,
     update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts,
     keyset_batches_cover_duplicate_timestamps_exactly_once,
     a_stop_signal_holds_every_new_sub_batch_until_it_clears,
@@ -175,6 +176,64 @@ async fn aged_rows_are_deleted_and_young_rows_kept(db: &TestDb) {
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 430);
     assert_eq!(db.scalar("SELECT MIN(id) FROM events").await, 2_346);
     runtime.shutdown().await.unwrap();
+}
+
+/// Between two batches the pool does not wait on bookkeeping. On
+/// PostgreSQL the next batch is planned and claimed while the last
+/// sub-batch of the one before runs, and that one's outcome is recorded
+/// while the next runs: each `batch_planned` comes before the outcome of
+/// the batch before it. On SQLite (one writer) the outcome and the next
+/// plan are one commit, in that order. Either way every batch runs once,
+/// and the one planned ahead when the scope ran out is recorded empty.
+async fn each_batch_boundary_is_one_commit_or_overlaps_the_next_batch(db: &TestDb) {
+    create_events(db, 3_000, 0).await;
+    let runtime = builder(db)
+        .config(fixed_batches(300))
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 300,
+        sub_batch_size: 100,
+        ..EnqueueOptions::default()
+    };
+    let id = enqueue_aged(&runtime, db, &options).await.id;
+    let record = finish(&runtime, id).await;
+    runtime.shutdown().await.unwrap();
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.rows_done, 3_000);
+    let batches = db.store.batches(id).await.unwrap();
+    let mut expected = vec![300; 10];
+    expected.push(0);
+    assert_eq!(
+        batches.iter().map(|b| b.rows_affected).collect::<Vec<_>>(),
+        expected
+    );
+    assert!(batches.iter().all(|b| b.attempts == 1), "{batches:?}");
+    let events = db.store.events(id, 0).await.unwrap();
+    let position = |wanted: fn(&Event) -> Option<i64>, ordinal: i64| {
+        events
+            .iter()
+            .position(|e| wanted(&e.event) == Some(ordinal))
+            .unwrap_or_else(|| panic!("no event for batch {ordinal}"))
+    };
+    let planned = |e: &Event| match e {
+        Event::BatchPlanned { ordinal, .. } => Some(*ordinal),
+        _ => None,
+    };
+    let succeeded = |e: &Event| match e {
+        Event::BatchSucceeded { ordinal, .. } => Some(*ordinal),
+        _ => None,
+    };
+    for ordinal in 2..=11 {
+        let ahead = position(planned, ordinal) < position(succeeded, ordinal - 1);
+        assert_eq!(
+            ahead,
+            db.backend == "postgres",
+            "batch {ordinal} planned before batch {} succeeded",
+            ordinal - 1
+        );
+    }
 }
 
 async fn update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts(db: &TestDb) {
@@ -1452,8 +1511,10 @@ async fn an_operation_failure_that_fails_to_record_is_recorded_again(db: &TestDb
     let id = record.id;
     assert_eq!(record.state.status, OperationStatus::Failed);
     let error = record.state.last_error.unwrap_or_default();
+    // Thirteen batches ran; the fourteenth was planned while the
+    // thirteenth's sub-batch ran (and given back when the operation failed).
     assert!(
-        error.contains("2 failed attempts over 13 batches"),
+        error.contains("2 failed attempts over 14 batches"),
         "{error}"
     );
     assert!(

@@ -32,8 +32,8 @@ use sluice_operations::{
     batching::{keyset_columns, next_batch_end, nth_after},
 };
 use sluice_store::{
-    Batch, BatchLease, BatchStatus, Cursor, Effect, Event, Expected, Health, Lease, NextBatch,
-    OperationStatus, Projection, StoreError,
+    Backend, Batch, BatchLease, BatchStatus, Cursor, Effect, Event, Expected, Health, Lease,
+    NextBatch, OperationStatus, Projection, StoreError,
 };
 
 use sluice_telemetry::metrics::Subject;
@@ -91,6 +91,14 @@ pub struct OperationState {
     projection: Projection,
     operation: Arc<dyn PreparedOperation>,
     batch: Option<ActiveBatch>,
+    /// The batch after the open one, planned and claimed while the open
+    /// one's last sub-batch runs (see [`OperationState::plan_following`]),
+    /// so the pool goes straight on to it when that sub-batch ends.
+    following: Option<ActiveBatch>,
+    /// A batch whose sub-batches are all done, its outcome being recorded
+    /// while the following batch's first sub-batch runs; kept until the
+    /// write commits (a failed write is retried by the next step).
+    closing: Option<ActiveBatch>,
     in_flight: Option<Instant>,
     step_scheduled: bool,
     /// Whether a health reading for this table has arrived; no sub-batch
@@ -265,6 +273,8 @@ impl Actor for OperationActor {
             projection: record.state,
             operation,
             batch: None,
+            following: None,
+            closing: None,
             in_flight: None,
             step_scheduled: false,
             health_known,
@@ -364,6 +374,9 @@ impl OperationState {
         if let Some(failed) = self.failing.clone() {
             return self.fail(failed).await;
         }
+        if self.closing.is_some() {
+            self.close_previous().await?;
+        }
         match self.batch.as_ref().and_then(|b| b.ending.as_ref()) {
             Some(Ending::Succeeded { .. }) => self.close_batch().await?,
             Some(Ending::Failed { .. }) => return self.record_failure(myself).await,
@@ -372,6 +385,15 @@ impl OperationState {
         if self.batch.is_none() && !self.open_batch(myself).await? {
             return Ok(());
         }
+        let size = self.dispatch(myself);
+        self.plan_following(size).await;
+        Ok(())
+    }
+
+    /// Sends the open batch's next sub-batch to the pool, starting where the
+    /// last committed one ended, and returns its size. A pool that cannot
+    /// take it (it is being replaced) is tried again after `retry_base`.
+    fn dispatch(&mut self, myself: &ActorRef<OperationMessage>) -> i64 {
         let percent = self.percent();
         let batch = self.batch.as_ref().expect("a batch is open");
         let request = SubBatchRequest {
@@ -381,6 +403,7 @@ impl OperationState {
             size: throttled_size(batch.sub_batch_size, percent),
             timeout: self.context.config.sub_batch_timeout,
         };
+        let size = request.size;
         let span = tracing::info_span!(
             parent: &batch.span,
             "sub_batch",
@@ -406,7 +429,7 @@ impl OperationState {
             self.in_flight = None;
             self.schedule_step(myself, self.context.config.retry_base);
         }
-        Ok(())
+        size
     }
 
     /// Takes a batch to work on: one of this operation's left pending (a
@@ -443,6 +466,12 @@ impl OperationState {
         if let Some(reason) = self.limit_reached() {
             self.stopping = Some(Stopping::Yield(reason));
             return Ok(false);
+        }
+        if let Some(following) = self.following.take() {
+            // Planned while the last batch ran; on an exhausted scope it
+            // still runs (and finds nothing), so it is recorded as done.
+            self.batch = Some(following);
+            return Ok(true);
         }
         if self.plans_ahead()
             && !self.scope_exhausted
@@ -544,7 +573,8 @@ impl OperationState {
     /// one just done (`next_size`: the size it set, if any), so the pool
     /// waits on one commit between batches, not three. `None` when the next
     /// batch is not this owner's to take at once: helpers share the
-    /// operation, a batch may be left over from a retry, the scope is
+    /// operation, the next batch is planned already (`following`), a batch
+    /// may be left over from a retry, the scope is
     /// exhausted, the operation is stopping, stopped by the health signal,
     /// or at a run limit. Then the next step decides, as for a first batch;
     /// it also meets any error finding the next range (this one's outcome
@@ -552,6 +582,7 @@ impl OperationState {
     async fn next_batch_now(&self, next_size: Option<i64>) -> Option<NextBatch> {
         if !self.is_owner()
             || self.plans_ahead()
+            || self.following.is_some()
             || self.leftovers_possible
             || self.scope_exhausted
             || self.stopping.is_some()
@@ -573,6 +604,57 @@ impl OperationState {
             size,
             ttl: self.context.config.lease_ttl,
         })
+    }
+
+    /// On PostgreSQL, plans and claims the batch after the open one while
+    /// the open one's last sub-batch (of `size` rows) runs, so that when it
+    /// ends the pool goes straight on to the next batch and the open one's
+    /// outcome is recorded while that runs: the boundary's commits overlap
+    /// sub-batches instead of stalling the pool. Which sub-batch is the last
+    /// is foreseen by count; a wrong guess costs nothing but the overlap
+    /// (the following batch waits its turn). SQLite has one writer, so the
+    /// two writes would only queue for it: there the boundary stays one
+    /// commit between batches ([`Self::close_batch`]). Planning ahead is an
+    /// optimisation: when it fails, the batch is planned at the boundary as
+    /// usual, and meets the error there.
+    async fn plan_following(&mut self, size: i64) {
+        let Some(batch) = self.batch.as_ref() else {
+            return;
+        };
+        if self.following.is_some()
+            || batch.rows + size < batch.size
+            || !matches!(self.context.store.backend(), Backend::Postgres(_))
+        {
+            return;
+        }
+        let Some(next) = self.next_batch_now(None).await else {
+            return;
+        };
+        let lease = self.lease.as_ref().expect("next_batch_now is an owner's");
+        match self.context.store.plan_claimed_batch(lease, &next).await {
+            Ok((planned, appended)) => {
+                self.projection = appended.record.state;
+                self.transitioned(&["batch_planned"]);
+                self.following = Some(self.activate(planned));
+            }
+            Err(error) => {
+                tracing::debug!(operation = self.id, error = %error, "could not plan the next batch ahead; it is planned at the boundary");
+            }
+        }
+    }
+
+    /// Whether the batch just done hands over to the following one at once:
+    /// one is planned, no pause is due, and nothing holds the operation
+    /// back (a stop, a limit, a failure to record, a wind-down) — those go
+    /// through [`Self::step`], which decides.
+    fn goes_straight_on(&self) -> bool {
+        self.following.is_some()
+            && self.closing.is_none()
+            && self.failing.is_none()
+            && self.stopping.is_none()
+            && !matches!(self.signal, Signal::Stop { .. })
+            && self.pause().is_zero()
+            && self.limit_reached().is_none()
     }
 
     /// The next range batch from the cursor at `base_size` throttled: its
@@ -685,11 +767,20 @@ impl OperationState {
             if let Some(batch) = self.batch.as_mut() {
                 batch.ending = Some(Ending::Succeeded { next_size });
             }
+            if self.goes_straight_on() {
+                // The next sub-batch first, then this batch's outcome,
+                // recorded while it runs.
+                self.closing = self.batch.take();
+                self.batch = self.following.take();
+                self.dispatch(myself);
+                self.close_previous().await?;
+                self.report();
+                return Ok(());
+            }
             self.close_batch().await?;
         }
         self.report();
-        let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
-        self.schedule_step(myself, throttled_pause(pause, self.percent()));
+        self.schedule_step(myself, self.pause());
         Ok(())
     }
 
@@ -725,17 +816,57 @@ impl OperationState {
             }
         };
         let batch = self.batch.take().expect("a batch is closing");
-        self.projection = appended.record.state;
-        self.transitioned(&["batch_succeeded"]);
-        batch.span.record("sluice.rows", batch.rows);
-        self.context
-            .metrics
-            .batch(self.subject(), batch.busy, self.projection.batch_size);
+        self.closed(&batch, appended.record.state);
         if let Some(planned) = planned {
             self.transitioned(&["batch_planned"]);
             self.batch = Some(self.activate(planned));
         }
         Ok(())
+    }
+
+    /// Records the outcome of the batch handed over to the following one
+    /// ([`Self::goes_straight_on`]). It stays in `closing` until the write
+    /// commits; a batch taken over meanwhile is let go (its committed
+    /// sub-batches stand; the store holds it for whoever claimed it).
+    async fn close_previous(&mut self) -> Result<(), OperationError> {
+        let Some(batch) = self.closing.as_ref() else {
+            return Ok(());
+        };
+        let Some(Ending::Succeeded { next_size }) = batch.ending else {
+            unreachable!("a closing batch has succeeded")
+        };
+        let store = &self.context.store;
+        match store
+            .complete_batch(&batch.lease, batch.rows, batch.busy, next_size)
+            .await
+        {
+            Ok(appended) => {
+                let batch = self.closing.take().expect("checked above");
+                self.closed(&batch, appended.record.state);
+                Ok(())
+            }
+            Err(StoreError::BatchLeaseLost { .. }) => {
+                let batch = self.closing.take().expect("checked above");
+                tracing::warn!(
+                    operation = self.id,
+                    ordinal = batch.lease.ordinal,
+                    "batch taken over before its outcome was recorded"
+                );
+                self.leftovers_possible = true;
+                Ok(())
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// A batch's outcome is recorded (`state`: the projection after it).
+    fn closed(&mut self, batch: &ActiveBatch, state: Projection) {
+        self.projection = state;
+        self.transitioned(&["batch_succeeded"]);
+        batch.span.record("sluice.rows", batch.rows);
+        self.context
+            .metrics
+            .batch(self.subject(), batch.busy, self.projection.batch_size);
     }
 
     /// A failed sub-batch: the batch takes it as its ending (see
@@ -971,7 +1102,10 @@ impl OperationState {
                     Err(other) => return Err(other.into()),
                 }
             }
-            if let Some(batch) = &self.batch {
+            for batch in [&self.batch, &self.following, &self.closing]
+                .into_iter()
+                .flatten()
+            {
                 let _ = store
                     .renew_batch_lease(&batch.lease, config.lease_ttl)
                     .await;
@@ -1017,8 +1151,18 @@ impl OperationState {
 
     /// Gives back what this actor holds as it stops.
     async fn wind_down(&mut self) {
+        if let Err(e) = self.close_previous().await {
+            tracing::warn!(operation = self.id, error = %e, "could not record a done batch's outcome; it is given back to run again");
+        }
         let store = &self.context.store;
-        if let Some(batch) = self.batch.take() {
+        for batch in [
+            self.batch.take(),
+            self.following.take(),
+            self.closing.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
             let _ = store.release_batch(&batch.lease).await;
         }
         tracing::info!(parent: &self.run_span, operation = self.id, why = ?self.stopping, "operation actor stopping");
@@ -1157,6 +1301,13 @@ impl OperationState {
         } else {
             myself.send_after(after, || OperationMessage::Step);
         }
+    }
+
+    /// The pause due after a sub-batch: the operation's, lengthened by a
+    /// throttle.
+    fn pause(&self) -> Duration {
+        let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
+        throttled_pause(pause, self.percent())
     }
 
     fn percent(&self) -> u8 {
