@@ -9,8 +9,8 @@ use std::time::Duration;
 use common::TestDb;
 use serde_json::json;
 use sluice_store::{
-    BatchStatus, Cursor, Event, Expected, Health, IllegalTransition, ListFilter, ManualClock,
-    NextBatch, OperationSpec, OperationStatus, Store, StoreError,
+    Appended, BatchStatus, Cursor, Event, Expected, Health, IllegalTransition, ListFilter,
+    ManualClock, NextBatch, OperationSpec, OperationStatus, Store, StoreError,
 };
 
 for_each_backend!(
@@ -47,6 +47,15 @@ fn spec(table: &str) -> OperationSpec {
 }
 
 /// A store on the same database with a manual clock.
+/// Appends `event` as an operator does: under no lease, at whatever
+/// sequence the log is.
+async fn operator(db: &TestDb, id: i64, event: Event) -> Appended {
+    db.store
+        .append(id, Expected::Any, None, &[event])
+        .await
+        .unwrap()
+}
+
 fn with_clock(db: &TestDb) -> (Store, ManualClock) {
     let clock = ManualClock::new(1_700_000_000_000);
     (db.store.clone().with_clock(Arc::new(clock.clone())), clock)
@@ -132,17 +141,14 @@ async fn eight_concurrent_identical_enqueues_make_one_operation(db: &TestDb) {
     assert!(other.created);
     // Once the first is no longer active, the same identity may be enqueued again.
     let id = *ids.iter().next().unwrap();
-    db.store
-        .append(
-            id,
-            Expected::Any,
-            None,
-            &[Event::Cancelled {
-                reason: "test".into(),
-            }],
-        )
-        .await
-        .unwrap();
+    operator(
+        db,
+        id,
+        Event::Cancelled {
+            reason: "test".into(),
+        },
+    )
+    .await;
     let again = db
         .store
         .enqueue(spec("todos").with_arguments(&json!({"a": 1, "b": 2})))
@@ -291,18 +297,14 @@ async fn operator_pause_releases_the_lease_and_fences_the_holder(db: &TestDb) {
         .unwrap();
     let lease = claimed[0].record.lease.clone().unwrap();
     // Another process pauses it (no lease, no expected seq).
-    let paused = db
-        .store
-        .append(
-            id,
-            Expected::Any,
-            None,
-            &[Event::Paused {
-                reason: "operator".into(),
-            }],
-        )
-        .await
-        .unwrap();
+    let paused = operator(
+        db,
+        id,
+        Event::Paused {
+            reason: "operator".into(),
+        },
+    )
+    .await;
     assert!(paused.record.lease.is_none());
     assert_eq!(paused.record.state.status, OperationStatus::Paused);
     assert!(matches!(
@@ -672,18 +674,14 @@ async fn corrupt_or_unknown_payload_names_operation_and_seq(db: &TestDb) {
     assert_eq!(db.store.events(healthy, 0).await.unwrap().len(), 2);
     db.store.verify(healthy).await.unwrap();
     // The broken operation can still be stopped: appends never decode old events.
-    let failed = db
-        .store
-        .append(
-            broken,
-            Expected::Any,
-            None,
-            &[Event::Failed {
-                error: err.to_string(),
-            }],
-        )
-        .await
-        .unwrap();
+    let failed = operator(
+        db,
+        broken,
+        Event::Failed {
+            error: err.to_string(),
+        },
+    )
+    .await;
     assert_eq!(failed.record.state.status, OperationStatus::Failed);
     // A payload from a newer format version is reported as such.
     db.execute(&format!(
@@ -1384,17 +1382,14 @@ async fn a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit(db
     // the resumed operation claims it for one more attempt.
     let id = db.store.enqueue(spec("paused")).await.unwrap().id;
     let (_, batch) = running_batch(id, 100).await;
-    db.store
-        .append(
-            id,
-            Expected::Any,
-            None,
-            &[Event::Paused {
-                reason: "look".into(),
-            }],
-        )
-        .await
-        .unwrap();
+    operator(
+        db,
+        id,
+        Event::Paused {
+            reason: "look".into(),
+        },
+    )
+    .await;
     let appended = db
         .store
         .fail_batch_and_operation(&batch, "deadlock detected", "batch 1 failed 1 times")

@@ -7,9 +7,13 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sluice_operations::{DeleteAgedRows, Operation};
 use sluice_store::{Backend, SqlValue, Statement, Store, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+#[path = "../../tests/common/aged_rows.rs"]
+mod aged_rows;
+#[allow(unused_imports)] // not every test binary enqueues it
+pub use aged_rows::older_than_a_day;
 
 /// `name` from the environment parsed as `T`, or `default` when unset or
 /// unparsable.
@@ -106,22 +110,4 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
         // skipped otherwise).
         let _ = store.execute(&Statement::new("CHECKPOINT")).await;
     }
-}
-
-/// `delete-aged-rows` arguments for the rows of `table` whose `created_at`
-/// is more than a day old, named by `id`.
-pub async fn older_than_a_day(
-    store: &Store,
-    table: &str,
-) -> <DeleteAgedRows as Operation>::Arguments {
-    DeleteAgedRows::arguments(
-        store,
-        table,
-        "created_at",
-        "id",
-        Duration::from_secs(86_400),
-        chrono::Utc::now(),
-    )
-    .await
-    .expect("delete-aged-rows arguments")
 }

@@ -11,9 +11,12 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sluice_operations::{DeleteAgedRows, Operation};
 use sluice_store::{Lease, Store};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+mod aged_rows;
+#[allow(unused_imports)] // not every test binary enqueues it
+pub use aged_rows::older_than_a_day;
 
 /// The PostgreSQL the tests use.
 pub fn postgres_url() -> String {
@@ -390,22 +393,4 @@ macro_rules! postgres_only {
             )*
         }
     };
-}
-
-/// `delete-aged-rows` arguments for the rows of `table` whose `created_at`
-/// is more than a day old, named by `id`.
-pub async fn older_than_a_day(
-    store: &Store,
-    table: &str,
-) -> <DeleteAgedRows as Operation>::Arguments {
-    DeleteAgedRows::arguments(
-        store,
-        table,
-        "created_at",
-        "id",
-        Duration::from_secs(86_400),
-        chrono::Utc::now(),
-    )
-    .await
-    .expect("delete-aged-rows arguments")
 }
