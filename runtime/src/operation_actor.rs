@@ -374,9 +374,7 @@ impl OperationState {
         if let Some(failed) = self.failing.clone() {
             return self.fail(failed).await;
         }
-        if self.closing.is_some() {
-            self.close_previous().await?;
-        }
+        self.close_previous().await?;
         match self.batch.as_ref().and_then(|b| b.ending.as_ref()) {
             Some(Ending::Succeeded { .. }) => self.close_batch().await?,
             Some(Ending::Failed { .. }) => return self.record_failure(myself).await,
@@ -524,9 +522,7 @@ impl OperationState {
             };
         }
         let (batch, appended) = store.plan_claimed_batch(lease, &next).await?;
-        self.projection = appended.record.state;
-        self.transitioned(&["batch_planned"]);
-        self.batch = Some(self.activate(batch));
+        self.batch = Some(self.planned(batch, appended.record.state));
         Ok(true)
     }
 
@@ -633,14 +629,20 @@ impl OperationState {
         let lease = self.lease.as_ref().expect("next_batch_now is an owner's");
         match self.context.store.plan_claimed_batch(lease, &next).await {
             Ok((planned, appended)) => {
-                self.projection = appended.record.state;
-                self.transitioned(&["batch_planned"]);
-                self.following = Some(self.activate(planned));
+                self.following = Some(self.planned(planned, appended.record.state));
             }
             Err(error) => {
                 tracing::debug!(operation = self.id, error = %error, "could not plan the next batch ahead; it is planned at the boundary");
             }
         }
+    }
+
+    /// A batch this owner just planned and claimed (`state`: the projection
+    /// after it), ready to run.
+    fn planned(&mut self, batch: Batch, state: Projection) -> ActiveBatch {
+        self.projection = state;
+        self.transitioned(&["batch_planned"]);
+        self.activate(batch)
     }
 
     /// Whether the batch just done hands over to the following one at once:
