@@ -32,9 +32,12 @@ for_each_backend!(
     bulk_enqueue_writes_chunks_keeps_uniqueness_and_replays,
     one_statement_sub_batches_keep_the_change_and_its_record_together,
     loop_sub_batches_record_their_exact_count_without_returning,
+    a_loop_batch_keeps_its_count_when_given_back_retried_or_done,
     owner_completes_and_plans_the_next_batch_in_one_commit,
     a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit,
 );
+
+postgres_only!(a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row);
 
 fn spec(table: &str) -> OperationSpec {
     let mut spec = OperationSpec::new("delete-aged-rows", table, vec!["id".into()])
@@ -44,6 +47,14 @@ fn spec(table: &str) -> OperationSpec {
     spec.sub_batch_size = 25;
     spec.estimated_rows = Some(1_000);
     spec
+}
+
+/// [`spec`] for a loop operation: no batching columns, no range.
+fn loop_spec(table: &str) -> OperationSpec {
+    let mut looped = spec(table);
+    looped.batching_columns.clear();
+    looped.max_cursor = None;
+    looped
 }
 
 /// A store on the same database with a manual clock.
@@ -1110,11 +1121,8 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
                 .value(SqlValue::Int(limit))
                 .push(")")
         };
-        let mut looped = spec(table.name());
-        looped.batching_columns.clear();
-        looped.max_cursor = None;
         let ttl = Duration::from_secs(10);
-        let (id, a) = batch_held_by_a(store, looped, None, 100).await;
+        let (id, a) = batch_held_by_a(store, loop_spec(table.name()), None, 100).await;
         let count = |store: &Store| {
             let store = store.clone();
             async move { store.batches(id).await.unwrap().remove(0).rows_affected }
@@ -1173,6 +1181,244 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         );
         assert_eq!(count(store).await, 10, "{name}");
     }
+}
+
+/// A loop batch's count (kept, on PostgreSQL's bounded sessions, in a tally
+/// row apart from the batch's own) is the same through every change of
+/// hands: given back, its count stays with the batch and the next claim
+/// starts from it; failed and retried, likewise; succeeded, the batch keeps
+/// the total its holder reports, not that plus the tally. A tally row exists
+/// only while its batch runs.
+async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestDb) {
+    use sluice_store::{Ident, SqlValue, Statement};
+    let clock = ManualClock::new(1_700_000_000_000);
+    let stores = sub_batch_stores(db, &clock).await;
+    let timeout = Duration::from_secs(1);
+    let ttl = Duration::from_secs(10);
+    for (round, (name, store)) in stores.iter().enumerate() {
+        let table = Ident::parse(&format!("kept_{round}")).unwrap();
+        db.execute(&format!(
+            "CREATE TABLE {} (id BIGINT PRIMARY KEY)",
+            table.quoted()
+        ))
+        .await;
+        db.execute(&format!(
+            "INSERT INTO {} (id) SELECT a.v * 10 + b.v FROM \
+             (SELECT 0 AS v UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3) a, \
+             (SELECT 0 AS v UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+              UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+              UNION ALL SELECT 8 UNION ALL SELECT 9) b",
+            table.quoted()
+        ))
+        .await;
+        let delete = Statement::new("DELETE FROM ")
+            .ident(&table)
+            .push(" WHERE id IN (SELECT id FROM ")
+            .ident(&table)
+            .push(" WHERE id >= 0 LIMIT ")
+            .value(SqlValue::Int(4))
+            .push(")");
+        let (id, a) = batch_held_by_a(store, loop_spec(table.name()), None, 100).await;
+        let batch = || async { store.batches(id).await.unwrap().remove(0) };
+        let tallies = || async {
+            if db.backend != "postgres" {
+                return 0;
+            }
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM sluice_batch_tallies WHERE batch_id = {}",
+                a.batch_id
+            ))
+            .await
+        };
+        let run = |lease: sluice_store::BatchLease| {
+            let delete = delete.clone();
+            async move {
+                store
+                    .run_loop_sub_batch_statement(&lease, &delete, 4, timeout)
+                    .await
+                    .unwrap()
+            }
+        };
+        let running = if db.backend == "postgres" { 1 } else { 0 };
+        assert_eq!(run(a.clone()).await, 4, "{name}");
+        assert_eq!(
+            (batch().await.rows_affected, tallies().await),
+            (4, running),
+            "{name}"
+        );
+
+        store.release_batch(&a).await.unwrap();
+        let given_back = batch().await;
+        assert_eq!(given_back.status, BatchStatus::Pending, "{name}");
+        assert_eq!(
+            (given_back.rows_affected, tallies().await),
+            (4, 0),
+            "{name}: given back"
+        );
+
+        let b = store
+            .claim_batches("b", Some(id), 1, ttl)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            b.rows_affected, 4,
+            "{name}: the claim starts from the count"
+        );
+        let b = b.lease().unwrap();
+        assert_eq!(run(b.clone()).await, 4, "{name}");
+        store.fail_batch(&b, "boom", true, None).await.unwrap();
+        assert_eq!(
+            (batch().await.rows_affected, tallies().await),
+            (8, 0),
+            "{name}: retried"
+        );
+
+        let c = store
+            .claim_batches("c", Some(id), 1, ttl)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(c.rows_affected, 8, "{name}");
+        let c = c.lease().unwrap();
+        assert_eq!(run(c.clone()).await, 4, "{name}");
+        assert_eq!(batch().await.rows_affected, 12, "{name}");
+        store
+            .complete_batch(&c, 12, Duration::from_millis(5), None)
+            .await
+            .unwrap();
+        let done = batch().await;
+        assert_eq!(done.status, BatchStatus::Succeeded, "{name}");
+        assert_eq!(
+            (done.rows_affected, tallies().await),
+            (12, 0),
+            "{name}: done, counted once"
+        );
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {}", table.quoted()))
+                .await,
+            28,
+            "{name}: three sub-batches of four went"
+        );
+    }
+}
+
+/// A stalled holder's loop sub-batch racing another node's takeover, on
+/// PostgreSQL's one-statement path: the batch's tally row orders them. A
+/// late sub-batch that holds the tally first commits, and the takeover,
+/// waiting for it, starts from a count that includes it; a takeover that
+/// holds the tally first makes the late sub-batch, waiting for it, change
+/// nothing and hear that its lease is lost. Every row goes once.
+async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row(db: &TestDb) {
+    use sluice_store::{Backend, Ident, SqlValue, Statement};
+    let Backend::Postgres(pool) = db.store.backend() else {
+        unreachable!("a PostgreSQL test")
+    };
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (_, store) = sub_batch_stores(db, &clock)
+        .await
+        .into_iter()
+        .find(|(name, _)| *name == "bounded")
+        .expect("bounded sessions on PostgreSQL");
+    let ttl = Duration::from_secs(10);
+    let table = Ident::parse("raced").unwrap();
+    db.execute("CREATE TABLE raced (id BIGINT PRIMARY KEY)")
+        .await;
+    db.execute("INSERT INTO raced SELECT generate_series(1, 20)")
+        .await;
+    let left = || db.scalar("SELECT COUNT(*) FROM raced");
+    let delete = Statement::new("DELETE FROM ")
+        .ident(&table)
+        .push(" WHERE id IN (SELECT id FROM ")
+        .ident(&table)
+        .push(" WHERE id >= 0 ORDER BY id LIMIT ")
+        .value(SqlValue::Int(4))
+        .push(")");
+    let late = |lease: sluice_store::BatchLease| {
+        let (store, delete) = (store.clone(), delete.clone());
+        tokio::spawn(async move {
+            store
+                .run_loop_sub_batch_statement(&lease, &delete, 4, Duration::from_secs(30))
+                .await
+        })
+    };
+    // Sessions waiting, directly or through one other, on `holder`'s transaction.
+    let waiting_on = |holder: i32| async move {
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM pg_stat_activity a WHERE {holder} = ANY (pg_blocking_pids(a.pid)) \
+             OR EXISTS (SELECT 1 FROM pg_stat_activity z WHERE {holder} = ANY (pg_blocking_pids(z.pid)) \
+             AND z.pid = ANY (pg_blocking_pids(a.pid)))"
+        ))
+        .await
+    };
+    let (id, a) = batch_held_by_a(&store, loop_spec("raced"), None, 100).await;
+    assert_eq!(late(a.clone()).await.unwrap().unwrap(), 4);
+
+    // The late sub-batch holds the tally (its change waits on row 5, held
+    // here); the takeover waits for the tally.
+    let mut row = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *row)
+        .await
+        .unwrap();
+    sqlx::query("SELECT id FROM raced WHERE id = 5 FOR UPDATE")
+        .execute(&mut *row)
+        .await
+        .unwrap();
+    clock.advance(11_000);
+    let a_late = late(a.clone());
+    common::until("the late sub-batch waits on row 5", || async {
+        waiting_on(holder).await == 1
+    })
+    .await;
+    let taking = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim_batches("b", Some(id), 1, ttl).await })
+    };
+    common::until("the takeover waits on the tally", || async {
+        waiting_on(holder).await == 2
+    })
+    .await;
+    row.commit().await.unwrap();
+    assert_eq!(
+        a_late.await.unwrap().unwrap(),
+        4,
+        "the late sub-batch held on"
+    );
+    let b = taking.await.unwrap().unwrap().remove(0);
+    assert_eq!(b.rows_affected, 8, "the takeover counts the late sub-batch");
+    assert_eq!(left().await, 12);
+
+    // A takeover holds the tally (its claim not yet committed); B's late
+    // sub-batch waits for it, then finds its tally gone.
+    let b = b.lease().unwrap();
+    let mut claim = pool.begin().await.unwrap();
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *claim)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE sluice_batches SET claimed_by = 'c', lease_epoch = lease_epoch + 1, \
+         attempts = attempts + 1 WHERE id = $1",
+    )
+    .bind(b.batch_id)
+    .execute(&mut *claim)
+    .await
+    .unwrap();
+    let b_late = late(b.clone());
+    common::until("the late sub-batch waits on the tally", || async {
+        waiting_on(holder).await == 1
+    })
+    .await;
+    claim.commit().await.unwrap();
+    let lost = b_late.await.unwrap();
+    assert!(
+        matches!(lost, Err(StoreError::BatchLeaseLost { .. })),
+        "{lost:?}"
+    );
+    assert_eq!(left().await, 12, "the late sub-batch changed nothing");
+    let batch = store.batches(id).await.unwrap().remove(0);
+    assert_eq!((batch.rows_affected, batch.lease_epoch), (8, b.epoch + 1));
 }
 
 /// The stores a one-statement sub-batch can go through, on `clock`: the test

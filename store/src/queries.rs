@@ -536,7 +536,9 @@ macro_rules! backend {
                 let mut tx = begin_write(pool).await?;
                 let row: Option<BatchRow> = sqlx::query_as(DIALECT.pick(
                     "SELECT * FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
-                    "SELECT * FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running' FOR UPDATE",
+                    "SELECT b.*, t.rows_affected AS tallied FROM sluice_batches b \
+                     LEFT JOIN sluice_batch_tallies t ON t.batch_id = b.id \
+                     WHERE b.id = $1 AND b.lease_epoch = $2 AND b.status = 'running' FOR UPDATE OF b",
                 ))
                 .bind(lease.batch_id)
                 .bind(lease.epoch)
@@ -601,8 +603,12 @@ macro_rules! backend {
             }
 
             pub(crate) async fn batches(pool: &Pool, operation_id: i64) -> Result<Vec<Batch>, StoreError> {
-                let rows: Vec<BatchRow> =
-                    sqlx::query_as("SELECT * FROM sluice_batches WHERE operation_id = $1 ORDER BY ordinal")
+                // On PostgreSQL a running batch's loop sub-batches are counted in its tally.
+                let rows: Vec<BatchRow> = sqlx::query_as(DIALECT.pick(
+                    "SELECT * FROM sluice_batches WHERE operation_id = $1 ORDER BY ordinal",
+                    "SELECT b.*, t.rows_affected AS tallied FROM sluice_batches b \
+                     LEFT JOIN sluice_batch_tallies t ON t.batch_id = b.id WHERE b.operation_id = $1 ORDER BY b.ordinal",
+                ))
                         .bind(operation_id)
                         .fetch_all(pool)
                         .await?;

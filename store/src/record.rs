@@ -416,6 +416,9 @@ pub(crate) struct BatchRow {
     pub lease_expires_at: Option<i64>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
+    /// Rows counted in the batch's tally (PostgreSQL, while it runs), where read.
+    #[sqlx(default)]
+    pub tallied: Option<i64>,
 }
 
 impl TryFrom<BatchRow> for Batch {
@@ -444,7 +447,7 @@ impl TryFrom<BatchRow> for Batch {
             status: BatchStatus::parse(&row.status)
                 .ok_or_else(|| corrupt("status", row.status.clone()))?,
             attempts: row.attempts,
-            rows_affected: row.rows_affected,
+            rows_affected: row.rows_affected + row.tallied.unwrap_or(0),
             duration_ms: row.duration_ms,
             last_error: row.last_error,
             claimed_by: row.claimed_by,

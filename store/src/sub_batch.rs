@@ -132,9 +132,14 @@ impl Store {
     /// it done, with no `RETURNING` (which makes PostgreSQL re-read every
     /// row a `DELETE` removes):
     /// - PostgreSQL, on a store with sessions bounded by `statement_timeout`:
-    ///   one statement, `WITH recorded AS (<the fenced progress update,
-    ///   counting limit rows>) <statement> AND EXISTS (SELECT 1 FROM
-    ///   recorded)`, so a lost lease changes nothing. When the statement
+    ///   one statement, `WITH recorded AS (<the fenced count of limit rows
+    ///   in the batch's tally>) <statement> AND EXISTS (SELECT 1 FROM
+    ///   recorded)`, so a lost lease changes nothing. The tally is a narrow
+    ///   row that exists, with the claim's lease epoch, exactly while the
+    ///   batch runs, and whose count joins the batch's when its status or
+    ///   epoch changes (database triggers keep both so; migration
+    ///   `0003_batch_tallies.sql`): the fence costs a three-number update,
+    ///   not a rewrite of the wide batch row. When the statement
     ///   changed other than `limit` rows (the scope's last sub-batch), a
     ///   second, fenced statement sets the count right at once; a crash
     ///   between the two leaves the batch's row count off by the
@@ -162,17 +167,11 @@ impl Store {
                 .await;
         };
         let n = statement.params().len();
-        let fused = SqlText::new(
-            "WITH recorded AS (UPDATE sluice_batches SET rows_affected = rows_affected + ",
-        )
-        .param(n + 1)
-        .push(" WHERE id = ")
-        .param(n + 2)
-        .push(" AND lease_epoch = ")
-        .param(n + 3)
-        .push(" AND status = 'running' RETURNING 1) ")
-        .append(statement.text())
-        .push(" AND EXISTS (SELECT 1 FROM recorded)");
+        let fused = SqlText::new("WITH recorded AS (")
+            .append(&tally_update(n + 1))
+            .push(" RETURNING 1) ")
+            .append(statement.text())
+            .push(" AND EXISTS (SELECT 1 FROM recorded)");
         let changed = bind_values!(sqlx::query(fused.to_sqlx()), statement.params())
             .bind(limit)
             .bind(lease.batch_id)
@@ -184,15 +183,13 @@ impl Store {
         if difference == 0 {
             return Ok(changed);
         }
-        // The record counted `limit` rows; set it to what changed (the
-        // record statement with no progress to move). Nothing changed and no
-        // record to set right: the lease was lost before the statement,
-        // which then kept nothing.
-        let corrected = sqlx::query(SubBatchTx::RECORD)
+        // The tally counted `limit` rows; set it to what changed. Nothing
+        // changed and no tally to set right: the lease was lost before the
+        // statement, which then kept nothing.
+        let corrected = sqlx::query(tally_update(1).to_sqlx())
+            .bind(difference)
             .bind(lease.batch_id)
             .bind(lease.epoch)
-            .bind(None::<String>)
-            .bind(difference)
             .execute(bounded)
             .await?
             .rows_affected();
@@ -246,6 +243,20 @@ fn fused_with_record(statement: &Statement) -> SqlText {
         .push(" AND lease_epoch = ")
         .param(n + 3)
         .push(" AND status = 'running' RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)")
+}
+
+/// `UPDATE sluice_batch_tallies SET rows_affected = rows_affected + $first
+/// WHERE batch_id = $first+1 AND lease_epoch = $first+2`: a loop sub-batch's
+/// count, fenced by its lease (a batch's tally exists, with the claim's
+/// epoch, exactly while the batch runs; see the PostgreSQL migration
+/// `0003_batch_tallies.sql`).
+fn tally_update(first: usize) -> SqlText {
+    SqlText::new("UPDATE sluice_batch_tallies SET rows_affected = rows_affected + ")
+        .param(first)
+        .push(" WHERE batch_id = ")
+        .param(first + 1)
+        .push(" AND lease_epoch = ")
+        .param(first + 2)
 }
 
 fn is_division_by_zero(error: &sqlx::Error) -> bool {
