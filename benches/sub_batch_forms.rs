@@ -22,7 +22,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use sluice_store::{BatchLease, ConnectOptions, OperationSpec, SqlValue, Statement, Store};
+use sluice_operations::batching::{LoopPick, loop_rows};
+use sluice_operations::{DeleteAgedRows, Operation, Strategy};
+use sluice_store::{BatchLease, ConnectOptions, OperationSpec, Statement, Store};
 
 use common::{env, fill_aged_events as fill, postgres_url};
 
@@ -51,7 +53,7 @@ async fn main() {
     for repeat in 1..=repeats {
         fill(&store, rows).await;
         let lease = batch_lease(&store).await;
-        let delete = aged_rows();
+        let delete = aged_rows(&store).await;
         let mut spent = [Duration::ZERO; 3];
         let mut turns = [0u32; 3];
         let (mut deleted, mut with_record) = (0, 0);
@@ -113,19 +115,16 @@ async fn main() {
 }
 
 /// The statement the runtime sends on PostgreSQL for a `delete-aged-rows`
-/// sub-batch of `bench_events` (the loop strategy: up to `SUB_BATCH` aged
-/// rows).
-fn aged_rows() -> Statement {
-    Statement::new(
-        "DELETE FROM \"bench_events\" WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM \"bench_events\" \
-         WHERE 1 = 1 AND \"created_at\" < ",
-    )
-    .value(SqlValue::Timestamp(
-        chrono::Utc::now() - chrono::Duration::days(1),
-    ))
-    .push(" LIMIT ")
-    .value(SqlValue::Int(SUB_BATCH))
-    .push("))")
+/// sub-batch of `bench_events`: the operation's own shape and loop pick, up
+/// to `SUB_BATCH` aged rows.
+async fn aged_rows(store: &Store) -> Statement {
+    let arguments = common::older_than_a_day(store, "bench_events").await;
+    let shape = DeleteAgedRows.shape(&arguments).expect("its shape");
+    let Strategy::Loop { key } = shape.strategy() else {
+        unreachable!("delete-aged-rows loops")
+    };
+    let head = Statement::new("DELETE FROM ").ident(shape.table());
+    loop_rows(&shape, key, SUB_BATCH, LoopPick::for_store(store), head)
 }
 
 /// A running loop batch of a fresh operation of this harness's own kind,

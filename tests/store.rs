@@ -57,7 +57,6 @@ fn loop_spec(table: &str) -> OperationSpec {
     looped
 }
 
-/// A store on the same database with a manual clock.
 /// Appends `event` as an operator does: under no lease, at whatever
 /// sequence the log is.
 async fn operator(db: &TestDb, id: i64, event: Event) -> Appended {
@@ -67,6 +66,7 @@ async fn operator(db: &TestDb, id: i64, event: Event) -> Appended {
         .unwrap()
 }
 
+/// A store on the same database with a manual clock.
 fn with_clock(db: &TestDb) -> (Store, ManualClock) {
     let clock = ManualClock::new(1_700_000_000_000);
     (db.store.clone().with_clock(Arc::new(clock.clone())), clock)

@@ -138,6 +138,19 @@ struct ActiveBatch {
     ending: Option<Ending>,
 }
 
+impl ActiveBatch {
+    /// The batch size a succeeded batch's outcome sets, if any.
+    ///
+    /// Panics unless the batch's ending is [`Ending::Succeeded`]: only a
+    /// succeeded batch is closed.
+    fn next_size(&self) -> Option<i64> {
+        match self.ending {
+            Some(Ending::Succeeded { next_size }) => next_size,
+            _ => unreachable!("a closing batch has succeeded"),
+        }
+    }
+}
+
 /// How a batch ended, kept until its outcome is recorded.
 #[derive(Debug, Clone)]
 enum Ending {
@@ -522,7 +535,8 @@ impl OperationState {
             };
         }
         let (batch, appended) = store.plan_claimed_batch(lease, &next).await?;
-        self.batch = Some(self.planned(batch, appended.record.state));
+        self.projection = appended.record.state;
+        self.batch = Some(self.planned(batch));
         Ok(true)
     }
 
@@ -629,7 +643,8 @@ impl OperationState {
         let lease = self.lease.as_ref().expect("next_batch_now is an owner's");
         match self.context.store.plan_claimed_batch(lease, &next).await {
             Ok((planned, appended)) => {
-                self.following = Some(self.planned(planned, appended.record.state));
+                self.projection = appended.record.state;
+                self.following = Some(self.planned(planned));
             }
             Err(error) => {
                 tracing::debug!(operation = self.id, error = %error, "could not plan the next batch ahead; it is planned at the boundary");
@@ -637,10 +652,9 @@ impl OperationState {
         }
     }
 
-    /// A batch this owner just planned and claimed (`state`: the projection
-    /// after it), ready to run.
-    fn planned(&mut self, batch: Batch, state: Projection) -> ActiveBatch {
-        self.projection = state;
+    /// A batch this owner just planned and claimed (the projection after it
+    /// already taken), ready to run.
+    fn planned(&mut self, batch: Batch) -> ActiveBatch {
         self.transitioned(&["batch_planned"]);
         self.activate(batch)
     }
@@ -793,9 +807,7 @@ impl OperationState {
     /// for the next step to record again rather than losing it.
     async fn close_batch(&mut self) -> Result<(), OperationError> {
         let batch = self.batch.as_ref().expect("a batch is closing");
-        let Some(Ending::Succeeded { next_size }) = batch.ending else {
-            unreachable!("a closing batch has succeeded")
-        };
+        let next_size = batch.next_size();
         let store = &self.context.store;
         let (appended, planned) = match (self.next_batch_now(next_size).await, &self.lease) {
             (Some(next), Some(owner)) => {
@@ -820,8 +832,7 @@ impl OperationState {
         let batch = self.batch.take().expect("a batch is closing");
         self.closed(&batch, appended.record.state);
         if let Some(planned) = planned {
-            self.transitioned(&["batch_planned"]);
-            self.batch = Some(self.activate(planned));
+            self.batch = Some(self.planned(planned));
         }
         Ok(())
     }
@@ -834,12 +845,9 @@ impl OperationState {
         let Some(batch) = self.closing.as_ref() else {
             return Ok(());
         };
-        let Some(Ending::Succeeded { next_size }) = batch.ending else {
-            unreachable!("a closing batch has succeeded")
-        };
         let store = &self.context.store;
         match store
-            .complete_batch(&batch.lease, batch.rows, batch.busy, next_size)
+            .complete_batch(&batch.lease, batch.rows, batch.busy, batch.next_size())
             .await
         {
             Ok(appended) => {
