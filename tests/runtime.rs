@@ -31,6 +31,7 @@ for_each_backend!(
     an_operation_actor_that_fails_to_start_is_restarted_within_its_budget,
     an_actor_failing_past_its_budget_fails_only_its_own_operation,
     a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried,
+    a_pool_of_two_runs_at_most_two_sub_batches_at_once,
     an_operator_pause_from_outside_stops_the_worker_and_resume_finishes,
     bulk_enqueue_refuses_a_bad_item_whole_then_runs_every_operation,
 );
@@ -1073,13 +1074,17 @@ async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db:
 /// Marks `items` rows in ranges of their id, misbehaving on purpose: its
 /// `shape` panics on the calls numbered in `shape_panics` (call 1 is the
 /// enqueue's, later ones are operation actors starting), and its `run`
-/// panics on the calls numbered in `run_panics`.
+/// panics on the calls numbered in `run_panics`. `running` counts its
+/// sub-batches running now and `most` the most seen at once (shared by
+/// the operations given the same counters).
 struct Unreliable {
     kind: &'static str,
     shape_calls: Arc<AtomicU32>,
     shape_panics: std::ops::RangeInclusive<u32>,
     run_calls: Arc<AtomicU32>,
     run_panics: std::ops::RangeInclusive<u32>,
+    running: Arc<AtomicU32>,
+    most: Arc<AtomicU32>,
 }
 
 impl Unreliable {
@@ -1090,6 +1095,8 @@ impl Unreliable {
             shape_panics: 0..=0, // calls count from 1: never
             run_calls: Arc::default(),
             run_panics: 0..=0,
+            running: Arc::default(),
+            most: Arc::default(),
         }
     }
 }
@@ -1119,17 +1126,24 @@ impl Operation for Unreliable {
         if self.run_panics.contains(&call) {
             panic!("run call {call} panics on purpose");
         }
-        batch.update_expression("seen = seen + 1").await
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let changed = batch.update_expression("seen = seen + 1").await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        changed
     }
 }
 
+/// Runs `operations` over the items to the end on a pool of `pool_size`.
 async fn run_unreliable(
     db: &TestDb,
     operations: Vec<Unreliable>,
+    pool_size: usize,
 ) -> Vec<sluice_store::OperationRecord> {
     let kinds: Vec<&'static str> = operations.iter().map(|o| o.kind).collect();
     let mut builder = builder(db).config(RuntimeConfig {
         max_attempts: 3,
+        pool_size,
         ..fixed_batches(40)
     });
     for operation in operations {
@@ -1165,7 +1179,7 @@ async fn an_operation_actor_that_fails_to_start_is_restarted_within_its_budget(d
         ..Unreliable::new("restarts-twice")
     };
     let shape_calls = operation.shape_calls.clone();
-    let records = run_unreliable(db, vec![operation]).await;
+    let records = run_unreliable(db, vec![operation], RuntimeConfig::default().pool_size).await;
     assert_eq!(records[0].state.status, OperationStatus::Finished);
     assert!(shape_calls.load(Ordering::SeqCst) >= 4);
     assert_each_item_changed_once(db).await;
@@ -1177,7 +1191,12 @@ async fn an_actor_failing_past_its_budget_fails_only_its_own_operation(db: &Test
         shape_panics: 2..=u32::MAX, // every actor dies starting
         ..Unreliable::new("always-broken")
     };
-    let records = run_unreliable(db, vec![broken, Unreliable::new("healthy")]).await;
+    let records = run_unreliable(
+        db,
+        vec![broken, Unreliable::new("healthy")],
+        RuntimeConfig::default().pool_size,
+    )
+    .await;
     let (broken, healthy) = (&records[0], &records[1]);
     assert_eq!(broken.state.status, OperationStatus::Failed);
     let error = broken.state.last_error.clone().unwrap_or_default();
@@ -1188,13 +1207,39 @@ async fn an_actor_failing_past_its_budget_fails_only_its_own_operation(db: &Test
     assert_each_item_changed_once(db).await;
 }
 
+/// Four operations share a pool of two: no more than two of their
+/// sub-batches ever run at once, and every job is answered (each operation
+/// finishes, having changed each item once).
+async fn a_pool_of_two_runs_at_most_two_sub_batches_at_once(db: &TestDb) {
+    create_items(db, 100).await;
+    let (running, most) = (Arc::<AtomicU32>::default(), Arc::<AtomicU32>::default());
+    let operations = ["pool-a", "pool-b", "pool-c", "pool-d"].map(|kind| Unreliable {
+        running: Arc::clone(&running),
+        most: Arc::clone(&most),
+        ..Unreliable::new(kind)
+    });
+    let records = run_unreliable(db, operations.into(), 2).await;
+    for record in &records {
+        assert_eq!(record.state.status, OperationStatus::Finished);
+        assert_eq!(record.state.rows_done, 100);
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE seen <> 4")
+            .await,
+        0,
+        "some item was not changed once by each operation"
+    );
+    let most = most.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&most), "{most} sub-batches ran at once");
+}
+
 async fn a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried(db: &TestDb) {
     create_items(db, 100).await;
     let operation = Unreliable {
         run_panics: 2..=2,
         ..Unreliable::new("worker-panics-once")
     };
-    let records = run_unreliable(db, vec![operation]).await;
+    let records = run_unreliable(db, vec![operation], RuntimeConfig::default().pool_size).await;
     let record = &records[0];
     assert_eq!(record.state.status, OperationStatus::Finished);
     assert_each_item_changed_once(db).await;

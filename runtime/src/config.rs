@@ -10,7 +10,7 @@ use sluice_telemetry::Metrics;
 use tokio::sync::broadcast;
 
 use crate::health::{HealthMessage, HealthSnapshot};
-use crate::pool::PoolMessage;
+use crate::pool::{RunningPool, SubBatchQueue};
 
 /// How a runtime runs. [`RuntimeConfig::default`] suits an embedded SQLite
 /// runtime; every field can be set on the builder.
@@ -129,6 +129,11 @@ pub struct RuntimeContext {
     pub health: Arc<OutputPort<HealthSnapshot>>,
     /// Progress reports.
     pub progress: broadcast::Sender<Progress>,
+    /// The id of each operation that ended here (finished, failed or
+    /// cancelled), sent with its last progress report: what
+    /// [`crate::Runtime::wait`] listens to, so a waiter is not woken by
+    /// every sub-batch's report.
+    pub(crate) ended: broadcast::Sender<i64>,
     /// Metrics instruments (from the global meter provider at start).
     pub metrics: Metrics,
     /// The current pool and monitor (replaced when the supervisor restarts one).
@@ -138,14 +143,18 @@ pub struct RuntimeContext {
 /// The node's shared actors, as the supervisor last started them.
 #[derive(Clone)]
 pub(crate) struct Services {
-    pub(crate) pool: ActorRef<PoolMessage>,
+    pub(crate) pool: RunningPool,
     pub(crate) monitor: ActorRef<HealthMessage>,
 }
 
 impl RuntimeContext {
-    /// The sub-batch pool in service now.
-    pub(crate) fn pool(&self) -> Option<ActorRef<PoolMessage>> {
-        self.services.read().ok()?.as_ref().map(|s| s.pool.clone())
+    /// The queue of the sub-batch pool in service now.
+    pub(crate) fn pool(&self) -> Option<SubBatchQueue> {
+        self.services
+            .read()
+            .ok()?
+            .as_ref()
+            .map(|s| s.pool.queue.clone())
     }
 
     /// The health monitor in service now.

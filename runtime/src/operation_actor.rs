@@ -42,7 +42,7 @@ use tracing::Span;
 
 use crate::config::{Progress, RuntimeContext};
 use crate::health::{HealthMessage, HealthSnapshot, Signal};
-use crate::pool::{PoolMessage, SubBatchJob};
+use crate::pool::SubBatchJob;
 use crate::sizing::{BatchSizer, backoff, shrink_after_failure, throttled_pause, throttled_size};
 
 /// The operation actor.
@@ -435,7 +435,7 @@ impl OperationState {
         let sent = self
             .context
             .pool()
-            .is_some_and(|pool| pool.cast(PoolMessage::Run(job)).is_ok());
+            .is_some_and(|pool| pool.submit(job));
         if !sent {
             self.in_flight = None;
             self.schedule_step(myself, self.context.config.retry_base);
@@ -795,8 +795,15 @@ impl OperationState {
             }
             self.close_batch().await?;
         }
+        let pause = self.pause();
+        if pause.is_zero() && !done {
+            // No pause due: the next sub-batch now, as a step would start
+            // it, rather than after a message to itself.
+            self.step(myself).await?;
+        } else {
+            self.schedule_step(myself, pause);
+        }
         self.report();
-        self.schedule_step(myself, self.pause());
         Ok(())
     }
 
@@ -1347,6 +1354,9 @@ impl OperationState {
             batch_size: p.batch_size,
             held_back,
         });
+        if p.status.is_terminal() {
+            let _ = self.context.ended.send(self.id);
+        }
     }
 }
 

@@ -6,9 +6,15 @@
 //! its worker panics (the reply is then an error and the worker is replaced);
 //! a sub-batch whose worker dies commits nothing, because its transaction is
 //! dropped with it.
+//!
+//! The queue is shared ([`SubBatchQueue`]): an operation actor hands its job
+//! straight to an idle worker, and a worker that finishes takes the next
+//! queued job itself, so a sub-batch goes from its operation actor to a
+//! worker in one message. The [`SubBatchPool`] actor starts the workers,
+//! supervises them and replaces the ones that die.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use sluice_operations::{OperationError, PreparedOperation, SubBatchRequest, run_sub_batch};
@@ -17,7 +23,7 @@ use tracing::Instrument;
 
 use crate::operation_actor::OperationMessage;
 
-/// The pool actor.
+/// The pool actor: starts, supervises and replaces the workers.
 #[derive(Debug)]
 pub struct SubBatchPool;
 
@@ -34,33 +40,170 @@ pub struct SubBatchJob {
     pub span: tracing::Span,
 }
 
-/// Messages of [`SubBatchPool`].
-pub enum PoolMessage {
-    /// Queue a job.
-    Run(SubBatchJob),
-    /// Worker `index` finished its job.
-    Idle(usize),
+/// The pool's queue and its workers' places, shared by the pool actor, its
+/// workers and the operation actors. A job is either queued or held by
+/// exactly one busy worker, whose place remembers whom to answer.
+#[derive(Clone)]
+pub struct SubBatchQueue(Arc<Mutex<Roster>>);
+
+/// A running pool: its actor (whose death the runtime supervisor watches)
+/// and the queue operation actors hand their jobs to.
+#[derive(Clone)]
+pub struct RunningPool {
+    /// The pool actor.
+    pub actor: ActorRef<PoolMessage>,
+    /// Its queue.
+    pub queue: SubBatchQueue,
 }
+
+/// Messages of [`SubBatchPool`]: none; it acts on supervision events only.
+pub enum PoolMessage {}
 
 /// Arguments of [`SubBatchPool`].
 pub struct PoolArgs {
     /// The store the sub-batches write through.
     pub store: Store,
-    /// Number of workers.
-    pub size: usize,
+    /// The queue the workers take their jobs from: one worker per place.
+    pub queue: SubBatchQueue,
 }
 
 /// The pool's state.
 pub struct PoolState {
     store: Store,
-    workers: Vec<Worker>,
-    queue: VecDeque<SubBatchJob>,
+    queue: SubBatchQueue,
 }
 
-struct Worker {
-    actor: ActorRef<WorkerMessage>,
-    /// Whom to answer for the job it runs, if any.
+struct Roster {
+    places: Vec<Place>,
+    jobs: VecDeque<SubBatchJob>,
+    /// The pool stopped: no job is taken any more.
+    closed: bool,
+}
+
+/// A worker's place: the worker now in it (none while it is being
+/// replaced) and, while it runs a job, whom to answer.
+#[derive(Default)]
+struct Place {
+    worker: Option<ActorRef<WorkerMessage>>,
     busy: Option<ActorRef<OperationMessage>>,
+}
+
+impl SubBatchQueue {
+    /// An empty queue for a pool of `size` workers (at least one).
+    pub fn new(size: usize) -> Self {
+        let places = (0..size.max(1)).map(|_| Place::default()).collect();
+        SubBatchQueue(Arc::new(Mutex::new(Roster {
+            places,
+            jobs: VecDeque::new(),
+            closed: false,
+        })))
+    }
+
+    /// Hands `job` to an idle worker, or queues it until one is free; it
+    /// is then answered exactly once. False when the pool has stopped: the
+    /// job is dropped unanswered (the pool's replacement has a queue of
+    /// its own).
+    pub fn submit(&self, job: SubBatchJob) -> bool {
+        let mut roster = self.lock();
+        if roster.closed {
+            return false;
+        }
+        roster.jobs.push_back(job);
+        roster.dispatch();
+        true
+    }
+
+    /// How many workers the queue has places for.
+    fn places(&self) -> usize {
+        self.lock().places.len()
+    }
+
+    /// Worker `index` finished its job: its place is free, and it takes the
+    /// next queued job if there is one.
+    fn finished(&self, index: usize) {
+        let mut roster = self.lock();
+        if let Some(place) = roster.places.get_mut(index) {
+            place.busy = None;
+        }
+        roster.dispatch();
+    }
+
+    /// The worker at `index` died: whom it was answering (if anyone), and
+    /// its place left empty until [`Self::replaced`].
+    fn died(&self, index: usize) -> Option<ActorRef<OperationMessage>> {
+        let mut roster = self.lock();
+        let place = roster.places.get_mut(index)?;
+        place.worker = None;
+        place.busy.take()
+    }
+
+    /// `worker` takes place `index` and the queue goes on.
+    fn replaced(&self, index: usize, worker: ActorRef<WorkerMessage>) {
+        let mut roster = self.lock();
+        if let Some(place) = roster.places.get_mut(index) {
+            place.worker = Some(worker);
+        }
+        roster.dispatch();
+    }
+
+    /// The place of the worker with this actor id, if it is one of ours.
+    fn place_of(&self, id: ractor::ActorId) -> Option<usize> {
+        self.lock()
+            .places
+            .iter()
+            .position(|p| p.worker.as_ref().is_some_and(|w| w.get_id() == id))
+    }
+
+    /// No job is taken any more; queued ones are answered with an error
+    /// (nothing of them ran), so no operation actor waits on them.
+    fn close(&self) {
+        let queued: Vec<SubBatchJob> = {
+            let mut roster = self.lock();
+            roster.closed = true;
+            roster.jobs.drain(..).collect()
+        };
+        for job in queued {
+            let error = OperationError::Failed("the sub-batch pool stopped".into());
+            let _ = job.reply.cast(OperationMessage::SubBatchDone(Err(error)));
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Roster> {
+        // A panic while holding the lock leaves the roster consistent (every
+        // change under it is one assignment), so a poisoned lock is used as is.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Roster {
+    /// Gives queued jobs to idle workers, first come first served.
+    fn dispatch(&mut self) {
+        for place in self.places.iter_mut() {
+            if place.busy.is_some() {
+                continue;
+            }
+            let Some(worker) = &place.worker else {
+                continue;
+            };
+            let Some(job) = self.jobs.pop_front() else {
+                return;
+            };
+            place.busy = Some(job.reply.clone());
+            if let Err(e) = worker.cast(WorkerMessage::Run(job)) {
+                // The worker is gone; its supervision event answers the job
+                // and replaces it.
+                tracing::warn!(error = %e, "could not hand a job to a sub-batch worker");
+            }
+        }
+    }
+}
+
+impl Drop for PoolState {
+    /// However the pool ends (stopped, or failed and replaced), its queue
+    /// takes no more jobs.
+    fn drop(&mut self) {
+        self.queue.close();
+    }
 }
 
 impl Actor for SubBatchPool {
@@ -73,17 +216,13 @@ impl Actor for SubBatchPool {
         myself: ActorRef<Self::Msg>,
         args: PoolArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let mut workers = Vec::with_capacity(args.size);
-        for index in 0..args.size.max(1) {
-            workers.push(Worker {
-                actor: spawn_worker(&myself, &args.store, index).await?,
-                busy: None,
-            });
+        for index in 0..args.queue.places() {
+            let worker = spawn_worker(&myself, &args.store, &args.queue, index).await?;
+            args.queue.replaced(index, worker);
         }
         Ok(PoolState {
             store: args.store,
-            workers,
-            queue: VecDeque::new(),
+            queue: args.queue,
         })
     }
 
@@ -93,8 +232,9 @@ impl Actor for SubBatchPool {
     async fn post_stop(
         &self,
         myself: ActorRef<Self::Msg>,
-        _state: &mut PoolState,
+        state: &mut PoolState,
     ) -> Result<(), ActorProcessingErr> {
+        state.queue.close();
         myself
             .stop_children_and_wait(Some("pool stopping".into()), None)
             .await;
@@ -105,18 +245,9 @@ impl Actor for SubBatchPool {
         &self,
         _myself: ActorRef<Self::Msg>,
         message: PoolMessage,
-        state: &mut PoolState,
+        _state: &mut PoolState,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            PoolMessage::Run(job) => state.queue.push_back(job),
-            PoolMessage::Idle(index) => {
-                if let Some(worker) = state.workers.get_mut(index) {
-                    worker.busy = None;
-                }
-            }
-        }
-        state.dispatch();
-        Ok(())
+        match message {}
     }
 
     async fn handle_supervisor_evt(
@@ -132,42 +263,24 @@ impl Actor for SubBatchPool {
             }
             _ => return Ok(()),
         };
-        let Some(index) = state
-            .workers
-            .iter()
-            .position(|w| w.actor.get_id() == cell.get_id())
-        else {
+        let Some(index) = state.queue.place_of(cell.get_id()) else {
             return Ok(());
         };
         tracing::warn!(worker = index, %why, "sub-batch worker died; replacing it");
-        if let Some(reply) = state.workers[index].busy.take() {
+        if let Some(reply) = state.queue.died(index) {
             let error = OperationError::Failed(format!("sub-batch worker died: {why}"));
             let _ = reply.cast(OperationMessage::SubBatchDone(Err(error)));
         }
-        state.workers[index].actor = spawn_worker(&myself, &state.store, index).await?;
-        state.dispatch();
+        let worker = spawn_worker(&myself, &state.store, &state.queue, index).await?;
+        state.queue.replaced(index, worker);
         Ok(())
-    }
-}
-
-impl PoolState {
-    fn dispatch(&mut self) {
-        for worker in self.workers.iter_mut().filter(|w| w.busy.is_none()) {
-            let Some(job) = self.queue.pop_front() else {
-                return;
-            };
-            worker.busy = Some(job.reply.clone());
-            if let Err(e) = worker.actor.cast(WorkerMessage::Run(job)) {
-                // The worker is gone; its supervision event replies and replaces it.
-                tracing::warn!(error = %e, "could not hand a job to a sub-batch worker");
-            }
-        }
     }
 }
 
 async fn spawn_worker(
     pool: &ActorRef<PoolMessage>,
     store: &Store,
+    queue: &SubBatchQueue,
     index: usize,
 ) -> Result<ActorRef<WorkerMessage>, ActorProcessingErr> {
     let (worker, _) = Actor::spawn_linked(
@@ -175,7 +288,7 @@ async fn spawn_worker(
         SubBatchWorker,
         WorkerArgs {
             index,
-            pool: pool.clone(),
+            queue: queue.clone(),
             store: store.clone(),
         },
         pool.get_cell(),
@@ -197,7 +310,7 @@ pub enum WorkerMessage {
 /// Arguments and state of [`SubBatchWorker`].
 pub struct WorkerArgs {
     index: usize,
-    pool: ActorRef<PoolMessage>,
+    queue: SubBatchQueue,
     store: Store,
 }
 
@@ -234,8 +347,9 @@ impl Actor for SubBatchWorker {
                     .record("otel.status_description", error.to_string());
             }
         }
+        // Free the place first, so the answer's next sub-batch finds it.
+        state.queue.finished(state.index);
         let _ = job.reply.cast(OperationMessage::SubBatchDone(outcome));
-        let _ = state.pool.cast(PoolMessage::Idle(state.index));
         Ok(())
     }
 }

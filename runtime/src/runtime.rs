@@ -177,12 +177,14 @@ impl RuntimeBuilder {
         };
         indicators.extend(self.indicators);
         let (progress, _) = broadcast::channel(1_024);
+        let (ended, _) = broadcast::channel(1_024);
         let context = RuntimeContext {
             store,
             registry: self.registry,
             config: Arc::new(self.config),
             health: Arc::new(OutputPort::default()),
             progress,
+            ended,
             metrics: sluice_telemetry::Metrics::new(),
             services: Arc::new(RwLock::new(None)),
         };
@@ -318,7 +320,7 @@ impl Runtime {
     /// `timeout` passes) and returns it.
     pub async fn wait(&self, id: i64, timeout: Duration) -> Result<OperationRecord, RuntimeError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut progress = self.subscribe();
+        let mut ended = self.context.ended.subscribe();
         loop {
             let record = self.context.store.operation(id).await?;
             if matches!(
@@ -334,12 +336,12 @@ impl Runtime {
                     status: record.state.status.as_str(),
                 });
             }
-            // Woken by this node's report that it ended, or by the clock
-            // (changes made elsewhere); other reports do not cost a query.
+            // Woken by this node's word that it ended, or by the clock
+            // (changes made elsewhere).
             let _ = tokio::time::timeout(Duration::from_millis(250), async {
                 loop {
-                    match progress.recv().await {
-                        Ok(p) if p.operation_id == id && p.status.is_terminal() => return,
+                    match ended.recv().await {
+                        Ok(ended) if ended == id => return,
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                         Err(broadcast::error::RecvError::Closed) => {
                             std::future::pending::<()>().await

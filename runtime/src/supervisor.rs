@@ -23,7 +23,7 @@ use crate::config::{RuntimeContext, Services};
 use crate::health::HealthIndicator;
 use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs};
 use crate::operation_actor::{OperationActor, OperationArgs, OperationMessage};
-use crate::pool::{PoolArgs, PoolMessage, SubBatchPool};
+use crate::pool::{PoolArgs, RunningPool, SubBatchPool, SubBatchQueue};
 use crate::reconciler::{Reconciler, ReconcilerMessage};
 use crate::scheduler::{Scheduler, SchedulerMessage};
 
@@ -61,7 +61,7 @@ pub struct SupervisorState {
     context: RuntimeContext,
     indicators: Vec<std::sync::Arc<dyn HealthIndicator>>,
     monitor: ActorRef<HealthMessage>,
-    pool: ActorRef<PoolMessage>,
+    pool: RunningPool,
     reconciler: Option<ActorRef<ReconcilerMessage>>,
     scheduler: Option<ActorRef<SchedulerMessage>>,
     operations: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
@@ -334,7 +334,7 @@ impl SupervisorState {
             tracing::warn!(%reason, "health monitor died; restarting it");
             self.monitor = spawn_monitor(myself, &self.context, &self.indicators).await?;
             publish(&self.context, &self.pool, &self.monitor);
-        } else if id == self.pool.get_id() {
+        } else if id == self.pool.actor.get_id() {
             tracing::warn!(%reason, "sub-batch pool died; restarting it");
             self.pool = spawn_pool(myself, &self.context).await?;
             publish(&self.context, &self.pool, &self.monitor);
@@ -383,11 +383,7 @@ impl SupervisorState {
     }
 }
 
-fn publish(
-    context: &RuntimeContext,
-    pool: &ActorRef<PoolMessage>,
-    monitor: &ActorRef<HealthMessage>,
-) {
+fn publish(context: &RuntimeContext, pool: &RunningPool, monitor: &ActorRef<HealthMessage>) {
     if let Ok(mut services) = context.services.write() {
         *services = Some(Services {
             pool: pool.clone(),
@@ -418,16 +414,14 @@ async fn spawn_monitor(
 async fn spawn_pool(
     supervisor: &ActorRef<SupervisorMessage>,
     context: &RuntimeContext,
-) -> Result<ActorRef<PoolMessage>, ActorProcessingErr> {
+) -> Result<RunningPool, ActorProcessingErr> {
+    let queue = SubBatchQueue::new(context.config.pool_size);
     let args = PoolArgs {
         store: context.store.clone(),
-        size: context.config.pool_size,
+        queue: queue.clone(),
     };
-    Ok(
-        Actor::spawn_linked(None, SubBatchPool, args, supervisor.get_cell())
-            .await?
-            .0,
-    )
+    let (actor, _) = Actor::spawn_linked(None, SubBatchPool, args, supervisor.get_cell()).await?;
+    Ok(RunningPool { actor, queue })
 }
 
 async fn spawn_reconciler(
