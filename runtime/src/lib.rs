@@ -9,7 +9,8 @@
 //! - the [`health::HealthMonitor`] polls health indicators and broadcasts
 //!   normal / throttle / stop, globally or per table, with hysteresis;
 //! - the [`pool::SubBatchPool`] runs sub-batch SQL on a fixed number of
-//!   supervised workers, with a statement timeout;
+//!   supervised workers, with a statement timeout; operation actors hand
+//!   jobs to its workers through its shared [`pool::SubBatchQueue`];
 //! - the [`scheduler::Scheduler`] fires due schedules ([`schedule`]).
 //!
 //! State lives in the store, never only in a mailbox: every actor rebuilds

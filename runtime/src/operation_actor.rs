@@ -432,10 +432,7 @@ impl OperationState {
             span,
         };
         self.in_flight = Some(Instant::now());
-        let sent = self
-            .context
-            .pool()
-            .is_some_and(|pool| pool.submit(job));
+        let sent = self.context.pool().is_some_and(|pool| pool.submit(job));
         if !sent {
             self.in_flight = None;
             self.schedule_step(myself, self.context.config.retry_base);
