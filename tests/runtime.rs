@@ -1074,19 +1074,24 @@ async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db:
 /// Marks `items` rows in ranges of their id, misbehaving on purpose: its
 /// `shape` panics on the calls numbered in `shape_panics` (call 1 is the
 /// enqueue's, later ones are operation actors starting), and its `run`
-/// panics on the calls numbered in `run_panics`. `running` counts its
-/// sub-batches running now and `most` the most seen at once (shared by
-/// the operations given the same counters).
+/// panics on the calls numbered in `run_panics`. `at_once` counts its
+/// sub-batches running at once (across the operations given the same one).
 struct Unreliable {
     kind: &'static str,
     shape_calls: Arc<AtomicU32>,
     shape_panics: std::ops::RangeInclusive<u32>,
     run_calls: Arc<AtomicU32>,
     run_panics: std::ops::RangeInclusive<u32>,
-    running: Arc<AtomicU32>,
-    most: Arc<AtomicU32>,
+    at_once: Arc<AtOnce>,
     /// When set, `run` waits until it opens.
     gate: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// Sub-batches running now, and the most seen running at once.
+#[derive(Default)]
+struct AtOnce {
+    running: AtomicU32,
+    most: AtomicU32,
 }
 
 impl Unreliable {
@@ -1097,8 +1102,7 @@ impl Unreliable {
             shape_panics: 0..=0, // calls count from 1: never
             run_calls: Arc::default(),
             run_panics: 0..=0,
-            running: Arc::default(),
-            most: Arc::default(),
+            at_once: Arc::default(),
             gate: None,
         }
     }
@@ -1129,13 +1133,13 @@ impl Operation for Unreliable {
         if self.run_panics.contains(&call) {
             panic!("run call {call} panics on purpose");
         }
-        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        let now = self.at_once.running.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(gate) = &self.gate {
             let _ = gate.clone().wait_for(|open| *open).await;
         }
-        self.most.fetch_max(now, Ordering::SeqCst);
+        self.at_once.most.fetch_max(now, Ordering::SeqCst);
         let changed = batch.update_expression("seen = seen + 1").await;
-        self.running.fetch_sub(1, Ordering::SeqCst);
+        self.at_once.running.fetch_sub(1, Ordering::SeqCst);
         changed
     }
 }
@@ -1222,10 +1226,10 @@ async fn an_actor_failing_past_its_budget_fails_only_its_own_operation(db: &Test
 async fn a_pool_of_one_hands_queued_sub_batches_on_as_its_worker_frees(db: &TestDb) {
     create_items(db, 20).await;
     let (open, gate) = tokio::sync::watch::channel(false);
-    let most = Arc::<AtomicU32>::default();
+    let at_once = Arc::<AtOnce>::default();
     let operations = ["queued-a", "queued-b", "queued-c"].map(|kind| Unreliable {
         gate: Some(gate.clone()),
-        most: Arc::clone(&most),
+        at_once: Arc::clone(&at_once),
         ..Unreliable::new(kind)
     });
     let opener = async {
@@ -1249,7 +1253,7 @@ async fn a_pool_of_one_hands_queued_sub_batches_on_as_its_worker_frees(db: &Test
         "some item was not changed once by each operation"
     );
     assert_eq!(
-        most.load(Ordering::SeqCst),
+        at_once.most.load(Ordering::SeqCst),
         1,
         "a pool of one ran two at once"
     );

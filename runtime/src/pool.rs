@@ -199,8 +199,10 @@ impl Roster {
 }
 
 impl Drop for PoolState {
-    /// However the pool ends (stopped, or failed and replaced), its queue
-    /// takes no more jobs.
+    /// However the pool ends, its queue takes no more jobs. `post_stop`
+    /// closes it first on a stop (before the workers are stopped, so none
+    /// is handed a job it would drop); this covers a pool that panicked or
+    /// was killed, for which ractor does not call `post_stop`.
     fn drop(&mut self) {
         self.queue.close();
     }
