@@ -37,7 +37,10 @@ for_each_backend!(
     a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit,
 );
 
-postgres_only!(a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row);
+postgres_only!(
+    a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row,
+    a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it,
+);
 
 fn spec(table: &str) -> OperationSpec {
     let mut spec = OperationSpec::new("delete-aged-rows", table, vec!["id".into()])
@@ -1091,7 +1094,7 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
 /// empty one records nothing; a stalled holder's late statement deletes
 /// nothing and is told its lease is lost.
 async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb) {
-    use sluice_store::{Ident, SqlValue, Statement};
+    use sluice_store::Ident;
     let clock = ManualClock::new(1_700_000_000_000);
     let stores = sub_batch_stores(db, &clock).await;
     let timeout = Duration::from_secs(1);
@@ -1112,22 +1115,16 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         ))
         .await;
         let left = format!("SELECT COUNT(*) FROM {}", table.quoted());
-        let delete = |limit: i64| {
-            Statement::new("DELETE FROM ")
-                .ident(&table)
-                .push(" WHERE id IN (SELECT id FROM ")
-                .ident(&table)
-                .push(" WHERE old = 1 LIMIT ")
-                .value(SqlValue::Int(limit))
-                .push(")")
-        };
+        let delete = |limit: i64| loop_delete(&table, " WHERE old = 1 LIMIT ", limit);
         let ttl = Duration::from_secs(10);
         let (id, a) = batch_held_by_a(store, loop_spec(table.name()), None, 100).await;
         let count = |store: &Store| {
             let store = store.clone();
             async move { store.batches(id).await.unwrap().remove(0).rows_affected }
         };
-        let changed = store
+        // A pool worker's session: it keeps its connection between sub-batches.
+        let mut session = store.sub_batch_session(true);
+        let changed = session
             .run_loop_sub_batch_statement(&a, &delete(4), 4, timeout)
             .await
             .unwrap();
@@ -1140,7 +1137,7 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
             .unwrap()
             .remove(0);
         assert_eq!(taken.rows_affected, 4, "{name}");
-        let late = store
+        let late = session
             .run_loop_sub_batch_statement(&a, &delete(4), 4, timeout)
             .await;
         assert!(
@@ -1153,16 +1150,16 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
             "{name}: the late delete kept nothing"
         );
         let b = taken.lease().unwrap();
-        let full = store
+        let full = session
             .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
             .await
             .unwrap();
         // The scope's last sub-batch finds 2 of 4: the count stays exact.
-        let last = store
+        let last = session
             .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
             .await
             .unwrap();
-        let empty = store
+        let empty = session
             .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
             .await
             .unwrap();
@@ -1172,7 +1169,7 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         // An empty sub-batch under a lost lease is told so, too.
         clock.advance(11_000);
         store.claim_batches("c", Some(id), 1, ttl).await.unwrap();
-        let lost = store
+        let lost = session
             .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
             .await;
         assert!(
@@ -1183,6 +1180,94 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
     }
 }
 
+/// A session that keeps its connection (a pool worker's) runs its
+/// sub-batches on it; when the server closes that connection, the next
+/// sub-batch fails with nothing kept and the session lets the connection
+/// go, so the one after runs, exactly once, on a fresh one. (A session that
+/// took its connection from the pool for each statement would not fail:
+/// the pool tests a connection as it hands it out.)
+async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &TestDb) {
+    use sluice_store::Ident;
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (_, store) = sub_batch_stores(db, &clock)
+        .await
+        .into_iter()
+        .find(|(name, _)| *name == "bounded")
+        .expect("a store with bounded sessions");
+    let table = Ident::parse("closed_under_a_session").unwrap();
+    db.execute(&format!(
+        "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, 20) g",
+        table.quoted()
+    ))
+    .await;
+    let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 4);
+    let left = format!("SELECT COUNT(*) FROM {}", table.quoted());
+    let (id, a) = batch_held_by_a(&store, loop_spec(table.name()), None, 100).await;
+    let timeout = Duration::from_secs(1);
+    let mut session = store.sub_batch_session(true);
+    assert_eq!(
+        session
+            .run_loop_sub_batch_statement(&a, &delete, 4, timeout)
+            .await
+            .unwrap(),
+        4
+    );
+    // The server process whose last statement was that sub-batch: the
+    // session's connection (this table's name is in no other test).
+    let serving = format!(
+        "SELECT COALESCE(MAX(pid), 0)::BIGINT FROM pg_stat_activity \
+         WHERE query LIKE '%{}%' AND pid <> pg_backend_pid()",
+        table.name()
+    );
+    let pid = db.scalar(&serving).await;
+    assert_ne!(
+        pid, 0,
+        "the session's connection is open after its sub-batch"
+    );
+    db.execute(&format!("SELECT pg_terminate_backend({pid})"))
+        .await;
+    common::until("the server closes the session's connection", || async {
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = {pid}"
+        ))
+        .await
+            == 0
+    })
+    .await;
+
+    let broken = session
+        .run_loop_sub_batch_statement(&a, &delete, 4, timeout)
+        .await;
+    assert!(
+        matches!(broken, Err(StoreError::Database(_))),
+        "the closed connection fails the sub-batch: {broken:?}"
+    );
+    assert_eq!(
+        db.scalar(&left).await,
+        16,
+        "the failed sub-batch kept nothing"
+    );
+    assert_eq!(
+        session
+            .run_loop_sub_batch_statement(&a, &delete, 4, timeout)
+            .await
+            .unwrap(),
+        4,
+        "the next sub-batch runs on a fresh connection"
+    );
+    assert_ne!(
+        db.scalar(&serving).await,
+        pid,
+        "a new server process serves it"
+    );
+    assert_eq!(db.scalar(&left).await, 12);
+    assert_eq!(
+        store.batches(id).await.unwrap().remove(0).rows_affected,
+        8,
+        "the batch counts each sub-batch that was kept, once"
+    );
+}
+
 /// A loop batch's count (kept, on PostgreSQL's bounded sessions, in a tally
 /// row apart from the batch's own) is the same through every change of
 /// hands: given back, its count stays with the batch and the next claim
@@ -1190,7 +1275,7 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
 /// the total its holder reports, not that plus the tally. A tally row exists
 /// only while its batch runs.
 async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestDb) {
-    use sluice_store::{Ident, SqlValue, Statement};
+    use sluice_store::Ident;
     let clock = ManualClock::new(1_700_000_000_000);
     let stores = sub_batch_stores(db, &clock).await;
     let timeout = Duration::from_secs(1);
@@ -1211,13 +1296,7 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
             table.quoted()
         ))
         .await;
-        let delete = Statement::new("DELETE FROM ")
-            .ident(&table)
-            .push(" WHERE id IN (SELECT id FROM ")
-            .ident(&table)
-            .push(" WHERE id >= 0 LIMIT ")
-            .value(SqlValue::Int(4))
-            .push(")");
+        let delete = loop_delete(&table, " WHERE id >= 0 LIMIT ", 4);
         let (id, a) = batch_held_by_a(store, loop_spec(table.name()), None, 100).await;
         let batch = || async { store.batches(id).await.unwrap().remove(0) };
         let tallies = || async {
@@ -1310,7 +1389,7 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
 /// holds the tally first makes the late sub-batch, waiting for it, change
 /// nothing and hear that its lease is lost. Every row goes once.
 async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row(db: &TestDb) {
-    use sluice_store::{Backend, Ident, SqlValue, Statement};
+    use sluice_store::{Backend, Ident};
     let Backend::Postgres(pool) = db.store.backend() else {
         unreachable!("a PostgreSQL test")
     };
@@ -1327,13 +1406,7 @@ async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row(db: &
     db.execute("INSERT INTO raced SELECT generate_series(1, 20)")
         .await;
     let left = || db.scalar("SELECT COUNT(*) FROM raced");
-    let delete = Statement::new("DELETE FROM ")
-        .ident(&table)
-        .push(" WHERE id IN (SELECT id FROM ")
-        .ident(&table)
-        .push(" WHERE id >= 0 ORDER BY id LIMIT ")
-        .value(SqlValue::Int(4))
-        .push(")");
+    let delete = loop_delete(&table, " WHERE id >= 0 ORDER BY id LIMIT ", 4);
     let late = |lease: sluice_store::BatchLease| {
         let (store, delete) = (store.clone(), delete.clone());
         tokio::spawn(async move {
@@ -1438,6 +1511,22 @@ async fn sub_batch_stores(db: &TestDb, clock: &ManualClock) -> Vec<(&'static str
         stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
     }
     stores
+}
+
+/// A loop sub-batch's statement on `table`: `DELETE FROM table WHERE id IN
+/// (SELECT id FROM table<scope_then_limit>limit)`.
+fn loop_delete(
+    table: &sluice_store::Ident,
+    scope_then_limit: &'static str,
+    limit: i64,
+) -> sluice_store::Statement {
+    sluice_store::Statement::new("DELETE FROM ")
+        .ident(table)
+        .push(" WHERE id IN (SELECT id FROM ")
+        .ident(table)
+        .push(scope_then_limit)
+        .value(sluice_store::SqlValue::Int(limit))
+        .push(")")
 }
 
 /// Enqueues `spec`, plans its first batch (to `end`, `size` rows) under

@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use sluice_store::{Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchTx};
+use sluice_store::{
+    Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession, SubBatchTx,
+};
 use tracing::{Instrument, Span};
 
 use crate::batching::{LoopPick, loop_rows, nth_after, range_rows};
@@ -231,15 +233,16 @@ impl<'a> SubBatch<'a> {
 /// meanwhile inside that range is changed with the others, and the progress
 /// recorded is the range's end either way. When the operation gives its
 /// sub-batch as one statement ([`crate::Operation::sub_batch_statement`]),
-/// the change and its record go to the store as one statement
-/// ([`Store::run_loop_sub_batch_statement`] for a loop,
-/// [`Store::run_sub_batch_statement`] for a range); otherwise a transaction is opened
-/// and [`crate::Operation::run`] runs in it.
+/// the change and its record go to the store as one statement on
+/// `session` ([`SubBatchSession::run_loop_sub_batch_statement`] for a loop,
+/// [`SubBatchSession::run_sub_batch_statement`] for a range); otherwise a
+/// transaction is opened and [`crate::Operation::run`] runs in it.
 pub async fn run_sub_batch(
-    store: &Store,
+    session: &mut SubBatchSession,
     operation: &dyn PreparedOperation,
     request: &SubBatchRequest,
 ) -> Result<SubBatchOutcome, OperationError> {
+    let store = &session.store().clone();
     let system = db_system(store);
     let table = operation.shape().table().name();
     let rows = SubBatchRows {
@@ -259,7 +262,7 @@ pub async fn run_sub_batch(
                 match &rows.bounds {
                     // A loop's count is known before it runs, but for the last one.
                     Bounds::Loop { limit } => {
-                        store
+                        session
                             .run_loop_sub_batch_statement(
                                 &request.lease,
                                 &statement,
@@ -269,7 +272,7 @@ pub async fn run_sub_batch(
                             .await
                     }
                     Bounds::Range { .. } => {
-                        store
+                        session
                             .run_sub_batch_statement(
                                 &request.lease,
                                 &statement,

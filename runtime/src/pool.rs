@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use sluice_operations::{OperationError, PreparedOperation, SubBatchRequest, run_sub_batch};
-use sluice_store::Store;
+use sluice_store::{Store, SubBatchSession};
 use tracing::Instrument;
 
 use crate::operation_actor::OperationMessage;
@@ -71,6 +71,10 @@ pub struct PoolArgs {
 pub struct PoolState {
     store: Store,
     queue: SubBatchQueue,
+    /// Whether each worker keeps a connection of the store's bounded
+    /// sessions between its sub-batches: only when there is one for every
+    /// worker, so no worker waits on a connection another one keeps.
+    keeps: bool,
 }
 
 struct Roster {
@@ -218,14 +222,17 @@ impl Actor for SubBatchPool {
         myself: ActorRef<Self::Msg>,
         args: PoolArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        for index in 0..args.queue.places() {
-            let worker = spawn_worker(&myself, &args.store, &args.queue, index).await?;
-            args.queue.replaced(index, worker);
-        }
-        Ok(PoolState {
+        let keeps = args.queue.places() <= args.store.sub_batch_session_capacity() as usize;
+        let state = PoolState {
             store: args.store,
             queue: args.queue,
-        })
+            keeps,
+        };
+        for index in 0..state.queue.places() {
+            let worker = spawn_worker(&myself, &state, index).await?;
+            state.queue.replaced(index, worker);
+        }
+        Ok(state)
     }
 
     /// Stops the workers and waits for them (a stopped worker finishes its
@@ -273,7 +280,7 @@ impl Actor for SubBatchPool {
             let error = OperationError::Failed(format!("sub-batch worker died: {why}"));
             let _ = reply.cast(OperationMessage::SubBatchDone(Err(error)));
         }
-        let worker = spawn_worker(&myself, &state.store, &state.queue, index).await?;
+        let worker = spawn_worker(&myself, state, index).await?;
         state.queue.replaced(index, worker);
         Ok(())
     }
@@ -281,8 +288,7 @@ impl Actor for SubBatchPool {
 
 async fn spawn_worker(
     pool: &ActorRef<PoolMessage>,
-    store: &Store,
-    queue: &SubBatchQueue,
+    state: &PoolState,
     index: usize,
 ) -> Result<ActorRef<WorkerMessage>, ActorProcessingErr> {
     let (worker, _) = Actor::spawn_linked(
@@ -290,8 +296,8 @@ async fn spawn_worker(
         SubBatchWorker,
         WorkerArgs {
             index,
-            queue: queue.clone(),
-            store: store.clone(),
+            queue: state.queue.clone(),
+            session: state.store.sub_batch_session(state.keeps),
         },
         pool.get_cell(),
     )
@@ -313,7 +319,8 @@ pub enum WorkerMessage {
 pub struct WorkerArgs {
     index: usize,
     queue: SubBatchQueue,
-    store: Store,
+    /// Where its one-statement sub-batches run (a connection it may keep).
+    session: SubBatchSession,
 }
 
 impl Actor for SubBatchWorker {
@@ -336,7 +343,7 @@ impl Actor for SubBatchWorker {
         state: &mut WorkerArgs,
     ) -> Result<(), ActorProcessingErr> {
         let WorkerMessage::Run(job) = message;
-        let outcome = run_sub_batch(&state.store, job.operation.as_ref(), &job.request)
+        let outcome = run_sub_batch(&mut state.session, job.operation.as_ref(), &job.request)
             .instrument(job.span.clone())
             .await;
         match &outcome {

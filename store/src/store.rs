@@ -240,6 +240,14 @@ impl Store {
             .map(|(pool, _)| pool)
     }
 
+    /// How many connections the store's bounded sessions may open (0 when it
+    /// has none: an SQLite store, or a PostgreSQL store on a pool it did not open).
+    pub fn sub_batch_session_capacity(&self) -> u32 {
+        self.sub_batches
+            .as_ref()
+            .map_or(0, |(pool, _)| pool.options().get_max_connections())
+    }
+
     /// Validates `spec` and records a new pending operation with its `created`
     /// event, or returns the active operation with the same identity
     /// ([`OperationSpec::unique_key`]) without writing anything.

@@ -10,7 +10,10 @@
 //! database as the store, every sub-batch's change is applied exactly once,
 //! whatever crashes or takeovers happen around it.
 
-use sqlx::{Postgres, Sqlite};
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres, Sqlite};
 
 use crate::cursor::Cursor;
 use crate::error::StoreError;
@@ -65,7 +68,86 @@ impl Store {
     }
 }
 
+/// A pool worker's way to the sessions its one-statement sub-batches run on
+/// (PostgreSQL's connections bounded by `statement_timeout`, see
+/// [`crate::ConnectOptions::sub_batch_timeout`]).
+///
+/// One that keeps its connection ([`Store::sub_batch_session`] with `keep`)
+/// holds it from one sub-batch to the next, so a sub-batch costs no pool
+/// round trips: sqlx pings a connection as it is taken from its pool and
+/// again as it is returned, two round trips beside a 1–2 ms statement. The
+/// connection goes back to the pool after any error (the pool tests it and
+/// drops it if broken) and when it has been idle longer than
+/// [`SubBatchSession::KEPT_IDLE`], so a connection the server closed while
+/// a worker idled is replaced by a tested one before a sub-batch meets it.
+/// One that does not keep takes a connection for each statement, as a pool
+/// does. Statements that are not one-statement sub-batches, and every
+/// SQLite sub-batch, run as before (a transaction from the store's pool).
+#[derive(Debug)]
+pub struct SubBatchSession {
+    store: Store,
+    keeps: bool,
+    held: Option<HeldConnection>,
+}
+
+#[derive(Debug)]
+struct HeldConnection {
+    connection: PoolConnection<Postgres>,
+    used: Instant,
+}
+
 impl Store {
+    /// A [`SubBatchSession`] on this store; `keep` holds its connection
+    /// between sub-batches. Keeping needs a connection of the store's
+    /// bounded sessions per session for as long as the session lives:
+    /// give it to at most [`Store::sub_batch_session_capacity`] sessions.
+    pub fn sub_batch_session(&self, keep: bool) -> SubBatchSession {
+        SubBatchSession {
+            store: self.clone(),
+            keeps: keep,
+            held: None,
+        }
+    }
+
+    /// [`SubBatchSession::run_sub_batch_statement`] on a connection taken for
+    /// this statement alone.
+    pub async fn run_sub_batch_statement(
+        &self,
+        lease: &BatchLease,
+        statement: &Statement,
+        progress: Option<&Cursor>,
+        timeout: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        self.sub_batch_session(false)
+            .run_sub_batch_statement(lease, statement, progress, timeout)
+            .await
+    }
+
+    /// [`SubBatchSession::run_loop_sub_batch_statement`] on a connection
+    /// taken for this statement alone.
+    pub async fn run_loop_sub_batch_statement(
+        &self,
+        lease: &BatchLease,
+        statement: &Statement,
+        limit: i64,
+        timeout: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        self.sub_batch_session(false)
+            .run_loop_sub_batch_statement(lease, statement, limit, timeout)
+            .await
+    }
+}
+
+impl SubBatchSession {
+    /// How long a kept connection may sit unused and still be used again
+    /// without the pool testing it.
+    pub const KEPT_IDLE: Duration = Duration::from_secs(5);
+
+    /// The store this session works for.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Runs a sub-batch that is exactly one data-changing statement (a
     /// `DELETE` or `UPDATE` over the sub-batch's rows) and records it done —
     /// the same all-or-nothing as a [`SubBatchTx`] holding that statement,
@@ -83,16 +165,17 @@ impl Store {
     /// the batch was re-claimed since (nothing is kept); a database error of
     /// the statement (nothing is kept).
     pub async fn run_sub_batch_statement(
-        &self,
+        &mut self,
         lease: &BatchLease,
         statement: &Statement,
         progress: Option<&Cursor>,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
-        let pool = match self.backend() {
-            Backend::Postgres(pool) => pool,
+        let pool = match self.store.backend() {
+            Backend::Postgres(pool) => pool.clone(),
             Backend::Sqlite(_) => {
                 return self
+                    .store
                     .sub_batch_in_transaction(lease, statement, progress, timeout)
                     .await;
             }
@@ -105,10 +188,14 @@ impl Store {
         .bind(progress.map(Cursor::to_json))
         .bind(lease.batch_id)
         .bind(lease.epoch);
-        let done = match self.bounded_sessions(timeout) {
-            Some(bounded) => query.fetch_one(bounded).await,
+        let done = match self.store.bounded_sessions(timeout).cloned() {
+            Some(bounded) => {
+                let done = query.fetch_one(self.connection(&bounded).await?).await;
+                self.settle(done.is_ok());
+                done
+            }
             None => {
-                let mut tx = begin_bounded(pool, timeout).await?;
+                let mut tx = begin_bounded(&pool, timeout).await?;
                 let done = query.fetch_one(&mut *tx).await;
                 if done.is_ok() {
                     tx.commit().await?;
@@ -118,7 +205,7 @@ impl Store {
         };
         match done {
             Ok((rows, _)) => Ok(rows as u64),
-            Err(error) if is_division_by_zero(&error) && !self.holds_batch(lease).await? => {
+            Err(error) if is_division_by_zero(&error) && !self.store.holds_batch(lease).await? => {
                 Err(batch_lease_lost(lease))
             }
             Err(error) => Err(error.into()),
@@ -155,17 +242,33 @@ impl Store {
     /// the batch was re-claimed since (nothing is kept); a database error of
     /// the statement (nothing is kept).
     pub async fn run_loop_sub_batch_statement(
-        &self,
+        &mut self,
         lease: &BatchLease,
         statement: &Statement,
         limit: i64,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
-        let Some(bounded) = self.bounded_sessions(timeout) else {
+        let Some(bounded) = self.store.bounded_sessions(timeout).cloned() else {
             return self
+                .store
                 .sub_batch_in_transaction(lease, statement, None, timeout)
                 .await;
         };
+        let counted = self.loop_statement(&bounded, lease, statement, limit).await;
+        self.settle(counted.is_ok());
+        counted
+    }
+
+    /// The body of [`SubBatchSession::run_loop_sub_batch_statement`] on
+    /// bounded sessions.
+    async fn loop_statement(
+        &mut self,
+        bounded: &PgPool,
+        lease: &BatchLease,
+        statement: &Statement,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let connection = self.connection(bounded).await?;
         let n = statement.params().len();
         let fused = SqlText::new("WITH recorded AS (")
             .append(&tally_update(n + 1))
@@ -176,7 +279,7 @@ impl Store {
             .bind(limit)
             .bind(lease.batch_id)
             .bind(lease.epoch)
-            .execute(bounded)
+            .execute(&mut *connection)
             .await?
             .rows_affected();
         let difference = i64::try_from(changed).unwrap_or(i64::MAX) - limit;
@@ -190,7 +293,7 @@ impl Store {
             .bind(difference)
             .bind(lease.batch_id)
             .bind(lease.epoch)
-            .execute(bounded)
+            .execute(&mut *connection)
             .await?
             .rows_affected();
         if corrected == 0 && changed == 0 {
@@ -199,6 +302,39 @@ impl Store {
         Ok(changed)
     }
 
+    /// The session's connection: the kept one if it was used within
+    /// [`SubBatchSession::KEPT_IDLE`], otherwise one from `bounded` (tested
+    /// by the pool as it hands it out).
+    async fn connection(&mut self, bounded: &PgPool) -> Result<&mut PgConnection, StoreError> {
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|held| held.used.elapsed() > Self::KEPT_IDLE)
+        {
+            self.held = None;
+        }
+        let held = match self.held.take() {
+            Some(held) => held,
+            None => HeldConnection {
+                connection: bounded.acquire().await?,
+                used: Instant::now(),
+            },
+        };
+        let held = self.held.insert(held);
+        held.used = Instant::now();
+        Ok(&mut held.connection)
+    }
+
+    /// After a statement: the connection goes back to the pool unless the
+    /// session keeps it and the statement succeeded.
+    fn settle(&mut self, succeeded: bool) {
+        if !(succeeded && self.keeps) {
+            self.held = None;
+        }
+    }
+}
+
+impl Store {
     /// `statement` and its record in one write transaction (bounded by
     /// `timeout` on PostgreSQL): the exact path every backend has.
     async fn sub_batch_in_transaction(
