@@ -18,6 +18,7 @@ for_each_backend!(
 );
 
 postgres_only!(
+    the_catalogue_reads_agree_with_information_schema,
     a_large_scope_takes_the_planners_estimate_a_small_one_is_counted,
     a_loop_sub_batch_finds_its_rows_by_key_at_any_size,
 );
@@ -32,6 +33,81 @@ async fn create_events(db: &TestDb) {
          SELECT v, '2026-01-01', 'x' FROM (SELECT 1 AS v UNION ALL SELECT 2 UNION ALL SELECT 3) s",
     )
     .await;
+}
+
+/// `Store::table_columns` and `Store::column_type` read `pg_catalog`
+/// directly; what they say must be what `information_schema.columns` says,
+/// for every kind of column type an operator's table may have (built-in,
+/// array, enum, domains over a scalar and over an array), in a schema of
+/// its own and in the current one, with a dropped column left out; and a
+/// view lists its columns as a table does.
+async fn the_catalogue_reads_agree_with_information_schema(db: &TestDb) {
+    let sluice_store::Backend::Postgres(pool) = db.store.backend() else {
+        unreachable!("PostgreSQL only")
+    };
+    // A second schema beside the test's own, named after it (so it is this
+    // test's alone) and dropped at the end.
+    let here: String = sqlx::query_scalar("SELECT current_schema()::text")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let other = format!("{here}_kinds");
+    db.execute(&format!("CREATE SCHEMA {other}")).await;
+    db.execute("CREATE TYPE mood AS ENUM ('calm', 'busy')")
+        .await;
+    db.execute("CREATE DOMAIN positive AS integer CHECK (VALUE > 0)")
+        .await;
+    db.execute("CREATE DOMAIN stamp AS timestamptz").await;
+    db.execute("CREATE DOMAIN numbers AS integer[]").await;
+    let columns = "(a timestamptz, b date, c bigint, d int, e text, f varchar(20), g int[], \
+                   h mood, i positive, j stamp, k numeric(10, 2), l timestamp, m smallint, \
+                   n numbers, o char(3), gone int, p jsonb)";
+    for table in [format!("{other}.kinds"), "kinds_here".to_owned()] {
+        db.execute(&format!("CREATE TABLE {table} {columns}")).await;
+        db.execute(&format!("ALTER TABLE {table} DROP COLUMN gone"))
+            .await;
+    }
+    db.execute("CREATE VIEW kinds_view AS SELECT a, c, e FROM kinds_here")
+        .await;
+    for (schema, table) in [
+        (Some(other.as_str()), "kinds"),
+        (None, "kinds_here"),
+        (None, "kinds_view"),
+    ] {
+        let said: Vec<(String, String)> = sqlx::query_as(
+            "SELECT column_name::text, data_type::text FROM information_schema.columns \
+             WHERE table_schema = COALESCE($1, current_schema()) AND table_name = $2 \
+             ORDER BY ordinal_position",
+        )
+        .bind(schema)
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let name = schema.map_or(table.to_owned(), |s| format!("{s}.{table}"));
+        let ident = Ident::parse(&name).unwrap();
+        let names: Vec<String> = said.iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(
+            db.store.table_columns(&ident).await.unwrap(),
+            names,
+            "{name}"
+        );
+        assert!(
+            names.len() >= 3 && !names.contains(&"gone".to_owned()),
+            "{name}"
+        );
+        for (column, data_type) in &said {
+            assert_eq!(
+                db.store.column_type(&ident, column).await.unwrap().as_ref(),
+                Some(data_type),
+                "{name}.{column}"
+            );
+        }
+        assert_eq!(db.store.column_type(&ident, "gone").await.unwrap(), None);
+    }
+    let missing = Ident::parse(&format!("{other}.none_such")).unwrap();
+    assert!(db.store.table_columns(&missing).await.unwrap().is_empty());
+    db.execute(&format!("DROP SCHEMA {other} CASCADE")).await;
 }
 
 async fn unknown_names_are_refused_by_name(db: &TestDb) {
