@@ -15,7 +15,8 @@
 //! `cargo bench --bench overhead` (env: `SLUICE_BENCH_ROWS`, default
 //! 1,000,000; `SLUICE_BENCH_REPEATS`, default 3; `SLUICE_BENCH_BACKENDS`,
 //! e.g. `postgres`, default both; `SLUICE_BENCH_SUB_BATCH`, rows per
-//! sub-batch for both sides, default 1,000, batches of 20 sub-batches;
+//! sub-batch for both sides, default 1,000;
+//! `SLUICE_BENCH_PER_BATCH`, sub-batches per runtime batch, default 20;
 //! `SLUICE_TEST_POSTGRES_URL`).
 //! Prints the median of each and their ratio.
 
@@ -196,8 +197,8 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
     let config = RuntimeConfig {
         node: "bench".into(),
         pool_size: 1,
-        min_batch_size: 20 * sub_batch,
-        max_batch_size: 20 * sub_batch,
+        min_batch_size: per_batch() * sub_batch,
+        max_batch_size: per_batch() * sub_batch,
         ..RuntimeConfig::default()
     };
     let runtime = RuntimeBuilder::with_store(store.clone())
@@ -208,7 +209,7 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
         .unwrap();
     let arguments = common::older_than_a_day(store, "bench_events").await;
     let options = EnqueueOptions {
-        batch_size: 20 * sub_batch,
+        batch_size: per_batch() * sub_batch,
         sub_batch_size: sub_batch,
         ..EnqueueOptions::default()
     };
@@ -241,4 +242,10 @@ fn secs(samples: &[Duration]) -> Vec<String> {
         .iter()
         .map(|d| format!("{:.2}", d.as_secs_f64()))
         .collect()
+}
+
+/// Sub-batches in each of the runtime's batches (`SLUICE_BENCH_PER_BATCH`):
+/// the batch size is fixed, so every run has the same batch boundaries.
+fn per_batch() -> i64 {
+    env("SLUICE_BENCH_PER_BATCH", 20)
 }
