@@ -324,7 +324,5 @@ fn random_histories_replay_to_the_stored_projection_on_postgres() {
     };
     let db: &'static TestDb = Box::leak(Box::new(db));
     property_on(db, 300);
-    runtime().block_on(async {
-        db.store.close().await;
-    });
+    runtime().block_on(db.release());
 }

@@ -162,6 +162,12 @@ impl TestDb {
 
     /// Drops the PostgreSQL schema (SQLite files go with their folder).
     pub async fn cleanup(self) {
+        self.release().await;
+    }
+
+    /// [`TestDb::cleanup`] for a database a test shares as `&'static` (it
+    /// cannot give it up by value): closes the store, drops the schema.
+    pub async fn release(&self) {
         self.store.close().await;
         if let Some(schema) = &self.schema
             && let Ok(admin) = PgPoolOptions::new()
