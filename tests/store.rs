@@ -40,6 +40,7 @@ for_each_backend!(
 postgres_only!(
     a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row,
     a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it,
+    sessions_keep_all_but_one_connection_between_them,
 );
 
 fn spec(table: &str) -> OperationSpec {
@@ -1266,6 +1267,50 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
         8,
         "the batch counts each sub-batch that was kept, once"
     );
+}
+
+/// However many sessions want to keep a connection, together they keep at
+/// most all but one of the store's sub-batch connections: on a store with
+/// three, four keeping sessions and a one-off sub-batch all run, none
+/// waiting out the pool's acquire timeout for a connection another keeps.
+async fn sessions_keep_all_but_one_connection_between_them(db: &TestDb) {
+    let options = sluice_store::ConnectOptions {
+        max_connections: 3,
+        acquire_timeout: Duration::from_secs(2),
+        sub_batch_timeout: Some(Duration::from_secs(1)),
+        ..sluice_store::ConnectOptions::default()
+    };
+    let store = Store::connect_with(&db.url, &options).await.unwrap();
+    let table = sluice_store::Ident::parse("kept_by_four").unwrap();
+    db.execute(&format!(
+        "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, 100) g",
+        table.quoted()
+    ))
+    .await;
+    let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 2);
+    let (id, lease) = batch_held_by_a(&store, loop_spec(table.name()), None, 1_000).await;
+    let timeout = Duration::from_secs(1);
+    let mut sessions: Vec<_> = (0..4).map(|_| store.sub_batch_session(true)).collect();
+    for round in 0..2 {
+        for (n, session) in sessions.iter_mut().enumerate() {
+            let changed = session
+                .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+                .await;
+            assert_eq!(changed.unwrap(), 2, "session {n}, round {round}");
+        }
+        let one_off = store
+            .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+            .await;
+        assert_eq!(one_off.unwrap(), 2, "a one-off beside them, round {round}");
+    }
+    assert_eq!(
+        db.scalar(&format!("SELECT COUNT(*) FROM {}", table.quoted()))
+            .await,
+        100 - 2 * 10
+    );
+    assert_eq!(store.batches(id).await.unwrap().remove(0).rows_affected, 20);
+    drop(sessions);
+    store.close().await;
 }
 
 /// A loop batch's count (kept, on PostgreSQL's bounded sessions, in a tally

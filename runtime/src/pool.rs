@@ -71,10 +71,6 @@ pub struct PoolArgs {
 pub struct PoolState {
     store: Store,
     queue: SubBatchQueue,
-    /// Whether each worker keeps a connection of the store's bounded
-    /// sessions between its sub-batches: only when there is one for every
-    /// worker, so no worker waits on a connection another one keeps.
-    keeps: bool,
 }
 
 struct Roster {
@@ -222,11 +218,9 @@ impl Actor for SubBatchPool {
         myself: ActorRef<Self::Msg>,
         args: PoolArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let keeps = args.queue.places() <= args.store.sub_batch_session_capacity() as usize;
         let state = PoolState {
             store: args.store,
             queue: args.queue,
-            keeps,
         };
         for index in 0..state.queue.places() {
             let worker = spawn_worker(&myself, &state, index).await?;
@@ -297,7 +291,9 @@ async fn spawn_worker(
         WorkerArgs {
             index,
             queue: state.queue.clone(),
-            session: state.store.sub_batch_session(state.keeps),
+            // Kept while the store has a place for it (all but one of its
+            // sub-batch connections may be kept, by all workers together).
+            session: state.store.sub_batch_session(true),
         },
         pool.get_cell(),
     )

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -40,7 +41,29 @@ pub struct Store {
     /// sub-batches sent as one statement ([`Store::run_sub_batch_statement`]);
     /// only on stores that opened their own pool with
     /// [`ConnectOptions::sub_batch_timeout`].
-    sub_batches: Option<(PgPool, Duration)>,
+    sub_batches: Option<BoundedSessions>,
+}
+
+/// The pool of PostgreSQL sessions bounded by `statement_timeout` that
+/// one-statement sub-batches run on.
+#[derive(Debug, Clone)]
+struct BoundedSessions {
+    pool: PgPool,
+    /// The `statement_timeout` its sessions carry.
+    bound: Duration,
+    /// How many of its connections [`crate::SubBatchSession`]s keep now;
+    /// at most all but one, so a session that keeps none always finds one.
+    kept: Arc<AtomicU32>,
+}
+
+/// One kept connection's place in its store's count; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct KeptPlace(Arc<AtomicU32>);
+
+impl Drop for KeptPlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Which database the store lives in.
@@ -173,7 +196,11 @@ impl Store {
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
                     .connect_lazy_with(connect.options([("statement_timeout", ms.as_str())]));
-                store.sub_batches = Some((bounded, timeout));
+                store.sub_batches = Some(BoundedSessions {
+                    pool: bounded,
+                    bound: timeout,
+                    kept: Arc::new(AtomicU32::new(0)),
+                });
             }
             Ok(store)
         } else {
@@ -226,8 +253,8 @@ impl Store {
             Backend::Sqlite(pool) => pool.close().await,
             Backend::Postgres(pool) => pool.close().await,
         }
-        if let Some((pool, _)) = &self.sub_batches {
-            pool.close().await;
+        if let Some(sessions) = &self.sub_batches {
+            sessions.pool.close().await;
         }
     }
 
@@ -236,16 +263,28 @@ impl Store {
     pub(crate) fn bounded_sessions(&self, timeout: Duration) -> Option<&PgPool> {
         self.sub_batches
             .as_ref()
-            .filter(|(_, bound)| *bound <= timeout)
-            .map(|(pool, _)| pool)
+            .filter(|sessions| sessions.bound <= timeout)
+            .map(|sessions| &sessions.pool)
     }
 
-    /// How many connections the store's bounded sessions may open (0 when it
-    /// has none: an SQLite store, or a PostgreSQL store on a pool it did not open).
-    pub fn sub_batch_session_capacity(&self) -> u32 {
-        self.sub_batches
-            .as_ref()
-            .map_or(0, |(pool, _)| pool.options().get_max_connections())
+    /// A place for a [`crate::SubBatchSession`] to keep one connection of
+    /// the bounded sessions, if one is left: all but one of the pool's
+    /// connections may be kept, by all the sessions of every clone of this
+    /// store together.
+    pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
+        let sessions = self.sub_batches.as_ref()?;
+        let most = sessions
+            .pool
+            .options()
+            .get_max_connections()
+            .saturating_sub(1);
+        sessions
+            .kept
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
+                (kept < most).then_some(kept + 1)
+            })
+            .ok()
+            .map(|_| KeptPlace(sessions.kept.clone()))
     }
 
     /// Validates `spec` and records a new pending operation with its `created`

@@ -20,7 +20,7 @@ use crate::error::StoreError;
 use crate::queries::{self, batch_lease_lost};
 use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
-use crate::store::{Backend, Store, on_pool};
+use crate::store::{Backend, KeptPlace, Store, on_pool};
 use crate::target_table::row_cursor;
 
 /// An open sub-batch transaction. Dropping it without [`SubBatchTx::commit`] rolls back.
@@ -80,9 +80,14 @@ impl Store {
 /// drops it if broken) and when it has been idle longer than
 /// [`SubBatchSession::KEPT_IDLE`], so a connection the server closed while
 /// a worker idled is replaced by a tested one before a sub-batch meets it.
-/// One that does not keep takes a connection for each statement, as a pool
-/// does. Statements that are not one-statement sub-batches, and every
-/// SQLite sub-batch, run as before (a transaction from the store's pool).
+/// All the sessions of a store (and of its clones) keep at most all but one
+/// of the bounded sessions' connections between them, so however many
+/// sessions there are, none waits on a connection another one keeps: a
+/// session that finds no place left takes a connection for each statement,
+/// as one that does not keep does, and tries for a place again with its
+/// next connection. Statements that are not one-statement sub-batches, and
+/// every SQLite sub-batch, run as before (a transaction from the store's
+/// pool).
 #[derive(Debug)]
 pub struct SubBatchSession {
     store: Store,
@@ -94,13 +99,14 @@ pub struct SubBatchSession {
 struct HeldConnection {
     connection: PoolConnection<Postgres>,
     used: Instant,
+    /// Its place among the store's kept connections: kept after a
+    /// statement only with one.
+    place: Option<KeptPlace>,
 }
 
 impl Store {
-    /// A [`SubBatchSession`] on this store; `keep` holds its connection
-    /// between sub-batches. Keeping needs a connection of the store's
-    /// bounded sessions per session for as long as the session lives:
-    /// give it to at most [`Store::sub_batch_session_capacity`] sessions.
+    /// A [`SubBatchSession`] on this store; with `keep` it holds its
+    /// connection between sub-batches while the store has a place for it.
     pub fn sub_batch_session(&self, keep: bool) -> SubBatchSession {
         SubBatchSession {
             store: self.clone(),
@@ -318,6 +324,11 @@ impl SubBatchSession {
             None => HeldConnection {
                 connection: bounded.acquire().await?,
                 used: Instant::now(),
+                place: if self.keeps {
+                    self.store.keep_place()
+                } else {
+                    None
+                },
             },
         };
         let held = self.held.insert(held);
@@ -326,9 +337,9 @@ impl SubBatchSession {
     }
 
     /// After a statement: the connection goes back to the pool unless the
-    /// session keeps it and the statement succeeded.
+    /// statement succeeded and the session has a place to keep it.
     fn settle(&mut self, succeeded: bool) {
-        if !(succeeded && self.keeps) {
+        if !(succeeded && self.held.as_ref().is_some_and(|h| h.place.is_some())) {
             self.held = None;
         }
     }
