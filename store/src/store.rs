@@ -42,6 +42,9 @@ pub struct Store {
     /// only on stores that opened their own pool with
     /// [`ConnectOptions::sub_batch_timeout`].
     sub_batches: Option<BoundedSessions>,
+    /// How many connections [`crate::SubBatchSession`]s of this store and
+    /// its clones keep now (see [`Store::keep_place`]).
+    kept: Arc<AtomicU32>,
 }
 
 /// The pool of PostgreSQL sessions bounded by `statement_timeout` that
@@ -51,9 +54,6 @@ struct BoundedSessions {
     pool: PgPool,
     /// The `statement_timeout` its sessions carry.
     bound: Duration,
-    /// How many of its connections [`crate::SubBatchSession`]s keep now;
-    /// at most all but one, so a session that keeps none always finds one.
-    kept: Arc<AtomicU32>,
 }
 
 /// One kept connection's place in its store's count; given back when dropped.
@@ -199,7 +199,6 @@ impl Store {
                 store.sub_batches = Some(BoundedSessions {
                     pool: bounded,
                     bound: timeout,
-                    kept: Arc::new(AtomicU32::new(0)),
                 });
             }
             Ok(store)
@@ -217,6 +216,7 @@ impl Store {
             backend: Backend::Sqlite(pool),
             clock: Arc::new(SystemClock),
             sub_batches: None,
+            kept: Arc::new(AtomicU32::new(0)),
         })
     }
 
@@ -228,6 +228,7 @@ impl Store {
             backend: Backend::Postgres(pool),
             clock: Arc::new(SystemClock),
             sub_batches: None,
+            kept: Arc::new(AtomicU32::new(0)),
         })
     }
 
@@ -267,24 +268,26 @@ impl Store {
             .map(|sessions| &sessions.pool)
     }
 
-    /// A place for a [`crate::SubBatchSession`] to keep one connection of
-    /// the bounded sessions, if one is left: all but one of the pool's
-    /// connections may be kept, by all the sessions of every clone of this
-    /// store together.
+    /// A place for a [`crate::SubBatchSession`] to keep one connection, if
+    /// one is left. All the sessions of this store and its clones together
+    /// may keep all but one of the PostgreSQL bounded sessions' connections
+    /// (a pool of their own), none on a PostgreSQL store without them, and
+    /// half of an SQLite store's connections (its one pool, which the
+    /// runtime's bookkeeping shares; none of an in-memory database's one).
     pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
-        let sessions = self.sub_batches.as_ref()?;
-        let most = sessions
-            .pool
-            .options()
-            .get_max_connections()
-            .saturating_sub(1);
-        sessions
-            .kept
+        let most = match (&self.backend, &self.sub_batches) {
+            (Backend::Sqlite(pool), _) => pool.options().get_max_connections() / 2,
+            (Backend::Postgres(_), Some(sessions)) => {
+                sessions.pool.options().get_max_connections().saturating_sub(1)
+            }
+            (Backend::Postgres(_), None) => 0,
+        };
+        self.kept
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
                 (kept < most).then_some(kept + 1)
             })
             .ok()
-            .map(|_| KeptPlace(sessions.kept.clone()))
+            .map(|_| KeptPlace(self.kept.clone()))
     }
 
     /// Validates `spec` and records a new pending operation with its `created`

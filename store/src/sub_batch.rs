@@ -13,7 +13,8 @@
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres, Sqlite};
+use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::Connection as _;
 
 use crate::cursor::Cursor;
 use crate::error::StoreError;
@@ -22,6 +23,33 @@ use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
 use crate::store::{Backend, KeptPlace, Store, on_pool};
 use crate::target_table::row_cursor;
+
+/// Records a sub-batch done in transaction `$tx` (moved in; the batch's
+/// progress moves to `$progress`, its row count grows by `$rows`) and
+/// commits only if the record was accepted, so the data change and its
+/// record are kept together or not at all. Evaluates to
+/// `Result<(), StoreError>`: [`StoreError::BatchLeaseLost`] when the batch
+/// was re-claimed since (the transaction is then dropped, rolled back).
+macro_rules! record_then_commit {
+    ($tx:expr, $lease:expr, $progress:expr, $rows:expr) => {{
+        let mut tx = $tx;
+        let lease: &BatchLease = $lease;
+        let recorded = sqlx::query(SubBatchTx::RECORD)
+            .bind(lease.batch_id)
+            .bind(lease.epoch)
+            .bind($progress.map(Cursor::to_json))
+            .bind($rows)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if recorded == 1 {
+            tx.commit().await?;
+            Ok(())
+        } else {
+            Err(batch_lease_lost(lease))
+        }
+    }};
+}
 
 /// An open sub-batch transaction. Dropping it without [`SubBatchTx::commit`] rolls back.
 #[derive(Debug)]
@@ -68,26 +96,29 @@ impl Store {
     }
 }
 
-/// A pool worker's way to the sessions its one-statement sub-batches run on
-/// (PostgreSQL's connections bounded by `statement_timeout`, see
-/// [`crate::ConnectOptions::sub_batch_timeout`]).
+/// A pool worker's way to the connections its one-statement sub-batches run
+/// on: PostgreSQL's sessions bounded by `statement_timeout` (see
+/// [`crate::ConnectOptions::sub_batch_timeout`]), or an SQLite store's pool,
+/// where each sub-batch is a write transaction.
 ///
 /// One that keeps its connection ([`Store::sub_batch_session`] with `keep`)
 /// holds it from one sub-batch to the next, so a sub-batch costs no pool
 /// round trips: sqlx pings a connection as it is taken from its pool and
-/// again as it is returned, two round trips beside a 1–2 ms statement. The
+/// again as it is returned, two round trips beside a 1–2 ms statement (on
+/// SQLite, a connection taken afresh also starts with a cold page cache,
+/// each connection keeping its own). The
 /// connection goes back to the pool after any error (the pool tests it and
 /// drops it if broken) and when it has been idle longer than
 /// [`SubBatchSession::KEPT_IDLE`], so a connection the server closed while
 /// a worker idled is replaced by a tested one before a sub-batch meets it.
 /// All the sessions of a store (and of its clones) keep at most all but one
-/// of the bounded sessions' connections between them, so however many
+/// of the bounded sessions' connections between them (half of an SQLite
+/// store's connections, whose pool the runtime's bookkeeping shares), so however many
 /// sessions there are, none waits on a connection another one keeps: a
 /// session that finds no place left takes a connection for each statement,
 /// as one that does not keep does, and tries for a place again with its
-/// next connection. Statements that are not one-statement sub-batches, and
-/// every SQLite sub-batch, run as before (a transaction from the store's
-/// pool).
+/// next connection. Sub-batches that are not one statement run in a
+/// transaction from the store's pool ([`Store::begin_sub_batch_within`]).
 #[derive(Debug)]
 pub struct SubBatchSession {
     store: Store,
@@ -97,11 +128,18 @@ pub struct SubBatchSession {
 
 #[derive(Debug)]
 struct HeldConnection {
-    connection: PoolConnection<Postgres>,
+    connection: Held,
     used: Instant,
     /// Its place among the store's kept connections: kept after a
     /// statement only with one.
     place: Option<KeptPlace>,
+}
+
+/// A session's connection, from its store's one backend.
+#[derive(Debug)]
+enum Held {
+    Postgres(PoolConnection<Postgres>),
+    Sqlite(PoolConnection<Sqlite>),
 }
 
 impl Store {
@@ -181,8 +219,7 @@ impl SubBatchSession {
             Backend::Postgres(pool) => pool.clone(),
             Backend::Sqlite(_) => {
                 return self
-                    .store
-                    .sub_batch_in_transaction(lease, statement, progress, timeout)
+                    .in_write_transaction(lease, statement, progress, timeout)
                     .await;
             }
         };
@@ -196,8 +233,9 @@ impl SubBatchSession {
         .bind(lease.epoch);
         let done = match self.store.bounded_sessions(timeout).cloned() {
             Some(bounded) => {
-                let done = query.fetch_one(self.connection(&bounded).await?).await;
-                self.settle(done.is_ok());
+                let mut connection = self.take_postgres(&bounded).await?;
+                let done = query.fetch_one(connection.postgres()).await;
+                self.settle(connection, done.is_ok());
                 done
             }
             None => {
@@ -256,91 +294,122 @@ impl SubBatchSession {
     ) -> Result<u64, StoreError> {
         let Some(bounded) = self.store.bounded_sessions(timeout).cloned() else {
             return self
-                .store
-                .sub_batch_in_transaction(lease, statement, None, timeout)
+                .in_write_transaction(lease, statement, None, timeout)
                 .await;
         };
-        let counted = self.loop_statement(&bounded, lease, statement, limit).await;
-        self.settle(counted.is_ok());
+        let mut connection = self.take_postgres(&bounded).await?;
+        let counted = loop_statement(connection.postgres(), lease, statement, limit).await;
+        self.settle(connection, counted.is_ok());
         counted
     }
 
-    /// The body of [`SubBatchSession::run_loop_sub_batch_statement`] on
-    /// bounded sessions.
-    async fn loop_statement(
+    /// `statement` and its record in one write transaction: on SQLite on
+    /// the session's connection, on a PostgreSQL store without bounded
+    /// sessions on one from the store's pool (bounded by `timeout`).
+    async fn in_write_transaction(
         &mut self,
-        bounded: &PgPool,
         lease: &BatchLease,
         statement: &Statement,
-        limit: i64,
+        progress: Option<&Cursor>,
+        timeout: Duration,
     ) -> Result<u64, StoreError> {
-        let connection = self.connection(bounded).await?;
-        let n = statement.params().len();
-        let fused = SqlText::new("WITH recorded AS (")
-            .append(&tally_update(n + 1))
-            .push(" RETURNING 1) ")
-            .append(statement.text())
-            .push(" AND EXISTS (SELECT 1 FROM recorded)");
-        let changed = bind_values!(sqlx::query(fused.to_sqlx()), statement.params())
-            .bind(limit)
-            .bind(lease.batch_id)
-            .bind(lease.epoch)
-            .execute(&mut *connection)
-            .await?
-            .rows_affected();
-        let difference = i64::try_from(changed).unwrap_or(i64::MAX) - limit;
-        if difference == 0 {
-            return Ok(changed);
-        }
-        // The tally counted `limit` rows; set it to what changed. Nothing
-        // changed and no tally to set right: the lease was lost before the
-        // statement, which then kept nothing.
-        let corrected = sqlx::query(tally_update(1).to_sqlx())
-            .bind(difference)
-            .bind(lease.batch_id)
-            .bind(lease.epoch)
-            .execute(&mut *connection)
-            .await?
-            .rows_affected();
-        if corrected == 0 && changed == 0 {
-            return Err(batch_lease_lost(lease));
-        }
-        Ok(changed)
-    }
-
-    /// The session's connection: the kept one if it was used within
-    /// [`SubBatchSession::KEPT_IDLE`], otherwise one from `bounded` (tested
-    /// by the pool as it hands it out).
-    async fn connection(&mut self, bounded: &PgPool) -> Result<&mut PgConnection, StoreError> {
-        if self
-            .held
-            .as_ref()
-            .is_some_and(|held| held.used.elapsed() > Self::KEPT_IDLE)
-        {
-            self.held = None;
-        }
-        let held = match self.held.take() {
-            Some(held) => held,
-            None => HeldConnection {
-                connection: bounded.acquire().await?,
-                used: Instant::now(),
-                place: if self.keeps {
-                    self.store.keep_place()
-                } else {
-                    None
-                },
-            },
+        let Backend::Sqlite(pool) = self.store.backend() else {
+            return self
+                .store
+                .sub_batch_in_transaction(lease, statement, progress, timeout)
+                .await;
         };
-        let held = self.held.insert(held);
-        held.used = Instant::now();
-        Ok(&mut held.connection)
+        let pool = pool.clone();
+        let mut connection = self.take_sqlite(&pool).await?;
+        let done = sqlite_write(connection.sqlite(), lease, statement, progress).await;
+        self.settle(connection, done.is_ok());
+        done
     }
 
-    /// After a statement: the connection goes back to the pool unless the
-    /// statement succeeded and the session has a place to keep it.
-    fn settle(&mut self, succeeded: bool) {
-        if !(succeeded && self.held.as_ref().is_some_and(|h| h.place.is_some())) {
-            self.held = None;
+    /// The session's PostgreSQL connection for one statement (see
+    /// [`SubBatchSession::take`]).
+    async fn take_postgres(&mut self, bounded: &PgPool) -> Result<InUse, StoreError> {
+        match self.take() {
+            Some(held) => Ok(InUse(Some(held))),
+            None => Ok(self.fresh(Held::Postgres(bounded.acquire().await?))),
+        }
+    }
+
+    /// The session's SQLite connection for one statement (see
+    /// [`SubBatchSession::take`]).
+    async fn take_sqlite(&mut self, pool: &SqlitePool) -> Result<InUse, StoreError> {
+        match self.take() {
+            Some(held) => Ok(InUse(Some(held))),
+            None => Ok(self.fresh(Held::Sqlite(pool.acquire().await?))),
+        }
+    }
+
+    /// The kept connection, if it was used within
+    /// [`SubBatchSession::KEPT_IDLE`]; otherwise it goes back to the pool
+    /// and the caller takes a fresh one (tested by the pool as it hands it
+    /// out).
+    fn take(&mut self) -> Option<HeldConnection> {
+        self.held
+            .take()
+            .filter(|held| held.used.elapsed() <= Self::KEPT_IDLE)
+    }
+
+    /// A connection just taken from the pool, with a place to keep it if
+    /// the session keeps connections and the store has one left.
+    fn fresh(&self, connection: Held) -> InUse {
+        InUse(Some(HeldConnection {
+            connection,
+            used: Instant::now(),
+            place: if self.keeps {
+                self.store.keep_place()
+            } else {
+                None
+            },
+        }))
+    }
+
+    /// After a statement: the connection is kept if the statement succeeded
+    /// and the session has a place for it, else it goes back to the pool.
+    fn settle(&mut self, mut connection: InUse, succeeded: bool) {
+        let Some(mut held) = connection.0.take() else {
+            return;
+        };
+        if succeeded && held.place.is_some() {
+            held.used = Instant::now();
+            self.held = Some(held);
+        }
+    }
+}
+
+/// A session's connection while its statement runs. Dropped before it is
+/// settled — its statement's future was dropped midway, by a timer or a
+/// stopping worker — it is closed rather than given back to the pool: it
+/// may be left inside a transaction nothing will end (a `BEGIN` answered
+/// after its future was gone).
+struct InUse(Option<HeldConnection>);
+
+impl InUse {
+    fn postgres(&mut self) -> &mut PgConnection {
+        match self.0.as_mut().map(|held| &mut held.connection) {
+            Some(Held::Postgres(connection)) => connection,
+            _ => unreachable!("a PostgreSQL session's connection until settled"),
+        }
+    }
+
+    fn sqlite(&mut self) -> &mut SqliteConnection {
+        match self.0.as_mut().map(|held| &mut held.connection) {
+            Some(Held::Sqlite(connection)) => connection,
+            _ => unreachable!("an SQLite session's connection until settled"),
+        }
+    }
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        match self.0.as_mut().map(|held| &mut held.connection) {
+            Some(Held::Postgres(connection)) => connection.close_on_drop(),
+            Some(Held::Sqlite(connection)) => connection.close_on_drop(),
+            None => {}
         }
     }
 }
@@ -372,6 +441,63 @@ impl Store {
             .await?);
         Ok(held == 1)
     }
+}
+
+/// The body of [`SubBatchSession::run_loop_sub_batch_statement`] on a
+/// bounded session's `connection`.
+async fn loop_statement(
+    connection: &mut PgConnection,
+    lease: &BatchLease,
+    statement: &Statement,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let n = statement.params().len();
+    let fused = SqlText::new("WITH recorded AS (")
+        .append(&tally_update(n + 1))
+        .push(" RETURNING 1) ")
+        .append(statement.text())
+        .push(" AND EXISTS (SELECT 1 FROM recorded)");
+    let changed = bind_values!(sqlx::query(fused.to_sqlx()), statement.params())
+        .bind(limit)
+        .bind(lease.batch_id)
+        .bind(lease.epoch)
+        .execute(&mut *connection)
+        .await?
+        .rows_affected();
+    let difference = i64::try_from(changed).unwrap_or(i64::MAX) - limit;
+    if difference == 0 {
+        return Ok(changed);
+    }
+    // The tally counted `limit` rows; set it to what changed. Nothing
+    // changed and no tally to set right: the lease was lost before the
+    // statement, which then kept nothing.
+    let corrected = sqlx::query(tally_update(1).to_sqlx())
+        .bind(difference)
+        .bind(lease.batch_id)
+        .bind(lease.epoch)
+        .execute(&mut *connection)
+        .await?
+        .rows_affected();
+    if corrected == 0 && changed == 0 {
+        return Err(batch_lease_lost(lease));
+    }
+    Ok(changed)
+}
+
+/// `statement` and its record in one SQLite write transaction on `connection`.
+async fn sqlite_write(
+    connection: &mut SqliteConnection,
+    lease: &BatchLease,
+    statement: &Statement,
+    progress: Option<&Cursor>,
+) -> Result<u64, StoreError> {
+    let mut tx = connection.begin_with("BEGIN IMMEDIATE").await?;
+    let rows = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    record_then_commit!(tx, lease, progress, i64::try_from(rows).unwrap_or(i64::MAX))?;
+    Ok(rows)
 }
 
 /// `WITH changed AS (<statement> RETURNING 1), recorded AS (<the fenced
@@ -481,36 +607,10 @@ impl SubBatchTx {
     /// Errors: [`StoreError::BatchLeaseLost`] when the batch was re-claimed
     /// since; then nothing of the transaction is kept.
     pub async fn commit(self, progress: Option<&Cursor>, rows: i64) -> Result<(), StoreError> {
-        const RECORD: &str = SubBatchTx::RECORD;
-        let progress = progress.map(Cursor::to_json);
-        let lease = self.lease;
-        // Record first, commit only if the record was accepted: the data change
-        // and its record are kept together or not at all.
-        macro_rules! record_then_commit {
-            ($tx:expr) => {{
-                let mut tx = $tx;
-                let n = sqlx::query(RECORD)
-                    .bind(lease.batch_id)
-                    .bind(lease.epoch)
-                    .bind(progress)
-                    .bind(rows)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if n == 1 {
-                    tx.commit().await?;
-                }
-                n
-            }};
+        match self.tx {
+            Tx::Sqlite(tx) => record_then_commit!(tx, &self.lease, progress, rows),
+            Tx::Postgres(tx) => record_then_commit!(tx, &self.lease, progress, rows),
         }
-        let recorded = match self.tx {
-            Tx::Sqlite(tx) => record_then_commit!(tx),
-            Tx::Postgres(tx) => record_then_commit!(tx),
-        };
-        if recorded != 1 {
-            return Err(batch_lease_lost(&lease));
-        }
-        Ok(())
     }
 }
 
