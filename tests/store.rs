@@ -1269,6 +1269,91 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
     );
 }
 
+/// On SQLite, a session's sub-batch cancelled while its `BEGIN IMMEDIATE`
+/// waits for the write lock (as the runtime's timer cancels one; here a
+/// `timeout`) leaves no connection inside that transaction once the lock
+/// frees: the session's transaction is one sqlx tracks (which rolls back a
+/// `BEGIN` answered after its future was gone), and a cancelled statement
+/// gives its connection back to the pool, never to the session. So every
+/// connection of the pool can then write, and the session's next
+/// sub-batch runs. (A `BEGIN` sent as a plain statement would leave its
+/// connection idle in the pool, holding the write lock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_sqlite_sub_batch_leaves_no_connection_inside_its_transaction() {
+    let db = TestDb::sqlite().await;
+    let options = sluice_store::ConnectOptions {
+        busy_timeout: Duration::from_secs(2),
+        ..sluice_store::ConnectOptions::default()
+    };
+    let store = Store::connect_with(&db.url, &options).await.unwrap();
+    let sluice_store::Backend::Sqlite(pool) = store.backend().clone() else {
+        unreachable!("an SQLite store")
+    };
+    db.execute("CREATE TABLE cancelled (id INTEGER PRIMARY KEY)")
+        .await;
+    db.execute(
+        "INSERT INTO cancelled (id) SELECT value FROM \
+         (WITH RECURSIVE n(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM n WHERE value < 10) \
+          SELECT value FROM n)",
+    )
+    .await;
+    let table = sluice_store::Ident::parse("cancelled").unwrap();
+    let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 2);
+    let (id, lease) = batch_held_by_a(&store, loop_spec("cancelled"), None, 100).await;
+    let timeout = Duration::from_secs(5);
+    let mut session = store.sub_batch_session(true);
+    let first = session
+        .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+        .await;
+    assert_eq!(
+        first.unwrap(),
+        2,
+        "a first sub-batch, whose connection is kept"
+    );
+
+    let mut blocker = pool.acquire().await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        session.run_loop_sub_batch_statement(&lease, &delete, 2, timeout),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the sub-batch waits for the write lock");
+    sqlx::query("ROLLBACK")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    drop(blocker);
+
+    // Every connection the pool has or can open begins and ends a write.
+    let mut connections = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        connections.push(pool.acquire().await.unwrap());
+    }
+    for (n, connection) in connections.iter_mut().enumerate() {
+        let began = sqlx::Connection::begin_with(&mut **connection, "BEGIN IMMEDIATE").await;
+        let write = began.unwrap_or_else(|e| panic!("connection {n} cannot write: {e}"));
+        write.rollback().await.unwrap();
+    }
+    drop(connections);
+
+    let next = session
+        .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+        .await;
+    assert_eq!(next.unwrap(), 2, "the session's next sub-batch runs");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM cancelled").await, 6);
+    assert_eq!(
+        store.batches(id).await.unwrap().remove(0).rows_affected,
+        4,
+        "the cancelled sub-batch kept nothing"
+    );
+    drop(session);
+    store.close().await;
+}
+
 /// However many sessions want to keep a connection, together they keep at
 /// most all but one of the store's sub-batch connections: on a store with
 /// three, four keeping sessions and a one-off sub-batch all run, none

@@ -277,9 +277,11 @@ impl Store {
     pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
         let most = match (&self.backend, &self.sub_batches) {
             (Backend::Sqlite(pool), _) => pool.options().get_max_connections() / 2,
-            (Backend::Postgres(_), Some(sessions)) => {
-                sessions.pool.options().get_max_connections().saturating_sub(1)
-            }
+            (Backend::Postgres(_), Some(sessions)) => sessions
+                .pool
+                .options()
+                .get_max_connections()
+                .saturating_sub(1),
             (Backend::Postgres(_), None) => 0,
         };
         self.kept

@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
+use sqlx::Connection as _;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool};
-use sqlx::Connection as _;
 
 use crate::cursor::Cursor;
 use crate::error::StoreError;
@@ -102,23 +102,26 @@ impl Store {
 /// where each sub-batch is a write transaction.
 ///
 /// One that keeps its connection ([`Store::sub_batch_session`] with `keep`)
-/// holds it from one sub-batch to the next, so a sub-batch costs no pool
+/// holds it from one sub-batch to the next. A sub-batch then costs no pool
 /// round trips: sqlx pings a connection as it is taken from its pool and
-/// again as it is returned, two round trips beside a 1–2 ms statement (on
-/// SQLite, a connection taken afresh also starts with a cold page cache,
-/// each connection keeping its own). The
-/// connection goes back to the pool after any error (the pool tests it and
-/// drops it if broken) and when it has been idle longer than
-/// [`SubBatchSession::KEPT_IDLE`], so a connection the server closed while
-/// a worker idled is replaced by a tested one before a sub-batch meets it.
+/// again as it is returned, two round trips beside a 1–2 ms statement. On
+/// SQLite it also keeps its page cache warm: each connection has its own,
+/// which a change made through another connection makes stale.
+///
+/// The connection goes back to the pool after any error (the pool tests it
+/// and drops it if broken), when its statement is cancelled midway, and
+/// when it has been idle longer than [`SubBatchSession::KEPT_IDLE`], so a
+/// connection the server closed while a worker idled is replaced by a
+/// tested one before a sub-batch meets it.
+///
 /// All the sessions of a store (and of its clones) keep at most all but one
 /// of the bounded sessions' connections between them (half of an SQLite
-/// store's connections, whose pool the runtime's bookkeeping shares), so however many
-/// sessions there are, none waits on a connection another one keeps: a
-/// session that finds no place left takes a connection for each statement,
-/// as one that does not keep does, and tries for a place again with its
-/// next connection. Sub-batches that are not one statement run in a
-/// transaction from the store's pool ([`Store::begin_sub_batch_within`]).
+/// store's connections, whose pool the runtime's bookkeeping shares), so
+/// however many sessions there are, none waits on a connection another one
+/// keeps: a session that finds no place left takes a connection for each
+/// statement, as one that does not keep does, and tries for a place again
+/// with its next connection. Sub-batches that are not one statement run in
+/// a transaction from the store's pool ([`Store::begin_sub_batch_within`]).
 #[derive(Debug)]
 pub struct SubBatchSession {
     store: Store,
@@ -330,7 +333,7 @@ impl SubBatchSession {
     /// [`SubBatchSession::take`]).
     async fn take_postgres(&mut self, bounded: &PgPool) -> Result<InUse, StoreError> {
         match self.take() {
-            Some(held) => Ok(InUse(Some(held))),
+            Some(held) => Ok(InUse(held)),
             None => Ok(self.fresh(Held::Postgres(bounded.acquire().await?))),
         }
     }
@@ -339,7 +342,7 @@ impl SubBatchSession {
     /// [`SubBatchSession::take`]).
     async fn take_sqlite(&mut self, pool: &SqlitePool) -> Result<InUse, StoreError> {
         match self.take() {
-            Some(held) => Ok(InUse(Some(held))),
+            Some(held) => Ok(InUse(held)),
             None => Ok(self.fresh(Held::Sqlite(pool.acquire().await?))),
         }
     }
@@ -357,7 +360,7 @@ impl SubBatchSession {
     /// A connection just taken from the pool, with a place to keep it if
     /// the session keeps connections and the store has one left.
     fn fresh(&self, connection: Held) -> InUse {
-        InUse(Some(HeldConnection {
+        InUse(HeldConnection {
             connection,
             used: Instant::now(),
             place: if self.keeps {
@@ -365,15 +368,13 @@ impl SubBatchSession {
             } else {
                 None
             },
-        }))
+        })
     }
 
     /// After a statement: the connection is kept if the statement succeeded
     /// and the session has a place for it, else it goes back to the pool.
-    fn settle(&mut self, mut connection: InUse, succeeded: bool) {
-        let Some(mut held) = connection.0.take() else {
-            return;
-        };
+    fn settle(&mut self, connection: InUse, succeeded: bool) {
+        let mut held = connection.0;
         if succeeded && held.place.is_some() {
             held.used = Instant::now();
             self.held = Some(held);
@@ -381,35 +382,30 @@ impl SubBatchSession {
     }
 }
 
-/// A session's connection while its statement runs. Dropped before it is
-/// settled — its statement's future was dropped midway, by a timer or a
-/// stopping worker — it is closed rather than given back to the pool: it
-/// may be left inside a transaction nothing will end (a `BEGIN` answered
-/// after its future was gone).
-struct InUse(Option<HeldConnection>);
+/// A session's connection while its statement runs, taken out of the
+/// session until [`SubBatchSession::settle`] puts it back: a statement
+/// cancelled midway (its future dropped by a timer or a stopping worker)
+/// gives the connection back to the pool, never to the session. sqlx then
+/// ends what the statement left open: it rolls back a dropped transaction,
+/// and on SQLite a `BEGIN` answered after its future was gone.
+struct InUse(HeldConnection);
 
 impl InUse {
     fn postgres(&mut self) -> &mut PgConnection {
-        match self.0.as_mut().map(|held| &mut held.connection) {
-            Some(Held::Postgres(connection)) => connection,
-            _ => unreachable!("a PostgreSQL session's connection until settled"),
+        match &mut self.0.connection {
+            Held::Postgres(connection) => connection,
+            Held::Sqlite(_) => {
+                unreachable!("a session's connections come from its store's backend")
+            }
         }
     }
 
     fn sqlite(&mut self) -> &mut SqliteConnection {
-        match self.0.as_mut().map(|held| &mut held.connection) {
-            Some(Held::Sqlite(connection)) => connection,
-            _ => unreachable!("an SQLite session's connection until settled"),
-        }
-    }
-}
-
-impl Drop for InUse {
-    fn drop(&mut self) {
-        match self.0.as_mut().map(|held| &mut held.connection) {
-            Some(Held::Postgres(connection)) => connection.close_on_drop(),
-            Some(Held::Sqlite(connection)) => connection.close_on_drop(),
-            None => {}
+        match &mut self.0.connection {
+            Held::Sqlite(connection) => connection,
+            Held::Postgres(_) => {
+                unreachable!("a session's connections come from its store's backend")
+            }
         }
     }
 }
