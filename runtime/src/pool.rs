@@ -291,8 +291,9 @@ async fn spawn_worker(
         WorkerArgs {
             index,
             queue: state.queue.clone(),
-            // Kept while the store has a place for it (all but one of its
-            // sub-batch connections may be kept, by all workers together).
+            // Its connection is kept while the store has a place for it
+            // (see `SubBatchSession`: a share of the store's connections,
+            // for all workers together).
             session: state.store.sub_batch_session(true),
         },
         pool.get_cell(),
