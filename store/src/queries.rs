@@ -96,6 +96,16 @@ static UPDATE_OPERATION: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// On PostgreSQL, batch rows (`b`) with what their tallies count (`tallied`:
+/// a running batch's loop sub-batches, migration `0003_batch_tallies.sql`),
+/// for a `WHERE` to follow.
+macro_rules! batches_with_tallies {
+    () => {
+        "SELECT b.*, t.rows_affected AS tallied FROM sluice_batches b \
+         LEFT JOIN sluice_batch_tallies t ON t.batch_id = b.id"
+    };
+}
+
 /// Binds a [`ProjectionValues`] in [`PROJECTION_COLUMNS`] order.
 macro_rules! bind_projection {
     ($query:expr, $values:expr) => {{
@@ -536,9 +546,10 @@ macro_rules! backend {
                 let mut tx = begin_write(pool).await?;
                 let row: Option<BatchRow> = sqlx::query_as(DIALECT.pick(
                     "SELECT * FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
-                    "SELECT b.*, t.rows_affected AS tallied FROM sluice_batches b \
-                     LEFT JOIN sluice_batch_tallies t ON t.batch_id = b.id \
-                     WHERE b.id = $1 AND b.lease_epoch = $2 AND b.status = 'running' FOR UPDATE OF b",
+                    concat!(
+                        batches_with_tallies!(),
+                        " WHERE b.id = $1 AND b.lease_epoch = $2 AND b.status = 'running' FOR UPDATE OF b"
+                    ),
                 ))
                 .bind(lease.batch_id)
                 .bind(lease.epoch)
@@ -606,8 +617,10 @@ macro_rules! backend {
                 // On PostgreSQL a running batch's loop sub-batches are counted in its tally.
                 let rows: Vec<BatchRow> = sqlx::query_as(DIALECT.pick(
                     "SELECT * FROM sluice_batches WHERE operation_id = $1 ORDER BY ordinal",
-                    "SELECT b.*, t.rows_affected AS tallied FROM sluice_batches b \
-                     LEFT JOIN sluice_batch_tallies t ON t.batch_id = b.id WHERE b.operation_id = $1 ORDER BY b.ordinal",
+                    concat!(
+                        batches_with_tallies!(),
+                        " WHERE b.operation_id = $1 ORDER BY b.ordinal"
+                    ),
                 ))
                         .bind(operation_id)
                         .fetch_all(pool)
