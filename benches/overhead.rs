@@ -165,14 +165,14 @@ async fn hand_written_loop(
          SELECT id FROM bench_events WHERE created_at < $1 LIMIT $2)";
     let (deleted, took) = match (store.backend(), connection) {
         (Backend::Postgres(pool), Held) => {
-            let cutoff = chrono::Utc::now() - chrono::Duration::days(1);
+            let cutoff = postgres_cutoff();
             let mut held = pool.acquire().await.unwrap();
             let started = Instant::now();
             let deleted = delete_until_short!(&mut *held, POSTGRES, cutoff, sub_batch);
             (deleted, started.elapsed())
         }
         (Backend::Postgres(pool), Pooled) => {
-            let cutoff = chrono::Utc::now() - chrono::Duration::days(1);
+            let cutoff = postgres_cutoff();
             let started = Instant::now();
             let deleted = delete_until_short!(pool, POSTGRES, cutoff, sub_batch);
             (deleted, started.elapsed())
@@ -233,8 +233,13 @@ const SQLITE_CUTOFF: &str = "2021-01-01T00:00:00Z";
 fn cutoff(store: &Store) -> SqlValue {
     match store.backend() {
         Backend::Sqlite(_) => SqlValue::Text(SQLITE_CUTOFF.into()),
-        Backend::Postgres(_) => SqlValue::Timestamp(chrono::Utc::now() - chrono::Duration::days(1)),
+        Backend::Postgres(_) => SqlValue::Timestamp(postgres_cutoff()),
     }
+}
+
+/// A day ago: later than every row `fill` writes on PostgreSQL (all in 2020).
+fn postgres_cutoff() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() - chrono::Duration::days(1)
 }
 
 fn secs(samples: &[Duration]) -> Vec<String> {

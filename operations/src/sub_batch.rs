@@ -242,8 +242,11 @@ pub async fn run_sub_batch(
     operation: &dyn PreparedOperation,
     request: &SubBatchRequest,
 ) -> Result<SubBatchOutcome, OperationError> {
-    let store = &session.store().clone();
+    let store = session.store();
     let system = db_system(store);
+    // PostgreSQL bounds a one-statement sub-batch itself
+    // (`statement_timeout`); SQLite's statements have no such setting.
+    let timed_here = !matches!(store.backend(), Backend::Postgres(_));
     let table = operation.shape().table().name();
     let rows = SubBatchRows {
         shape: operation.shape(),
@@ -284,12 +287,10 @@ pub async fn run_sub_batch(
                 }
             }
             .instrument(span.clone());
-            // PostgreSQL bounds the statement itself (`statement_timeout`);
-            // the timer is for SQLite, whose statements have no such setting.
-            let changed = if matches!(store.backend(), Backend::Postgres(_)) {
-                one.await
-            } else {
+            let changed = if timed_here {
                 within(request.timeout, one).await?
+            } else {
+                one.await
             };
             traced(&span, changed)?
         }

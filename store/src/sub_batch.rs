@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection as _;
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection};
 
 use crate::cursor::Cursor;
 use crate::error::StoreError;
@@ -236,7 +236,9 @@ impl SubBatchSession {
         .bind(lease.epoch);
         let done = match self.store.bounded_sessions(timeout).cloned() {
             Some(bounded) => {
-                let mut connection = self.take_postgres(&bounded).await?;
+                let mut connection = self
+                    .take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
+                    .await?;
                 let done = query.fetch_one(connection.postgres()).await;
                 self.settle(connection, done.is_ok());
                 done
@@ -300,7 +302,9 @@ impl SubBatchSession {
                 .in_write_transaction(lease, statement, None, timeout)
                 .await;
         };
-        let mut connection = self.take_postgres(&bounded).await?;
+        let mut connection = self
+            .take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
+            .await?;
         let counted = loop_statement(connection.postgres(), lease, statement, limit).await;
         self.settle(connection, counted.is_ok());
         counted
@@ -323,58 +327,49 @@ impl SubBatchSession {
                 .await;
         };
         let pool = pool.clone();
-        let mut connection = self.take_sqlite(&pool).await?;
+        let mut connection = self
+            .take(async { Ok(Held::Sqlite(pool.acquire().await?)) })
+            .await?;
         let done = sqlite_write(connection.sqlite(), lease, statement, progress).await;
         self.settle(connection, done.is_ok());
         done
     }
 
-    /// The session's PostgreSQL connection for one statement (see
-    /// [`SubBatchSession::take`]).
-    async fn take_postgres(&mut self, bounded: &PgPool) -> Result<InUse, StoreError> {
-        match self.take() {
-            Some(held) => Ok(InUse(held)),
-            None => Ok(self.fresh(Held::Postgres(bounded.acquire().await?))),
-        }
-    }
-
-    /// The session's SQLite connection for one statement (see
-    /// [`SubBatchSession::take`]).
-    async fn take_sqlite(&mut self, pool: &SqlitePool) -> Result<InUse, StoreError> {
-        match self.take() {
-            Some(held) => Ok(InUse(held)),
-            None => Ok(self.fresh(Held::Sqlite(pool.acquire().await?))),
-        }
-    }
-
-    /// The kept connection, if it was used within
-    /// [`SubBatchSession::KEPT_IDLE`]; otherwise it goes back to the pool
-    /// and the caller takes a fresh one (tested by the pool as it hands it
-    /// out).
-    fn take(&mut self) -> Option<HeldConnection> {
-        self.held
+    /// The connection for one statement: the kept one, if it was used
+    /// within [`SubBatchSession::KEPT_IDLE`], else a fresh one from
+    /// `acquire` (tested by the pool as it hands it out; a stale kept one
+    /// goes back to the pool). It is out of the session until
+    /// [`SubBatchSession::settle`] puts it back, so a statement cancelled
+    /// midway (its future dropped by a timer or a stopping worker) gives
+    /// its connection back to the pool, never to the session; sqlx then
+    /// ends what the statement left open (it rolls back a dropped
+    /// transaction, and on SQLite a `BEGIN` answered after its future was
+    /// gone).
+    async fn take(
+        &mut self,
+        acquire: impl Future<Output = Result<Held, sqlx::Error>>,
+    ) -> Result<HeldConnection, StoreError> {
+        let kept = self
+            .held
             .take()
-            .filter(|held| held.used.elapsed() <= Self::KEPT_IDLE)
-    }
-
-    /// A connection just taken from the pool, with a place to keep it if
-    /// the session keeps connections and the store has one left.
-    fn fresh(&self, connection: Held) -> InUse {
-        InUse(HeldConnection {
-            connection,
-            used: Instant::now(),
-            place: if self.keeps {
-                self.store.keep_place()
-            } else {
-                None
+            .filter(|held| held.used.elapsed() <= Self::KEPT_IDLE);
+        Ok(match kept {
+            Some(held) => held,
+            None => HeldConnection {
+                connection: acquire.await?,
+                used: Instant::now(),
+                place: if self.keeps {
+                    self.store.keep_place()
+                } else {
+                    None
+                },
             },
         })
     }
 
     /// After a statement: the connection is kept if the statement succeeded
     /// and the session has a place for it, else it goes back to the pool.
-    fn settle(&mut self, connection: InUse, succeeded: bool) {
-        let mut held = connection.0;
+    fn settle(&mut self, mut held: HeldConnection, succeeded: bool) {
         if succeeded && held.place.is_some() {
             held.used = Instant::now();
             self.held = Some(held);
@@ -382,17 +377,9 @@ impl SubBatchSession {
     }
 }
 
-/// A session's connection while its statement runs, taken out of the
-/// session until [`SubBatchSession::settle`] puts it back: a statement
-/// cancelled midway (its future dropped by a timer or a stopping worker)
-/// gives the connection back to the pool, never to the session. sqlx then
-/// ends what the statement left open: it rolls back a dropped transaction,
-/// and on SQLite a `BEGIN` answered after its future was gone.
-struct InUse(HeldConnection);
-
-impl InUse {
+impl HeldConnection {
     fn postgres(&mut self) -> &mut PgConnection {
-        match &mut self.0.connection {
+        match &mut self.connection {
             Held::Postgres(connection) => connection,
             Held::Sqlite(_) => {
                 unreachable!("a session's connections come from its store's backend")
@@ -401,7 +388,7 @@ impl InUse {
     }
 
     fn sqlite(&mut self) -> &mut SqliteConnection {
-        match &mut self.0.connection {
+        match &mut self.connection {
             Held::Sqlite(connection) => connection,
             Held::Postgres(_) => {
                 unreachable!("a session's connections come from its store's backend")
