@@ -40,6 +40,7 @@ for_each_backend!(
 postgres_only!(
     a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row,
     a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it,
+    a_busy_session_renews_its_connection_at_the_pool_lifetime,
     sessions_keep_all_but_one_connection_between_them,
 );
 
@@ -1266,6 +1267,77 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
         store.batches(id).await.unwrap().remove(0).rows_affected,
         8,
         "the batch counts each sub-batch that was kept, once"
+    );
+}
+
+/// A session kept busy (sub-batches back to back, never idle) gives its
+/// connection back once it has kept it as long as the pool lets a
+/// connection live, and the pool closes it as over age: the server process
+/// that served the first sub-batch ends while the sub-batches go on, each
+/// counted once.
+async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) {
+    use sluice_store::Ident;
+    let options = sluice_store::ConnectOptions {
+        sub_batch_timeout: Some(Duration::from_secs(1)),
+        max_lifetime: Some(Duration::from_millis(300)),
+        ..sluice_store::ConnectOptions::default()
+    };
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = Store::connect_with(&db.url, &options)
+        .await
+        .unwrap()
+        .with_clock(Arc::new(clock));
+    let table = Ident::parse("renewed_under_a_session").unwrap();
+    db.execute(&format!(
+        "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, 100000) g",
+        table.quoted()
+    ))
+    .await;
+    let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 1);
+    let (id, a) = batch_held_by_a(&store, loop_spec(table.name()), None, 100).await;
+    let timeout = Duration::from_secs(1);
+    let mut session = store.sub_batch_session(true);
+    let mut deleted = session
+        .run_loop_sub_batch_statement(&a, &delete, 1, timeout)
+        .await
+        .unwrap();
+    let pid = db
+        .scalar(&format!(
+            "SELECT COALESCE(MAX(pid), 0)::BIGINT FROM pg_stat_activity \
+             WHERE query LIKE 'WITH recorded AS %{}%' AND pid <> pg_backend_pid()",
+            table.name()
+        ))
+        .await;
+    assert_ne!(
+        pid, 0,
+        "the session's connection is open after its sub-batch"
+    );
+    let open = format!("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = {pid}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while db.scalar(&open).await == 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: the first connection is closed while the session stays busy"
+        );
+        deleted += session
+            .run_loop_sub_batch_statement(&a, &delete, 1, timeout)
+            .await
+            .unwrap();
+    }
+    deleted += session
+        .run_loop_sub_batch_statement(&a, &delete, 1, timeout)
+        .await
+        .unwrap();
+    assert!(deleted > 2, "sub-batches ran meanwhile: {deleted}");
+    assert_eq!(
+        db.scalar(&format!("SELECT COUNT(*) FROM {}", table.quoted()))
+            .await,
+        100_000 - deleted as i64
+    );
+    assert_eq!(
+        store.batches(id).await.unwrap().remove(0).rows_affected,
+        deleted as i64,
+        "the batch counts each sub-batch once, across the renewal"
     );
 }
 

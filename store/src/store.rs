@@ -110,6 +110,12 @@ pub struct ConnectOptions {
     /// one statement is sent as one statement, with no transaction to open
     /// for a `SET LOCAL` (the runtime passes its sub-batch timeout).
     pub sub_batch_timeout: Option<Duration>,
+    /// How long a connection lives before its pool closes it and opens a
+    /// fresh one (`None`: for ever), so no server session grows without end
+    /// and a failover or a rebalanced proxy is followed. It holds for the
+    /// connections a pool worker keeps between sub-batches too
+    /// ([`crate::SubBatchSession`] gives one back once kept this long).
+    pub max_lifetime: Option<Duration>,
 }
 
 impl Default for ConnectOptions {
@@ -119,6 +125,7 @@ impl Default for ConnectOptions {
             busy_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(10),
             sub_batch_timeout: None,
+            max_lifetime: Some(Duration::from_secs(30 * 60)),
         }
     }
 }
@@ -179,6 +186,7 @@ impl Store {
                     options.max_connections
                 })
                 .acquire_timeout(options.acquire_timeout)
+                .max_lifetime(options.max_lifetime)
                 .connect_with(connect)
                 .await?;
             Self::sqlite(pool).await
@@ -187,6 +195,7 @@ impl Store {
             let pool = PgPoolOptions::new()
                 .max_connections(options.max_connections)
                 .acquire_timeout(options.acquire_timeout)
+                .max_lifetime(options.max_lifetime)
                 .connect_with(connect.clone())
                 .await?;
             let mut store = Self::postgres(pool).await?;
@@ -195,6 +204,7 @@ impl Store {
                 let bounded = PgPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
+                    .max_lifetime(options.max_lifetime)
                     .connect_lazy_with(connect.options([("statement_timeout", ms.as_str())]));
                 store.sub_batches = Some(BoundedSessions {
                     pool: bounded,
@@ -290,6 +300,17 @@ impl Store {
             })
             .ok()
             .map(|_| KeptPlace(self.kept.clone()))
+    }
+
+    /// How long a [`crate::SubBatchSession`] may keep one connection: the
+    /// `max_lifetime` of the pool it came from, which closes it as over age
+    /// once it is given back (`None`: for ever).
+    pub(crate) fn kept_lifetime(&self) -> Option<Duration> {
+        match (&self.backend, &self.sub_batches) {
+            (Backend::Sqlite(pool), _) => pool.options().get_max_lifetime(),
+            (Backend::Postgres(_), Some(sessions)) => sessions.pool.options().get_max_lifetime(),
+            (Backend::Postgres(pool), None) => pool.options().get_max_lifetime(),
+        }
     }
 
     /// Validates `spec` and records a new pending operation with its `created`

@@ -112,7 +112,10 @@ impl Store {
 /// and drops it if broken), when its statement is cancelled midway, and
 /// when it has been idle longer than [`SubBatchSession::KEPT_IDLE`], so a
 /// connection the server closed while a worker idled is replaced by a
-/// tested one before a sub-batch meets it.
+/// tested one before a sub-batch meets it; and once it has been kept as
+/// long as its pool lets a connection live
+/// ([`crate::ConnectOptions::max_lifetime`]), so a busy worker's connection
+/// is renewed like any other.
 ///
 /// All the sessions of a store (and of its clones) keep at most all but one
 /// of the bounded sessions' connections between them (half of an SQLite
@@ -132,6 +135,8 @@ pub struct SubBatchSession {
 #[derive(Debug)]
 struct HeldConnection {
     connection: Held,
+    /// When the session took it from the pool.
+    taken: Instant,
     used: Instant,
     /// Its place among the store's kept connections: kept after a
     /// statement only with one.
@@ -336,9 +341,10 @@ impl SubBatchSession {
     }
 
     /// The connection for one statement: the kept one, if it was used
-    /// within [`SubBatchSession::KEPT_IDLE`], else a fresh one from
-    /// `acquire` (tested by the pool as it hands it out; a stale kept one
-    /// goes back to the pool). It is out of the session until
+    /// within [`SubBatchSession::KEPT_IDLE`] and has not been kept as long
+    /// as its pool lets a connection live, else a fresh one from `acquire`
+    /// (tested by the pool as it hands it out; a stale or old kept one goes
+    /// back to the pool, which closes it if over age). It is out of the session until
     /// [`SubBatchSession::settle`] puts it back, so a statement cancelled
     /// midway (its future dropped by a timer or a stopping worker) gives
     /// its connection back to the pool, never to the session; sqlx then
@@ -349,14 +355,16 @@ impl SubBatchSession {
         &mut self,
         acquire: impl Future<Output = Result<Held, sqlx::Error>>,
     ) -> Result<HeldConnection, StoreError> {
-        let kept = self
-            .held
-            .take()
-            .filter(|held| held.used.elapsed() <= Self::KEPT_IDLE);
+        let lifetime = self.store.kept_lifetime();
+        let kept = self.held.take().filter(|held| {
+            held.used.elapsed() <= Self::KEPT_IDLE
+                && lifetime.is_none_or(|most| held.taken.elapsed() < most)
+        });
         Ok(match kept {
             Some(held) => held,
             None => HeldConnection {
                 connection: acquire.await?,
+                taken: Instant::now(),
                 used: Instant::now(),
                 place: if self.keeps {
                     self.store.keep_place()
