@@ -18,7 +18,10 @@
 //! sub-batch for both sides, default 1,000;
 //! `SLUICE_BENCH_PER_BATCH`, sub-batches per runtime batch, default 20;
 //! `SLUICE_TEST_POSTGRES_URL`).
-//! Prints the median of each and their ratio.
+//! Prints the median of each, their ratio, and what the runtime adds per
+//! sub-batch in microseconds (the ratio also depends on how long the
+//! statement itself takes on the machine; the added time is the runtime's
+//! own cost).
 
 mod common;
 
@@ -89,12 +92,24 @@ async fn main() {
                 .map(|(l, r)| r.as_secs_f64() / l.as_secs_f64())
                 .collect();
             paired.sort_by(f64::total_cmp);
+            // What the runtime adds per sub-batch, start and end included:
+            // roughly fixed, where the ratio also depends on how long the
+            // statement itself takes on this machine.
+            let sub_batches = (rows / sub_batch + 1) as f64;
+            let mut added: Vec<f64> = loops
+                .iter()
+                .zip(&by_runtime)
+                .map(|(l, r)| (r.as_secs_f64() - l.as_secs_f64()) * 1e6 / sub_batches)
+                .collect();
+            added.sort_by(f64::total_cmp);
             println!(
-                "{name}: {label} {:.2} s, runtime {:.2} s, runtime/{label} {:.3}, median of paired ratios {:.3} ({label} runs {:?}, runtime runs {:?})",
+                "{name}: {label} {:.2} s, runtime {:.2} s, runtime/{label} {:.3}, median of paired ratios {:.3}, runtime adds {:.0} µs per sub-batch (paired median; {:.0} µs per loop statement) ({label} runs {:?}, runtime runs {:?})",
                 l.as_secs_f64(),
                 r.as_secs_f64(),
                 r.as_secs_f64() / l.as_secs_f64(),
                 paired[paired.len() / 2],
+                added[added.len() / 2],
+                l.as_secs_f64() * 1e6 / sub_batches,
                 secs(loops),
                 secs(&by_runtime),
             );
