@@ -1341,6 +1341,40 @@ async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) 
     );
 }
 
+/// An in-memory SQLite store is its one connection: however short the
+/// connection lifetime asked for, the pool never closes that connection
+/// for its age (which would drop the database with it), so what was
+/// written is still there after many lifetimes of use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_memory_store_outlives_the_connection_lifetime() {
+    let lifetime = Duration::from_millis(50);
+    let options = sluice_store::ConnectOptions {
+        max_lifetime: Some(lifetime),
+        ..sluice_store::ConnectOptions::default()
+    };
+    let store = Store::connect_with("sqlite::memory:", &options)
+        .await
+        .unwrap();
+    let id = store.enqueue(spec("events")).await.unwrap().id;
+    // Use the connection (each use gives it back to the pool, where an
+    // over-age one would be closed) until it is four lifetimes old.
+    let opened = std::time::Instant::now();
+    let mut reads = 0;
+    while opened.elapsed() < lifetime * 4 {
+        let record = store.operation(id).await;
+        assert!(
+            record.is_ok(),
+            "read {reads}, {:?} after opening: {record:?}",
+            opened.elapsed()
+        );
+        reads += 1;
+    }
+    assert_eq!(
+        store.operation(id).await.unwrap().state.status,
+        OperationStatus::Pending
+    );
+}
+
 /// On SQLite, a session's sub-batch cancelled while its `BEGIN IMMEDIATE`
 /// waits for the write lock (as the runtime's timer cancels one; here a
 /// `timeout`) leaves no connection inside that transaction once the lock

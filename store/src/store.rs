@@ -115,6 +115,8 @@ pub struct ConnectOptions {
     /// and a failover or a rebalanced proxy is followed. It holds for the
     /// connections a pool worker keeps between sub-batches too
     /// ([`crate::SubBatchSession`] gives one back once kept this long).
+    /// Not for an in-memory SQLite database, whose one connection is the
+    /// database and is never renewed.
     pub max_lifetime: Option<Duration>,
 }
 
@@ -178,17 +180,19 @@ impl Store {
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(options.busy_timeout)
                 .foreign_keys(true);
-            let pool = SqlitePoolOptions::new()
-                // Each connection to an in-memory database is a database of its own.
-                .max_connections(if in_memory {
-                    1
-                } else {
-                    options.max_connections
-                })
-                .acquire_timeout(options.acquire_timeout)
-                .max_lifetime(options.max_lifetime)
-                .connect_with(connect)
-                .await?;
+            let pool = SqlitePoolOptions::new().acquire_timeout(options.acquire_timeout);
+            let pool = if in_memory {
+                // Each connection to an in-memory database is a database of
+                // its own, which lives only while it is open: its one
+                // connection is never closed for its age or idleness.
+                pool.max_connections(1)
+                    .max_lifetime(None)
+                    .idle_timeout(None)
+            } else {
+                pool.max_connections(options.max_connections)
+                    .max_lifetime(options.max_lifetime)
+            };
+            let pool = pool.connect_with(connect).await?;
             Self::sqlite(pool).await
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let connect = PgConnectOptions::from_str(url)?;
