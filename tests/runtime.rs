@@ -31,6 +31,7 @@ for_each_backend!(
     an_operation_actor_that_fails_to_start_is_restarted_within_its_budget,
     an_actor_failing_past_its_budget_fails_only_its_own_operation,
     a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried,
+    a_restarted_node_finishes_the_batch_it_held_without_waiting_out_its_lease,
     an_operator_pause_from_outside_stops_the_worker_and_resume_finishes,
     bulk_enqueue_refuses_a_bad_item_whole_then_runs_every_operation,
 );
@@ -1279,6 +1280,65 @@ async fn a_panicking_pool_worker_is_replaced_and_its_sub_batch_retried(db: &Test
         .collect();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert!(failures[0].contains("worker died"), "{}", failures[0]);
+}
+
+/// A node that died holding a batch (its lease an hour long) and comes back
+/// under the same name, once the operation's own lease has lapsed, gives
+/// that batch back and finishes it first: it does not leave it to wait out
+/// its lease. (The store is set up as the dead node left it: operation
+/// claimed by `test-node`, batch 1 planned and claimed by it.)
+async fn a_restarted_node_finishes_the_batch_it_held_without_waiting_out_its_lease(db: &TestDb) {
+    create_items(db, 100).await;
+    let kind = "held-before-restart";
+    let mut registry = sluice_operations::Registry::new();
+    registry.register(Unreliable::new(kind));
+    let options = EnqueueOptions {
+        batch_size: 40,
+        sub_batch_size: 20,
+        ..EnqueueOptions::default()
+    };
+    let id =
+        sluice_operations::enqueue(&db.store, &registry, kind, &serde_json::json!({}), &options)
+            .await
+            .unwrap()
+            .id;
+    let node = quick().node;
+    let lease = common::claim_lease(&db.store, &node, Duration::from_millis(1)).await;
+    db.store
+        .plan_batch(&lease, Some(sluice_store::Cursor::int(40)), 40)
+        .await
+        .unwrap();
+    let held = db
+        .store
+        .claim_batches(&node, Some(id), 1, Duration::from_secs(3_600))
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1, "the dead node's batch is running");
+
+    let runtime = builder(db)
+        .config(RuntimeConfig {
+            max_attempts: 3,
+            ..fixed_batches(40)
+        })
+        .register(Unreliable::new(kind))
+        .start()
+        .await
+        .unwrap();
+    // Well inside the hour the batch's lease still has to run.
+    let record = runtime.wait(id, Duration::from_secs(30)).await.unwrap();
+    runtime.shutdown().await.unwrap();
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.rows_done, 100);
+    db.store.verify(id).await.unwrap();
+    assert_each_item_changed_once(db).await;
+    let first = db.store.batches(id).await.unwrap().remove(0);
+    // Given back (which does not count as an attempt) and claimed again
+    // under a new epoch.
+    assert_eq!(
+        (first.ordinal, first.attempts, first.lease_epoch),
+        (1, 1, held[0].lease_epoch + 1),
+        "the held batch was given back and claimed again, once"
+    );
 }
 
 /// One user's todos: marks them (a per-tenant clean-up, scoped by a bound value).

@@ -110,9 +110,10 @@ pub struct OperationState {
     rows_this_run: i64,
     scope_exhausted: bool,
     /// The store may hold a batch of this operation to finish first (true at
-    /// start, after a retryable failure or a lost batch, and while the scope
-    /// is exhausted but batches are unfinished): only then is a claim tried
-    /// before planning, saving a query per batch otherwise.
+    /// start unless the operation has planned none, after a retryable
+    /// failure or a lost batch, and while the scope is exhausted but batches
+    /// are unfinished): only then is a claim tried before planning, saving a
+    /// query per batch otherwise.
     leftovers_possible: bool,
     stopping: Option<Stopping>,
     /// The operation's failure once decided, until the write recording it
@@ -223,12 +224,17 @@ impl Actor for OperationActor {
                 return Err(error.into());
             }
         };
+        // Batch rows exist only once planned (each is planned as ordinal
+        // `batches_planned + 1`, by the owner alone): an operation that has
+        // planned none, a fresh one, has no batch to give back or to finish
+        // first, and its start skips both queries.
+        let planned_any = record.state.batches_planned > 0;
         // A batch this node held before a restart may still have a sub-batch
         // of the previous actor in the pool: give it back so that sub-batch's
         // commit is refused and the batch is claimed afresh (a new epoch).
         // (A helper of this node may lose its batch the same way; its next
         // commit is refused and it claims another.)
-        if !args.helper {
+        if !args.helper && planned_any {
             for batch in store.batches(record.id).await? {
                 if batch.status == BatchStatus::Running
                     && batch.claimed_by.as_deref() == Some(node)
@@ -296,7 +302,7 @@ impl Actor for OperationActor {
             run_started: Instant::now(),
             rows_this_run: 0,
             scope_exhausted: false,
-            leftovers_possible: true,
+            leftovers_possible: planned_any,
             stopping: None,
             failing: None,
             last_renewal: Instant::now(),
