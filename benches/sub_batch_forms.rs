@@ -5,8 +5,13 @@
 //! - `loop`: the hand-written loop's statement alone, in autocommit;
 //! - `transaction`: the same statement with its fenced progress record in
 //!   one transaction (`BEGIN; SET LOCAL statement_timeout`, statement,
-//!   record, `COMMIT`: four round trips) — the form every operation's
-//!   `run` takes;
+//!   record, `COMMIT`: four round trips), on a connection taken from
+//!   the pool for it — the form every operation's `run` took until
+//!   2026-11-23;
+//! - `kept transaction`: the same transaction on a connection a pool
+//!   worker's session keeps from one sub-batch to the next
+//!   ([`sluice_store::SubBatchSession::connection`]) — the form an
+//!   operation's `run` takes since;
 //! - `one statement`: [`Store::run_loop_sub_batch_statement`] on sessions
 //!   bounded by `statement_timeout` — the change with its record fused into
 //!   one statement, one round trip — the form `delete-aged-rows` takes.
@@ -16,7 +21,9 @@
 //!
 //! `cargo bench --bench sub_batch_forms` (env: `SLUICE_BENCH_ROWS`, default
 //! 1,000,000; `SLUICE_BENCH_REPEATS`, default 2; `SLUICE_TEST_POSTGRES_URL`).
-//! PostgreSQL only: SQLite has one form, the transaction.
+//! PostgreSQL only: SQLite has one form, the transaction, and its forms
+//! cannot take turns (each connection keeps its own page cache, which the
+//! others' writes make stale, so the turns would measure each other).
 
 mod common;
 
@@ -30,7 +37,7 @@ use common::{env, fill_aged_events as fill, postgres_url};
 
 const SUB_BATCH: i64 = 1_000;
 const KIND: &str = "bench-sub-batch-forms";
-const FORMS: [&str; 3] = ["loop", "transaction", "one statement"];
+const FORMS: [&str; 4] = ["loop", "transaction", "one statement", "kept transaction"];
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -54,8 +61,9 @@ async fn main() {
         fill(&store, rows).await;
         let lease = batch_lease(&store).await;
         let delete = aged_rows(&store).await;
-        let mut spent = [Duration::ZERO; 3];
-        let mut turns = [0u32; 3];
+        let mut session = store.sub_batch_session(true);
+        let mut spent = [Duration::ZERO; FORMS.len()];
+        let mut turns = [0u32; FORMS.len()];
         let (mut deleted, mut with_record) = (0, 0);
         // Whose turn it is rotates, and so does who starts a repeat.
         for turn in repeat.. {
@@ -72,10 +80,18 @@ async fn main() {
                     tx.commit(None, n as i64).await.unwrap();
                     n
                 }
-                _ => store
+                2 => store
                     .run_loop_sub_batch_statement(&lease, &delete, SUB_BATCH, timeout)
                     .await
                     .unwrap(),
+                _ => {
+                    let mut connection = session.connection(timeout).await.unwrap();
+                    let mut tx = connection.begin_sub_batch(&lease, timeout).await.unwrap();
+                    let n = tx.execute(&delete).await.unwrap();
+                    tx.commit(None, n as i64).await.unwrap();
+                    session.put_back(connection, true);
+                    n
+                }
             } as i64;
             spent[form] += started.elapsed();
             turns[form] += 1;

@@ -35,6 +35,7 @@ for_each_backend!(
     a_loop_batch_keeps_its_count_when_given_back_retried_or_done,
     owner_completes_and_plans_the_next_batch_in_one_commit,
     a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit,
+    transaction_sub_batches_run_on_a_connection_their_session_lends,
 );
 
 postgres_only!(
@@ -1226,16 +1227,7 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
         pid, 0,
         "the session's connection is open after its sub-batch"
     );
-    db.execute(&format!("SELECT pg_terminate_backend({pid})"))
-        .await;
-    common::until("the server closes the session's connection", || async {
-        db.scalar(&format!(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = {pid}"
-        ))
-        .await
-            == 0
-    })
-    .await;
+    close_server_process(db, pid).await;
 
     let broken = session
         .run_loop_sub_batch_statement(&a, &delete, 4, timeout)
@@ -1268,6 +1260,95 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
         8,
         "the batch counts each sub-batch that was kept, once"
     );
+}
+
+/// A sub-batch that is a transaction (a custom operation's) runs on a
+/// connection its session lends out and takes back: a committed one keeps
+/// its change and its record; one dropped before its commit (cancelled)
+/// keeps nothing, and the session's next sub-batch runs. On PostgreSQL the
+/// session keeps the connection between them, as for one-statement
+/// sub-batches: once the server closes it, the session's next sub-batch
+/// meets it closed, and the one after runs on a new one.
+async fn transaction_sub_batches_run_on_a_connection_their_session_lends(db: &TestDb) {
+    use sluice_store::{Ident, SqlValue, Statement};
+    let clock = ManualClock::new(1_700_000_000_000);
+    let stores = sub_batch_stores(db, &clock).await;
+    let (name, store) = stores.last().expect("a store");
+    let table = Ident::parse("lent_marks").unwrap();
+    db.execute(&format!(
+        "CREATE TABLE {} (id BIGINT PRIMARY KEY, mark BIGINT NOT NULL DEFAULT 0)",
+        table.quoted()
+    ))
+    .await;
+    db.execute(&format!(
+        "INSERT INTO {} (id) VALUES (1), (2), (3), (4)",
+        table.quoted()
+    ))
+    .await;
+    let (id, a) = batch_held_by_a(store, loop_spec(table.name()), None, 100).await;
+    let timeout = Duration::from_secs(1);
+    // The server process's id on PostgreSQL, a constant on SQLite.
+    let set: &'static str = if db.backend == "postgres" {
+        " SET mark = pg_backend_pid() WHERE id = "
+    } else {
+        " SET mark = 7 WHERE id = "
+    };
+    let mark = |row: i64| {
+        Statement::new("UPDATE ")
+            .ident(&table)
+            .push(set)
+            .value(SqlValue::Int(row))
+    };
+    let marked = |row: i64| format!("SELECT mark FROM {} WHERE id = {row}", table.quoted());
+    let mut session = store.sub_batch_session(true);
+    let lent_sub_batch = async |session: &mut sluice_store::SubBatchSession, row: i64| {
+        let mut connection = session.connection(timeout).await.unwrap();
+        let mut tx = connection.begin_sub_batch(&a, timeout).await.unwrap();
+        assert_eq!(tx.execute(&mark(row)).await.unwrap(), 1);
+        tx.commit(None, 1).await.unwrap();
+        session.put_back(connection, true);
+    };
+    lent_sub_batch(&mut session, 1).await;
+    let first = db.scalar(&marked(1)).await;
+    assert_ne!(first, 0, "{name}: the committed sub-batch kept its change");
+
+    // Cancelled before its commit: nothing kept, the connection not kept.
+    {
+        let mut connection = session.connection(timeout).await.unwrap();
+        let mut tx = connection.begin_sub_batch(&a, timeout).await.unwrap();
+        assert_eq!(tx.execute(&mark(2)).await.unwrap(), 1);
+        drop(tx);
+        session.put_back(connection, false);
+    }
+    assert_eq!(
+        db.scalar(&marked(2)).await,
+        0,
+        "{name}: the dropped one kept nothing"
+    );
+
+    lent_sub_batch(&mut session, 3).await;
+    if db.backend == "postgres" {
+        // Kept: when the server closes it, the session's next sub-batch
+        // meets it closed (a connection from the pool would have been
+        // tested first) and fails; the one after runs on a new one.
+        let kept = db.scalar(&marked(3)).await;
+        close_server_process(db, kept).await;
+        let mut connection = session.connection(timeout).await.unwrap();
+        let begun = connection.begin_sub_batch(&a, timeout).await.map(drop);
+        assert!(
+            matches!(begun, Err(StoreError::Database(_))),
+            "{name}: the kept connection was used: {begun:?}"
+        );
+        session.put_back(connection, false);
+        lent_sub_batch(&mut session, 2).await;
+        let again = db.scalar(&marked(2)).await;
+        assert!(again != 0 && again != kept, "{name}: {again} after {kept}");
+    } else {
+        lent_sub_batch(&mut session, 2).await;
+        assert_ne!(db.scalar(&marked(2)).await, 0, "{name}: the next one ran");
+    }
+    let counted = store.batches(id).await.unwrap().remove(0);
+    assert!(counted.rows_affected >= 3, "{name}: {counted:?}");
 }
 
 /// A session kept busy (sub-batches back to back, never idle) gives its
@@ -1747,6 +1828,21 @@ async fn sub_batch_stores(db: &TestDb, clock: &ManualClock) -> Vec<(&'static str
         stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
     }
     stores
+}
+
+/// Has the PostgreSQL server close the connection served by process
+/// `pid`, and waits, with a deadline, until that process is gone.
+async fn close_server_process(db: &TestDb, pid: i64) {
+    db.execute(&format!("SELECT pg_terminate_backend({pid})"))
+        .await;
+    common::until("the server closes the connection", || async {
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = {pid}"
+        ))
+        .await
+            == 0
+    })
+    .await;
 }
 
 /// A loop sub-batch's statement on `table`: `DELETE FROM table WHERE id IN

@@ -22,7 +22,7 @@ use crate::shape::{Shape, Strategy, check_expression};
 /// The rows of one sub-batch, and helpers that change exactly those rows,
 /// inside the sub-batch's transaction.
 pub struct SubBatch<'a> {
-    tx: &'a mut SubBatchTx,
+    tx: SubBatchTx<'a>,
     rows: SubBatchRows<'a>,
     system: &'static str,
 }
@@ -295,30 +295,36 @@ pub async fn run_sub_batch(
             traced(&span, changed)?
         }
         None => {
-            // The transaction is opened outside the timer: a future dropped
-            // while its `BEGIN` is in flight leaves the pooled connection
-            // inside a transaction nothing rolls back (sqlx 0.9 counts the
-            // transaction only once `BEGIN` is answered). One dropped after
-            // that is rolled back.
-            let mut tx = store
-                .begin_sub_batch_within(&request.lease, Some(request.timeout))
+            // On the session's connection (kept from one sub-batch to the
+            // next, as for one statement). The transaction is opened outside
+            // the timer: a future dropped while its `BEGIN` is in flight
+            // leaves the connection inside a transaction nothing rolls back
+            // (sqlx 0.9 counts the transaction only once `BEGIN` is
+            // answered). One dropped after that is rolled back, and its
+            // connection, dropped with it, goes back to the pool.
+            let mut connection = session.connection(request.timeout).await?;
+            let tx = connection
+                .begin_sub_batch(&request.lease, request.timeout)
                 .await?;
-            within(request.timeout, async {
+            let done = within(request.timeout, async {
                 let mut sub_batch = SubBatch {
-                    tx: &mut tx,
+                    tx,
                     rows: rows.clone(),
                     system,
                 };
                 let changed = operation.run(&mut sub_batch).await?;
                 let record = statement_span(system, "sluice_batches", SubBatchTx::RECORD);
-                let committed = tx
+                let committed = sub_batch
+                    .tx
                     .commit(reached.as_ref(), changed as i64)
                     .instrument(record.clone())
                     .await;
                 traced(&record, committed.map(|()| 1))?;
                 Ok::<_, OperationError>(changed)
             })
-            .await??
+            .await;
+            session.put_back(connection, matches!(done, Ok(Ok(_))));
+            done??
         }
     };
     let last = match &rows.bounds {

@@ -32,4 +32,4 @@ pub use schedule::{FireOutcome, Schedule, ScheduleFire, Switch};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store, redact_url};
-pub use sub_batch::{SubBatchSession, SubBatchTx};
+pub use sub_batch::{SessionConnection, SubBatchSession, SubBatchTx};

@@ -51,22 +51,28 @@ macro_rules! record_then_commit {
     }};
 }
 
-/// An open sub-batch transaction. Dropping it without [`SubBatchTx::commit`] rolls back.
+/// An open sub-batch transaction, on a connection from the store's pool
+/// (`'static`: [`Store::begin_sub_batch`]) or on one a session lent out
+/// (borrowed for `'c`: [`SessionConnection::begin_sub_batch`]). Dropping it
+/// without [`SubBatchTx::commit`] rolls back.
 #[derive(Debug)]
-pub struct SubBatchTx {
-    tx: Tx,
+pub struct SubBatchTx<'c> {
+    tx: Tx<'c>,
     lease: BatchLease,
 }
 
 #[derive(Debug)]
-enum Tx {
-    Sqlite(sqlx::Transaction<'static, Sqlite>),
-    Postgres(sqlx::Transaction<'static, Postgres>),
+enum Tx<'c> {
+    Sqlite(sqlx::Transaction<'c, Sqlite>),
+    Postgres(sqlx::Transaction<'c, Postgres>),
 }
 
 impl Store {
     /// Opens a sub-batch transaction for a batch this node holds.
-    pub async fn begin_sub_batch(&self, lease: &BatchLease) -> Result<SubBatchTx, StoreError> {
+    pub async fn begin_sub_batch(
+        &self,
+        lease: &BatchLease,
+    ) -> Result<SubBatchTx<'static>, StoreError> {
         self.begin_sub_batch_within(lease, None).await
     }
 
@@ -79,7 +85,7 @@ impl Store {
         &self,
         lease: &BatchLease,
         timeout: Option<std::time::Duration>,
-    ) -> Result<SubBatchTx, StoreError> {
+    ) -> Result<SubBatchTx<'static>, StoreError> {
         let tx = match (self.backend(), timeout) {
             (Backend::Sqlite(pool), _) => Tx::Sqlite(queries::sqlite::begin_write(pool).await?),
             (Backend::Postgres(pool), None) => {
@@ -123,8 +129,10 @@ impl Store {
 /// however many sessions there are, none waits on a connection another one
 /// keeps: a session that finds no place left takes a connection for each
 /// statement, as one that does not keep does, and tries for a place again
-/// with its next connection. Sub-batches that are not one statement run in
-/// a transaction from the store's pool ([`Store::begin_sub_batch_within`]).
+/// with its next connection. A sub-batch that is a transaction, not one
+/// statement (an operation's own `run`), runs on the same connection,
+/// which the session lends out for it ([`SubBatchSession::connection`])
+/// and takes back once it commits ([`SubBatchSession::put_back`]).
 #[derive(Debug)]
 pub struct SubBatchSession {
     store: Store,
@@ -383,6 +391,84 @@ impl SubBatchSession {
             self.held = Some(held);
         }
     }
+
+    /// Lends out a connection for a sub-batch that is a transaction, not
+    /// one statement ([`SessionConnection::begin_sub_batch`]): the kept one
+    /// or a fresh one from the pool this session's one-statement sub-batches
+    /// use (an SQLite store's pool; on PostgreSQL the sessions bounded
+    /// within `timeout`). A PostgreSQL store without such sessions lends one
+    /// of its pool's connections, which is never kept. Give it back with
+    /// [`SubBatchSession::put_back`]; one dropped instead (its sub-batch
+    /// cancelled) goes back to the pool, where sqlx ends the transaction it
+    /// was in.
+    pub async fn connection(&mut self, timeout: Duration) -> Result<SessionConnection, StoreError> {
+        let held = match self.store.backend() {
+            Backend::Sqlite(pool) => {
+                let pool = pool.clone();
+                self.take(async { Ok(Held::Sqlite(pool.acquire().await?)) })
+                    .await?
+            }
+            Backend::Postgres(pool) => match self.store.bounded_sessions(timeout).cloned() {
+                Some(bounded) => {
+                    self.take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
+                        .await?
+                }
+                None => HeldConnection {
+                    connection: Held::Postgres(pool.acquire().await?),
+                    taken: Instant::now(),
+                    used: Instant::now(),
+                    place: None,
+                },
+            },
+        };
+        Ok(SessionConnection { held })
+    }
+
+    /// Takes back a connection lent out by [`SubBatchSession::connection`]:
+    /// it is kept for the next sub-batch if its transaction `committed` and
+    /// the session has a place for it, else it goes back to the pool.
+    pub fn put_back(&mut self, connection: SessionConnection, committed: bool) {
+        self.settle(connection.held, committed);
+    }
+}
+
+/// A connection a [`SubBatchSession`] lent out for one sub-batch
+/// transaction ([`SubBatchSession::connection`]).
+#[derive(Debug)]
+pub struct SessionConnection {
+    held: HeldConnection,
+}
+
+impl SessionConnection {
+    /// Opens a sub-batch transaction for a batch this node holds on this
+    /// connection, as [`Store::begin_sub_batch_within`] does on one from the
+    /// pool: on PostgreSQL every statement bounded by `timeout` (`SET LOCAL
+    /// statement_timeout`, sent with the `BEGIN`), on SQLite a write
+    /// transaction (`BEGIN IMMEDIATE`).
+    pub async fn begin_sub_batch(
+        &mut self,
+        lease: &BatchLease,
+        timeout: Duration,
+    ) -> Result<SubBatchTx<'_>, StoreError> {
+        let tx = match &mut self.held.connection {
+            Held::Postgres(connection) => {
+                let connection: &mut PgConnection = connection;
+                Tx::Postgres(
+                    connection
+                        .begin_with(sqlx::AssertSqlSafe(bounded_begin(timeout)))
+                        .await?,
+                )
+            }
+            Held::Sqlite(connection) => {
+                let connection: &mut SqliteConnection = connection;
+                Tx::Sqlite(connection.begin_with("BEGIN IMMEDIATE").await?)
+            }
+        };
+        Ok(SubBatchTx {
+            tx,
+            lease: lease.clone(),
+        })
+    }
 }
 
 impl HeldConnection {
@@ -536,12 +622,18 @@ async fn begin_bounded(
     pool: &sqlx::PgPool,
     timeout: std::time::Duration,
 ) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
-    // A number this code formats, not input: safe to inline.
-    let begin = format!(
+    Ok(pool
+        .begin_with(sqlx::AssertSqlSafe(bounded_begin(timeout)))
+        .await?)
+}
+
+/// `BEGIN; SET LOCAL statement_timeout = <timeout in ms>`: a number this
+/// code formats, not input, so safe to inline.
+fn bounded_begin(timeout: std::time::Duration) -> String {
+    format!(
         "BEGIN; SET LOCAL statement_timeout = {}",
         statement_timeout_ms(timeout)
-    );
-    Ok(pool.begin_with(sqlx::AssertSqlSafe(begin)).await?)
+    )
 }
 
 /// Runs the same sqlx code on whichever transaction the sub-batch has.
@@ -554,7 +646,7 @@ macro_rules! on_tx {
     };
 }
 
-impl SubBatchTx {
+impl SubBatchTx<'_> {
     /// The batch this transaction works for.
     pub fn lease(&self) -> &BatchLease {
         &self.lease
