@@ -300,8 +300,10 @@ pub async fn run_sub_batch(
             // the timer: a future dropped while its `BEGIN` is in flight
             // leaves the connection inside a transaction nothing rolls back
             // (sqlx 0.9 counts the transaction only once `BEGIN` is
-            // answered). One dropped after that is rolled back, and its
-            // connection, dropped with it, goes back to the pool.
+            // answered). One dropped after that (an error, the timer) is
+            // rolled back and its connection is not kept but goes back to
+            // the pool, as when the whole sub-batch is dropped (a stopping
+            // worker).
             let mut connection = session.connection(request.timeout).await?;
             let tx = connection
                 .begin_sub_batch(&request.lease, request.timeout)
