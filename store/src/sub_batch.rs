@@ -231,40 +231,47 @@ impl SubBatchSession {
         progress: Option<&Cursor>,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
-        let pool = match self.store.backend() {
-            Backend::Postgres(pool) => pool.clone(),
-            Backend::Sqlite(_) => {
-                return self
-                    .in_write_transaction(lease, statement, progress, timeout)
-                    .await;
-            }
-        };
         let fused = fused_with_record(statement);
-        let query = bind_values!(
-            sqlx::query_as::<_, (i64, i64)>(fused.to_sqlx()),
-            statement.params()
-        )
-        .bind(progress.map(Cursor::to_json))
-        .bind(lease.batch_id)
-        .bind(lease.epoch);
-        let done = match self.store.bounded_sessions(timeout).cloned() {
-            Some(bounded) => {
-                let mut connection = self
-                    .take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
-                    .await?;
-                let done = query.fetch_one(connection.postgres()).await;
-                self.settle(connection, done.is_ok());
-                done
-            }
-            None => {
-                let mut tx = begin_bounded(&pool, timeout).await?;
-                let done = query.fetch_one(&mut *tx).await;
-                if done.is_ok() {
-                    tx.commit().await?;
-                }
-                done
-            }
+        let query = || {
+            bind_values!(
+                sqlx::query_as::<_, (i64, i64)>(fused.to_sqlx()),
+                statement.params()
+            )
+            .bind(progress.map(Cursor::to_json))
+            .bind(lease.batch_id)
+            .bind(lease.epoch)
         };
+        let Some(mut connection) = self.lend(timeout).await? else {
+            let Backend::Postgres(pool) = self.store.backend() else {
+                unreachable!("an SQLite session always lends a connection")
+            };
+            let mut tx = begin_bounded(pool, timeout).await?;
+            let done = query().fetch_one(&mut *tx).await;
+            if done.is_ok() {
+                tx.commit().await?;
+            }
+            return self.fused_outcome(lease, done).await;
+        };
+        let done = match &mut connection.connection {
+            Held::Postgres(postgres) => {
+                let done = query().fetch_one(&mut **postgres).await;
+                self.fused_outcome(lease, done).await
+            }
+            Held::Sqlite(sqlite) => sqlite_write(sqlite, lease, statement, progress).await,
+        };
+        self.settle(connection, done.is_ok());
+        done
+    }
+
+    /// What the fused statement's outcome means: the rows changed, or
+    /// [`StoreError::BatchLeaseLost`] when it divided by zero because the
+    /// fence matched no batch row (checked, so an operation's own division
+    /// by zero stays its own error).
+    async fn fused_outcome(
+        &self,
+        lease: &BatchLease,
+        done: Result<(i64, i64), sqlx::Error>,
+    ) -> Result<u64, StoreError> {
         match done {
             Ok((rows, _)) => Ok(rows as u64),
             Err(error) if is_division_by_zero(&error) && !self.store.holds_batch(lease).await? => {
@@ -310,42 +317,40 @@ impl SubBatchSession {
         limit: i64,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
-        let Some(bounded) = self.store.bounded_sessions(timeout).cloned() else {
+        let Some(mut connection) = self.lend(timeout).await? else {
             return self
-                .in_write_transaction(lease, statement, None, timeout)
+                .store
+                .sub_batch_in_transaction(lease, statement, None, timeout)
                 .await;
         };
-        let mut connection = self
-            .take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
-            .await?;
-        let counted = loop_statement(connection.postgres(), lease, statement, limit).await;
+        let counted = match &mut connection.connection {
+            Held::Postgres(postgres) => loop_statement(postgres, lease, statement, limit).await,
+            Held::Sqlite(sqlite) => sqlite_write(sqlite, lease, statement, None).await,
+        };
         self.settle(connection, counted.is_ok());
         counted
     }
 
-    /// `statement` and its record in one write transaction: on SQLite on
-    /// the session's connection, on a PostgreSQL store without bounded
-    /// sessions on one from the store's pool (bounded by `timeout`).
-    async fn in_write_transaction(
-        &mut self,
-        lease: &BatchLease,
-        statement: &Statement,
-        progress: Option<&Cursor>,
-        timeout: Duration,
-    ) -> Result<u64, StoreError> {
-        let Backend::Sqlite(pool) = self.store.backend() else {
-            return self
-                .store
-                .sub_batch_in_transaction(lease, statement, progress, timeout)
-                .await;
-        };
-        let pool = pool.clone();
-        let mut connection = self
-            .take(async { Ok(Held::Sqlite(pool.acquire().await?)) })
-            .await?;
-        let done = sqlite_write(connection.sqlite(), lease, statement, progress).await;
-        self.settle(connection, done.is_ok());
-        done
+    /// The connection for a sub-batch from the pool this session keeps its
+    /// connection from: an SQLite store's pool, or PostgreSQL's sessions
+    /// bounded within `timeout` ([`SubBatchSession::take`]). `None` on a
+    /// PostgreSQL store without such sessions, whose sub-batches open a
+    /// bounded transaction on a connection of the store's pool instead.
+    async fn lend(&mut self, timeout: Duration) -> Result<Option<HeldConnection>, StoreError> {
+        Ok(Some(match self.store.backend() {
+            Backend::Sqlite(pool) => {
+                let pool = pool.clone();
+                self.take(async { Ok(Held::Sqlite(pool.acquire().await?)) })
+                    .await?
+            }
+            Backend::Postgres(_) => {
+                let Some(bounded) = self.store.bounded_sessions(timeout).cloned() else {
+                    return Ok(None);
+                };
+                self.take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
+                    .await?
+            }
+        }))
     }
 
     /// The connection for one statement: the kept one, if it was used
@@ -370,16 +375,10 @@ impl SubBatchSession {
         });
         Ok(match kept {
             Some(held) => held,
-            None => HeldConnection {
-                connection: acquire.await?,
-                taken: Instant::now(),
-                used: Instant::now(),
-                place: if self.keeps {
-                    self.store.keep_place()
-                } else {
-                    None
-                },
-            },
+            None => HeldConnection::fresh(
+                acquire.await?,
+                self.keeps.then(|| self.store.keep_place()).flatten(),
+            ),
         })
     }
 
@@ -402,24 +401,14 @@ impl SubBatchSession {
     /// cancelled) goes back to the pool, where sqlx ends the transaction it
     /// was in.
     pub async fn connection(&mut self, timeout: Duration) -> Result<SessionConnection, StoreError> {
-        let held = match self.store.backend() {
-            Backend::Sqlite(pool) => {
-                let pool = pool.clone();
-                self.take(async { Ok(Held::Sqlite(pool.acquire().await?)) })
-                    .await?
+        let held = match (self.lend(timeout).await?, self.store.backend()) {
+            (Some(held), _) => held,
+            (None, Backend::Postgres(pool)) => {
+                HeldConnection::fresh(Held::Postgres(pool.acquire().await?), None)
             }
-            Backend::Postgres(pool) => match self.store.bounded_sessions(timeout).cloned() {
-                Some(bounded) => {
-                    self.take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
-                        .await?
-                }
-                None => HeldConnection {
-                    connection: Held::Postgres(pool.acquire().await?),
-                    taken: Instant::now(),
-                    used: Instant::now(),
-                    place: None,
-                },
-            },
+            (None, Backend::Sqlite(_)) => {
+                unreachable!("an SQLite session always lends a connection")
+            }
         };
         Ok(SessionConnection { held })
     }
@@ -472,21 +461,15 @@ impl SessionConnection {
 }
 
 impl HeldConnection {
-    fn postgres(&mut self) -> &mut PgConnection {
-        match &mut self.connection {
-            Held::Postgres(connection) => connection,
-            Held::Sqlite(_) => {
-                unreachable!("a session's connections come from its store's backend")
-            }
-        }
-    }
-
-    fn sqlite(&mut self) -> &mut SqliteConnection {
-        match &mut self.connection {
-            Held::Sqlite(connection) => connection,
-            Held::Postgres(_) => {
-                unreachable!("a session's connections come from its store's backend")
-            }
+    /// A connection just taken from its pool, kept after its statement only
+    /// with a `place`.
+    fn fresh(connection: Held, place: Option<KeptPlace>) -> Self {
+        let now = Instant::now();
+        HeldConnection {
+            connection,
+            taken: now,
+            used: now,
+            place,
         }
     }
 }
