@@ -58,11 +58,17 @@ struct BoundedSessions {
 
 /// One kept connection's place in its store's count; given back when dropped.
 #[derive(Debug)]
-pub(crate) struct KeptPlace(Arc<AtomicU32>);
+pub(crate) struct KeptPlace {
+    count: Arc<AtomicU32>,
+    /// How long the connection may be kept: the `max_lifetime` of the pool
+    /// it came from, which closes it as over age once it is given back
+    /// (`None`: for ever).
+    pub(crate) lifetime: Option<Duration>,
+}
 
 impl Drop for KeptPlace {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -289,32 +295,30 @@ impl Store {
     /// half of an SQLite store's connections (its one pool, which the
     /// runtime's bookkeeping shares; none of an in-memory database's one).
     pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
-        let most = match (&self.backend, &self.sub_batches) {
-            (Backend::Sqlite(pool), _) => pool.options().get_max_connections() / 2,
-            (Backend::Postgres(_), Some(sessions)) => sessions
-                .pool
-                .options()
-                .get_max_connections()
-                .saturating_sub(1),
-            (Backend::Postgres(_), None) => 0,
+        let (most, lifetime) = match (&self.backend, &self.sub_batches) {
+            (Backend::Sqlite(pool), _) => (
+                pool.options().get_max_connections() / 2,
+                pool.options().get_max_lifetime(),
+            ),
+            (Backend::Postgres(_), Some(sessions)) => (
+                sessions
+                    .pool
+                    .options()
+                    .get_max_connections()
+                    .saturating_sub(1),
+                sessions.pool.options().get_max_lifetime(),
+            ),
+            (Backend::Postgres(_), None) => return None,
         };
         self.kept
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
                 (kept < most).then_some(kept + 1)
             })
             .ok()
-            .map(|_| KeptPlace(self.kept.clone()))
-    }
-
-    /// How long a [`crate::SubBatchSession`] may keep one connection: the
-    /// `max_lifetime` of the pool it came from, which closes it as over age
-    /// once it is given back (`None`: for ever).
-    pub(crate) fn kept_lifetime(&self) -> Option<Duration> {
-        match (&self.backend, &self.sub_batches) {
-            (Backend::Sqlite(pool), _) => pool.options().get_max_lifetime(),
-            (Backend::Postgres(_), Some(sessions)) => sessions.pool.options().get_max_lifetime(),
-            (Backend::Postgres(pool), None) => pool.options().get_max_lifetime(),
-        }
+            .map(|_| KeptPlace {
+                count: self.kept.clone(),
+                lifetime,
+            })
     }
 
     /// Validates `spec` and records a new pending operation with its `created`

@@ -368,10 +368,13 @@ impl SubBatchSession {
         &mut self,
         acquire: impl Future<Output = Result<Held, sqlx::Error>>,
     ) -> Result<HeldConnection, StoreError> {
-        let lifetime = self.store.kept_lifetime();
         let kept = self.held.take().filter(|held| {
             held.used.elapsed() <= Self::KEPT_IDLE
-                && lifetime.is_none_or(|most| held.taken.elapsed() < most)
+                && held.place.as_ref().is_some_and(|place| {
+                    place
+                        .lifetime
+                        .is_none_or(|most| held.taken.elapsed() < most)
+                })
         });
         Ok(match kept {
             Some(held) => held,
