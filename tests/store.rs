@@ -1190,19 +1190,13 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
 /// took its connection from the pool for each statement would not fail:
 /// the pool tests a connection as it hands it out.)
 async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &TestDb) {
-    use sluice_store::Ident;
     let clock = ManualClock::new(1_700_000_000_000);
     let (_, store) = sub_batch_stores(db, &clock)
         .await
         .into_iter()
         .find(|(name, _)| *name == "bounded")
         .expect("a store with bounded sessions");
-    let table = Ident::parse("closed_under_a_session").unwrap();
-    db.execute(&format!(
-        "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, 20) g",
-        table.quoted()
-    ))
-    .await;
+    let table = ids_table(db, "closed_under_a_session", 20).await;
     let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 4);
     let left = format!("SELECT COUNT(*) FROM {}", table.quoted());
     let (id, a) = batch_held_by_a(&store, loop_spec(table.name()), None, 100).await;
@@ -1357,7 +1351,6 @@ async fn transaction_sub_batches_run_on_a_connection_their_session_lends(db: &Te
 /// that served the first sub-batch ends while the sub-batches go on, each
 /// counted once.
 async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) {
-    use sluice_store::Ident;
     let options = sluice_store::ConnectOptions {
         sub_batch_timeout: Some(Duration::from_secs(1)),
         max_lifetime: Some(Duration::from_millis(300)),
@@ -1368,12 +1361,7 @@ async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) 
         .await
         .unwrap()
         .with_clock(Arc::new(clock));
-    let table = Ident::parse("renewed_under_a_session").unwrap();
-    db.execute(&format!(
-        "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, 100000) g",
-        table.quoted()
-    ))
-    .await;
+    let table = ids_table(db, "renewed_under_a_session", 100000).await;
     let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 1);
     let (id, a) = batch_held_by_a(&store, loop_spec(table.name()), None, 100).await;
     let timeout = Duration::from_secs(1);
@@ -1553,12 +1541,7 @@ async fn sessions_keep_all_but_one_connection_between_them(db: &TestDb) {
         ..sluice_store::ConnectOptions::default()
     };
     let store = Store::connect_with(&db.url, &options).await.unwrap();
-    let table = sluice_store::Ident::parse("kept_by_four").unwrap();
-    db.execute(&format!(
-        "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, 100) g",
-        table.quoted()
-    ))
-    .await;
+    let table = ids_table(db, "kept_by_four", 100).await;
     let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 2);
     let (id, lease) = batch_held_by_a(&store, loop_spec(table.name()), None, 1_000).await;
     let timeout = Duration::from_secs(1);
@@ -1828,6 +1811,17 @@ async fn sub_batch_stores(db: &TestDb, clock: &ManualClock) -> Vec<(&'static str
         stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
     }
     stores
+}
+
+/// A PostgreSQL table `name` of ids 1 to `rows` (a loop sub-batch's target).
+async fn ids_table(db: &TestDb, name: &str, rows: i64) -> sluice_store::Ident {
+    let table = sluice_store::Ident::parse(name).unwrap();
+    db.execute(&format!(
+        "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, {rows}) g",
+        table.quoted()
+    ))
+    .await;
+    table
 }
 
 /// Has the PostgreSQL server close the connection served by process
