@@ -10,8 +10,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use sluice_operations::SubBatchRequest;
 use sluice_operations::{
     DeleteAgedRows, EnqueueOptions, Filter, Operation, OperationError, Shape, SubBatch,
+};
+use sluice_runtime::operation_actor::OperationMessage;
+use sluice_runtime::pool::{
+    PoolArgs, RunGate, SubBatchJob, SubBatchPool, SubBatchQueue, SubBatchReport, SubBatchRun,
 };
 use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
 use sluice_store::{Enqueued, Event, Health, OperationStatus, Store};
@@ -24,6 +29,8 @@ for_each_backend!(
     update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts,
     keyset_batches_cover_duplicate_timestamps_exactly_once,
     a_stop_signal_holds_every_new_sub_batch_until_it_clears,
+    a_stop_signal_ends_a_workers_run_between_two_sub_batches,
+    a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_waits,
     an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_recovers,
     a_sub_batch_failing_twice_is_retried_smaller_and_finishes,
     a_sub_batch_that_always_fails_fails_the_operation,
@@ -575,8 +582,13 @@ async fn keyset_batches_cover_duplicate_timestamps_exactly_once(db: &TestDb) {
     runtime.shutdown().await.unwrap();
 }
 
-async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
-    create_events(db, 3_000, 10).await;
+/// A health indicator the test switches: it says stop while the switch is
+/// on; the counter counts its polls.
+fn stop_switch() -> (
+    Arc<AtomicBool>,
+    Arc<AtomicU32>,
+    Arc<dyn sluice_runtime::HealthIndicator>,
+) {
     let stop = Arc::new(AtomicBool::new(false));
     let polls = Arc::new(AtomicU32::new(0));
     let indicator = {
@@ -595,6 +607,29 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
             }
         })
     };
+    (stop, polls, indicator)
+}
+
+/// Waits until the operation's log records the health stop.
+async fn until_stop_recorded(db: &TestDb, id: i64) {
+    until("the stop is recorded", || async {
+        db.store.operation(id).await.unwrap().state.health == Health::Stopped
+    })
+    .await;
+}
+
+/// Waits until the indicator has been polled `more` times from now.
+async fn until_polled(polls: &AtomicU32, more: u32) {
+    let later = polls.load(Ordering::SeqCst) + more;
+    until("more polls", || async {
+        polls.load(Ordering::SeqCst) >= later
+    })
+    .await;
+}
+
+async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
+    create_events(db, 3_000, 10).await;
+    let (stop, polls, indicator) = stop_switch();
     // A better reading takes effect after one poll: the stop must still hold
     // on every poll that reads it (a scope settled twice per poll once
     // cleared it at once).
@@ -619,19 +654,11 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
     })
     .await;
     stop.store(true, Ordering::SeqCst);
-    until("the stop is recorded", || async {
-        db.store.operation(id).await.unwrap().state.health == Health::Stopped
-    })
-    .await;
+    until_stop_recorded(db, id).await;
     // Let the sub-batch in flight finish (a few polls), then watch several more.
-    let settle = polls.load(Ordering::SeqCst) + 3;
-    until("polls", || async { polls.load(Ordering::SeqCst) >= settle }).await;
+    until_polled(&polls, 3).await;
     let held = db.scalar("SELECT COUNT(*) FROM events").await;
-    let later = polls.load(Ordering::SeqCst) + 10;
-    until("more polls", || async {
-        polls.load(Ordering::SeqCst) >= later
-    })
-    .await;
+    until_polled(&polls, 10).await;
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM events").await,
         held,
@@ -678,6 +705,226 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
     runtime.shutdown().await.unwrap();
 }
 
+/// With no pause, a pool worker goes on from one sub-batch of its batch to
+/// the next by itself; a stop must still end that run between two
+/// sub-batches. Each sub-batch here waits for a permit the test hands out,
+/// so the stop arrives while the second one is running.
+async fn a_stop_signal_ends_a_workers_run_between_two_sub_batches(db: &TestDb) {
+    create_items(db, 100).await;
+    let (stop, polls, indicator) = stop_switch();
+    let permits = Arc::new(tokio::sync::Semaphore::new(1));
+    let operation = Unreliable {
+        permits: Some(Arc::clone(&permits)),
+        ..Unreliable::new("one-permit-each")
+    };
+    let started = Arc::clone(&operation.run_calls);
+    let runtime = builder(db)
+        .config(RuntimeConfig {
+            health_clear_after: 1,
+            ..fixed_batches(100)
+        })
+        .indicator(indicator)
+        .register(operation)
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 100,
+        sub_batch_size: 10,
+        ..EnqueueOptions::default()
+    };
+    let mut progress = runtime.subscribe();
+    let id = runtime
+        .enqueue_json("one-permit-each", &serde_json::json!({}), &options)
+        .await
+        .unwrap()
+        .id;
+    until("the second sub-batch waits for its permit", || async {
+        started.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    // The actor reports the stop once it obeys it (its record of the stop
+    // may wait: on SQLite, for the sub-batch holding the write lock).
+    tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let report = progress.recv().await.expect("the runtime reports");
+            let stopped = report
+                .held_back
+                .is_some_and(|why| why.starts_with("stopped"));
+            if report.operation_id == id && stopped {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the actor reports the stop");
+    permits.add_permits(1_000);
+    until("the second sub-batch commits", || async {
+        db.scalar("SELECT COUNT(*) FROM items WHERE seen = 1").await >= 20
+    })
+    .await;
+    until_stop_recorded(db, id).await;
+    until_polled(&polls, 10).await;
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        2,
+        "a sub-batch started while stopped"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE seen = 1").await,
+        20
+    );
+    stop.store(false, Ordering::SeqCst);
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.rows_done, 100);
+    assert_each_item_changed_once(db).await;
+    runtime.shutdown().await.unwrap();
+}
+
+/// Stands in for an operation actor: forwards the pool's reports.
+struct ReportCollector;
+
+impl ractor::Actor for ReportCollector {
+    type Msg = OperationMessage;
+    type State = tokio::sync::mpsc::UnboundedSender<SubBatchReport>;
+    type Arguments = tokio::sync::mpsc::UnboundedSender<SubBatchReport>;
+
+    async fn pre_start(
+        &self,
+        _: ractor::ActorRef<OperationMessage>,
+        reports: Self::Arguments,
+    ) -> Result<Self::State, ractor::ActorProcessingErr> {
+        Ok(reports)
+    }
+
+    async fn handle(
+        &self,
+        _: ractor::ActorRef<OperationMessage>,
+        message: OperationMessage,
+        reports: &mut Self::State,
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        if let OperationMessage::SubBatchDone(report) = message {
+            let _ = reports.send(report);
+        }
+        Ok(())
+    }
+}
+
+/// The pool on its own, fed jobs as an operation actor feeds it: a job's
+/// worker runs the batch's sub-batches one after another by itself, each
+/// report saying whether it went on; a closed gate, or another job waiting
+/// for the pool's one worker, ends the run after its current sub-batch.
+async fn a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_waits(db: &TestDb) {
+    create_events(db, 200, 0).await;
+    let mut registry = sluice_operations::Registry::new();
+    registry.register(DeleteAgedRows);
+    let arguments = serde_json::to_value(common::older_than_a_day(&db.store, "events").await)
+        .expect("arguments serialise");
+    let options = EnqueueOptions {
+        batch_size: 50,
+        sub_batch_size: 10,
+        ..EnqueueOptions::default()
+    };
+    sluice_operations::enqueue(
+        &db.store,
+        &registry,
+        "delete-aged-rows",
+        &arguments,
+        &options,
+    )
+    .await
+    .unwrap();
+    let ttl = Duration::from_secs(600);
+    let claimed = db
+        .store
+        .claim_operations("pool-test", 1, ttl)
+        .await
+        .unwrap();
+    let lease = claimed[0].record.lease.clone().expect("claimed");
+    let operation = registry
+        .prepare("delete-aged-rows", &arguments.to_string())
+        .unwrap();
+    let queue = SubBatchQueue::new(1);
+    let (pool, _) = ractor::Actor::spawn(
+        None,
+        SubBatchPool,
+        PoolArgs {
+            store: db.store.clone(),
+            queue: queue.clone(),
+        },
+    )
+    .await
+    .unwrap();
+    let (sender, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let (collector, _) = ractor::Actor::spawn(None, ReportCollector, sender)
+        .await
+        .unwrap();
+    let job = |gate: RunGate, lease| SubBatchJob {
+        request: SubBatchRequest {
+            lease,
+            from: None,
+            end: None,
+            size: 10,
+            timeout: Duration::from_secs(30),
+        },
+        operation: Arc::clone(&operation),
+        reply: collector.clone(),
+        batch_span: tracing::Span::none(),
+        run: SubBatchRun {
+            gate,
+            rows_left: Some(50),
+        },
+    };
+    let next_batch = || async {
+        let next = sluice_store::NextBatch {
+            end: None,
+            size: 50,
+            ttl,
+        };
+        let (batch, _) = db.store.plan_claimed_batch(&lease, &next).await.unwrap();
+        batch.lease().expect("claimed")
+    };
+    // Whether each report of one run said its worker went on.
+    let mut run = async || {
+        let mut went_on = Vec::new();
+        loop {
+            let report: SubBatchReport = tokio::time::timeout(WAIT, reports.recv())
+                .await
+                .expect("a report in time")
+                .expect("the collector lives");
+            assert_eq!(report.outcome.expect("the sub-batch ran").rows, 10);
+            went_on.push(report.goes_on);
+            if !report.goes_on {
+                return went_on;
+            }
+        }
+    };
+
+    // An open gate: the batch's five sub-batches in one run.
+    assert!(queue.submit(job(RunGate::open(), next_batch().await)));
+    assert_eq!(run().await, [true, true, true, true, false]);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 150);
+
+    // A closed gate: one sub-batch, the rest the operation actor's to send.
+    let closed = RunGate::open();
+    closed.close();
+    assert!(queue.submit(job(closed, next_batch().await)));
+    assert_eq!(run().await, [false]);
+
+    // Another job waiting for the one worker: it gets the worker after the
+    // first job's current sub-batch.
+    let (first, second) = (next_batch().await, next_batch().await);
+    assert!(queue.submit(job(RunGate::open(), first)));
+    assert!(queue.submit(job(RunGate::open(), second)));
+    assert_eq!(run().await, [false]);
+    assert_eq!(run().await, [true, true, true, true, false]);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 80);
+    pool.stop_and_wait(None, None).await.unwrap();
+    collector.stop(None);
+}
+
 /// The first health reading comes before the first batch: an operation
 /// enqueued while a slow indicator already says stop plans nothing until
 /// it clears.
@@ -708,15 +955,8 @@ async fn an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_rec
     let id = enqueue_aged(&runtime, db, &EnqueueOptions::default())
         .await
         .id;
-    until("the stop is recorded", || async {
-        db.store.operation(id).await.unwrap().state.health == Health::Stopped
-    })
-    .await;
-    let later = polls.load(Ordering::SeqCst) + 3;
-    until("more polls", || async {
-        polls.load(Ordering::SeqCst) >= later
-    })
-    .await;
+    until_stop_recorded(db, id).await;
+    until_polled(&polls, 3).await;
     let events = db.store.events(id, 0).await.unwrap();
     assert!(
         !events
@@ -1077,6 +1317,7 @@ async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db:
 /// enqueue's, later ones are operation actors starting), and its `run`
 /// panics on the calls numbered in `run_panics`. `at_once` counts its
 /// sub-batches running at once (across the operations given the same one).
+/// With `permits`, each `run` first takes one permit of its own.
 struct Unreliable {
     kind: &'static str,
     shape_calls: Arc<AtomicU32>,
@@ -1086,6 +1327,7 @@ struct Unreliable {
     at_once: Arc<AtOnce>,
     /// When set, `run` waits until it opens.
     gate: Option<tokio::sync::watch::Receiver<bool>>,
+    permits: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// Sub-batches running now, and the most seen running at once.
@@ -1105,6 +1347,7 @@ impl Unreliable {
             run_panics: 0..=0,
             at_once: Arc::default(),
             gate: None,
+            permits: None,
         }
     }
 }
@@ -1137,6 +1380,9 @@ impl Operation for Unreliable {
         let now = self.at_once.running.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(gate) = &self.gate {
             let _ = gate.clone().wait_for(|open| *open).await;
+        }
+        if let Some(permits) = &self.permits {
+            permits.acquire().await.expect("never closed").forget();
         }
         self.at_once.most.fetch_max(now, Ordering::SeqCst);
         let changed = batch.update_expression("seen = seen + 1").await;

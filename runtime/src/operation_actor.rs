@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sluice_operations::{
-    OperationError, PreparedOperation, Strategy, SubBatchOutcome, SubBatchRequest,
+    OperationError, PreparedOperation, Strategy, SubBatchRequest,
     batching::{keyset_columns, next_batch_end, nth_after},
 };
 use sluice_store::{
@@ -42,7 +42,7 @@ use tracing::Span;
 
 use crate::config::{Progress, RuntimeContext};
 use crate::health::{HealthMessage, HealthSnapshot, Signal};
-use crate::pool::SubBatchJob;
+use crate::pool::{RunGate, SubBatchJob, SubBatchReport, SubBatchRun};
 use crate::sizing::{BatchSizer, backoff, shrink_after_failure, throttled_pause, throttled_size};
 
 /// The operation actor.
@@ -66,8 +66,8 @@ pub struct OperationArgs {
 pub enum OperationMessage {
     /// Make progress if nothing holds the operation back.
     Step,
-    /// The pool ran a sub-batch.
-    SubBatchDone(Result<SubBatchOutcome, OperationError>),
+    /// The pool ran a sub-batch (and may have gone on to the batch's next).
+    SubBatchDone(SubBatchReport),
     /// The health signals changed.
     Health(HealthSnapshot),
     /// Renew leases, look for operator controls written elsewhere, check limits.
@@ -99,7 +99,12 @@ pub struct OperationState {
     /// while the following batch's first sub-batch runs; kept until the
     /// write commits (a failed write is retried by the next step).
     closing: Option<ActiveBatch>,
+    /// Since when the pool has been running a sub-batch of this actor's
+    /// (the last report of a run that goes on, or the dispatch).
     in_flight: Option<Instant>,
+    /// The gate of the run in flight, open while its worker may go on from
+    /// one sub-batch to the next by itself.
+    run: Option<RunGate>,
     step_scheduled: bool,
     /// Whether a health reading for this table has arrived; no sub-batch
     /// starts before one has.
@@ -295,6 +300,7 @@ impl Actor for OperationActor {
             following: None,
             closing: None,
             in_flight: None,
+            run: None,
             step_scheduled: false,
             health_known,
             signal: Signal::Normal,
@@ -348,11 +354,12 @@ impl Actor for OperationActor {
                 state.step_scheduled = false;
                 state.step(&myself).await
             }
-            OperationMessage::SubBatchDone(outcome) => {
-                let took = state.in_flight.take().map(|t| t.elapsed());
-                state
-                    .sub_batch_done(&myself, outcome, took.unwrap_or_default())
-                    .await
+            OperationMessage::SubBatchDone(report) => {
+                state.in_flight = report.goes_on.then(Instant::now);
+                if !report.goes_on {
+                    state.run = None;
+                }
+                state.sub_batch_done(&myself, report).await
             }
             OperationMessage::Health(snapshot) => state.health(&myself, &snapshot).await,
             OperationMessage::Tick => {
@@ -370,6 +377,7 @@ impl Actor for OperationActor {
         if let Err(error) = outcome {
             state.recover(&myself, error)?;
         }
+        state.hold_run_unless_free();
         if state.stopping.is_some() && state.in_flight.is_none() {
             state.wind_down().await;
             myself.stop(None);
@@ -421,26 +429,28 @@ impl OperationState {
             timeout: self.context.config.sub_batch_timeout,
         };
         let size = request.size;
-        let span = tracing::info_span!(
-            parent: &batch.span,
-            "sub_batch",
-            otel.name = "sub-batch",
-            sluice.sub_batch.size = request.size,
-            sluice.batch.attempt = batch.lease.attempt,
-            sluice.rows = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-            otel.status_description = tracing::field::Empty,
-        );
+        // The worker goes on by itself only when nothing is due between
+        // sub-batches: with a pause, each one comes from here.
+        let gate = RunGate::open();
+        if !self.pause().is_zero() {
+            gate.close();
+        }
         let job = SubBatchJob {
             request,
             operation: Arc::clone(&self.operation),
             reply: myself.clone(),
-            span,
+            batch_span: batch.span.clone(),
+            run: SubBatchRun {
+                gate: gate.clone(),
+                rows_left: batch.end.is_none().then_some(batch.size - batch.rows),
+            },
         };
         self.in_flight = Some(Instant::now());
+        self.run = Some(gate);
         let sent = self.context.pool().is_some_and(|pool| pool.submit(job));
         if !sent {
             self.in_flight = None;
+            self.run = None;
             self.schedule_step(myself, self.context.config.retry_base);
         }
         size
@@ -741,16 +751,21 @@ impl OperationState {
         Ok(false)
     }
 
+    /// Takes a sub-batch's report: its rows into the batch's count and
+    /// progress; then, when its worker went on to the next, only plans the
+    /// following batch if that one is foreseen to be the last; otherwise
+    /// decides what comes next (the next sub-batch, the batch's outcome, a
+    /// retry).
     async fn sub_batch_done(
         &mut self,
         myself: &ActorRef<OperationMessage>,
-        outcome: Result<SubBatchOutcome, OperationError>,
-        took: Duration,
+        report: SubBatchReport,
     ) -> Result<(), OperationError> {
         if self.batch.is_none() {
             return Ok(());
         }
-        let outcome = match outcome {
+        let took = report.took;
+        let outcome = match report.outcome {
             Ok(outcome) => outcome,
             Err(error) => {
                 self.context.metrics.sub_batch_failed(self.subject(), took);
@@ -773,6 +788,14 @@ impl OperationState {
             self.scope_exhausted = true;
         }
         let done = outcome.last || (is_loop && batch.rows >= batch.size);
+        if report.goes_on {
+            // The worker counts the batch's rows as this does.
+            debug_assert!(!done, "a run went on past its batch's end");
+            let next = throttled_size(batch.sub_batch_size, self.percent());
+            self.plan_following(next).await;
+            self.report();
+            return Ok(());
+        }
         let (batch_rows, busy, size) = (batch.rows, batch.busy, batch.size);
         if done {
             // Adapt on full batches only, normalised to the unthrottled size.
@@ -1067,9 +1090,14 @@ impl OperationState {
             return Ok(());
         }
         let was_stopped = matches!(self.signal, Signal::Stop { .. });
+        // A new signal changes the size or stops the sub-batches: the
+        // worker must not go on with the old ones.
+        self.hold_run();
         self.signal = signal;
-        self.record_health().await?;
+        // Obeyed from here on: say so before the record (which, on SQLite,
+        // waits for a sub-batch in flight to commit).
         self.report();
+        self.record_health().await?;
         if was_stopped && self.in_flight.is_none() {
             self.schedule_step(myself, Duration::ZERO);
         }
@@ -1296,6 +1324,27 @@ impl OperationState {
         }
     }
 
+    /// Ends the run in flight after its current sub-batch: the worker
+    /// goes on no further, and its next report hands the decision back.
+    fn hold_run(&mut self) {
+        if let Some(gate) = self.run.take() {
+            gate.close();
+        }
+    }
+
+    /// Holds the run in flight when something is now the actor's to
+    /// decide before another sub-batch: a wind-down, a failure to record,
+    /// a health stop, or the batch let go.
+    fn hold_run_unless_free(&mut self) {
+        if self.stopping.is_some()
+            || self.failing.is_some()
+            || self.batch.is_none()
+            || matches!(self.signal, Signal::Stop { .. })
+        {
+            self.hold_run();
+        }
+    }
+
     fn limit_reached(&self) -> Option<String> {
         let limits = self.projection.limits;
         if let Some(ms) = limits.max_runtime_ms
@@ -1360,6 +1409,14 @@ impl OperationState {
         if p.status.is_terminal() {
             let _ = self.context.ended.send(self.id);
         }
+    }
+}
+
+impl Drop for OperationState {
+    /// However the actor ends (ractor skips `post_stop` for one that
+    /// panicked), its worker goes on no further with its run.
+    fn drop(&mut self) {
+        self.hold_run();
     }
 }
 

@@ -12,12 +12,26 @@
 //! queued job itself, so a sub-batch goes from its operation actor to a
 //! worker in one message. The [`SubBatchPool`] actor starts the workers,
 //! supervises them and replaces the ones that die.
+//!
+//! A job is a run of its batch's sub-batches ([`SubBatchRun`]): after each
+//! one the worker reports it and, when its operation actor has nothing to
+//! decide, goes straight on to the next from where it ended, without
+//! waiting for the actor to send it — while the run's [`RunGate`] is open
+//! (the actor closes it the moment a stop, a throttle change, a pause, a
+//! failure or a wind-down needs it to decide), the batch has rows left, and
+//! no other job waits for a worker (so operations sharing the pool still
+//! take turns sub-batch by sub-batch). Each report says whether the worker
+//! went on, so the actor always knows what is in flight.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
-use sluice_operations::{OperationError, PreparedOperation, SubBatchRequest, run_sub_batch};
+use sluice_operations::{
+    OperationError, PreparedOperation, SubBatchOutcome, SubBatchRequest, run_sub_batch,
+};
 use sluice_store::{Store, SubBatchSession};
 use tracing::Instrument;
 
@@ -27,18 +41,52 @@ use crate::operation_actor::OperationMessage;
 #[derive(Debug)]
 pub struct SubBatchPool;
 
-/// One sub-batch to run and whom to tell.
+/// A run of one batch's sub-batches to run and whom to tell.
 pub struct SubBatchJob {
-    /// What to run.
+    /// The run's first sub-batch.
     pub request: SubBatchRequest,
     /// The operation's code and shape.
     pub operation: Arc<dyn PreparedOperation>,
-    /// The operation actor waiting for the outcome.
+    /// The operation actor waiting for the outcomes.
     pub reply: ActorRef<OperationMessage>,
-    /// The sub-batch's span (a child of its batch's span, in its operation's
-    /// trace): the worker runs the job inside it.
-    pub span: tracing::Span,
+    /// The batch's span (in its operation's trace): each sub-batch runs in
+    /// a span of its own under it.
+    pub batch_span: tracing::Span,
+    /// How far the worker may go on by itself after the first sub-batch.
+    pub run: SubBatchRun,
 }
+
+/// How far a worker may go on with a batch's sub-batches without its
+/// operation actor: after a sub-batch that was not the batch's last, while
+/// `gate` is open and, for a loop batch, rows are left.
+pub struct SubBatchRun {
+    /// Open while the operation actor has nothing to decide between two
+    /// sub-batches.
+    pub gate: RunGate,
+    /// A loop batch's rows still to change before the run's first
+    /// sub-batch (every sub-batch but the scope's last changes its full
+    /// size); `None` for a range batch, whose last sub-batch says so.
+    pub rows_left: Option<i64>,
+}
+
+/// What a worker reports after each sub-batch of a run.
+pub struct SubBatchReport {
+    /// The sub-batch's outcome.
+    pub outcome: Result<SubBatchOutcome, OperationError>,
+    /// How long it ran on its worker.
+    pub took: Duration,
+    /// The worker went straight on to the batch's next sub-batch, whose
+    /// report follows; when false, the run is over and nothing of it is
+    /// in flight.
+    pub goes_on: bool,
+}
+
+/// The switch an operation actor holds over its run: while open, the
+/// worker goes on from one sub-batch to the next by itself. A worker reads
+/// it only between sub-batches, so once it is closed no further sub-batch
+/// of the run starts.
+#[derive(Clone, Debug, Default)]
+pub struct RunGate(Arc<AtomicBool>);
 
 /// The pool's queue and its workers' places, shared by the pool actor, its
 /// workers and the operation actors. A job is either queued or held by
@@ -88,6 +136,55 @@ struct Place {
     busy: Option<ActorRef<OperationMessage>>,
 }
 
+impl SubBatchReport {
+    /// The report of a job that never ran (its pool stopped or its worker
+    /// died): an error, and nothing left in flight.
+    pub fn failed(error: OperationError) -> Self {
+        SubBatchReport {
+            outcome: Err(error),
+            took: Duration::ZERO,
+            goes_on: false,
+        }
+    }
+}
+
+impl RunGate {
+    /// A gate that lets the worker go on.
+    pub fn open() -> Self {
+        RunGate(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// From now on, no further sub-batch of the run starts; the one running
+    /// finishes and its report says the run is over.
+    pub fn close(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    fn is_open(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl SubBatchJob {
+    /// Whether the worker goes straight on after a sub-batch that ended as
+    /// `done` (and, when it does, moves the job to that next sub-batch).
+    fn goes_on_after(&mut self, done: &SubBatchOutcome, queue: &SubBatchQueue) -> bool {
+        let rows = i64::try_from(done.rows).unwrap_or(i64::MAX);
+        let rows_left = self.run.rows_left.map(|left| left - rows);
+        let goes_on = !done.last
+            && rows_left.is_none_or(|left| left > 0)
+            && self.run.gate.is_open()
+            && !queue.wants_the_worker_back();
+        if goes_on {
+            self.run.rows_left = rows_left;
+            if done.reached.is_some() {
+                self.request.from = done.reached.clone();
+            }
+        }
+        goes_on
+    }
+}
+
 impl SubBatchQueue {
     /// An empty queue for a pool of `size` workers (at least one).
     pub fn new(size: usize) -> Self {
@@ -111,6 +208,13 @@ impl SubBatchQueue {
         roster.jobs.push_back(job);
         roster.dispatch();
         true
+    }
+
+    /// Whether a worker in a run should hand its place back rather than go
+    /// on: a job waits for a worker, or the pool is stopping.
+    fn wants_the_worker_back(&self) -> bool {
+        let roster = self.lock();
+        roster.closed || !roster.jobs.is_empty()
     }
 
     /// How many workers the queue has places for.
@@ -164,7 +268,8 @@ impl SubBatchQueue {
         };
         for job in queued {
             let error = OperationError::Failed("the sub-batch pool stopped".into());
-            let _ = job.reply.cast(OperationMessage::SubBatchDone(Err(error)));
+            let report = SubBatchReport::failed(error);
+            let _ = job.reply.cast(OperationMessage::SubBatchDone(report));
         }
     }
 
@@ -272,7 +377,9 @@ impl Actor for SubBatchPool {
         tracing::warn!(worker = index, %why, "sub-batch worker died; replacing it");
         if let Some(reply) = state.queue.died(index) {
             let error = OperationError::Failed(format!("sub-batch worker died: {why}"));
-            let _ = reply.cast(OperationMessage::SubBatchDone(Err(error)));
+            let _ = reply.cast(OperationMessage::SubBatchDone(SubBatchReport::failed(
+                error,
+            )));
         }
         let worker = spawn_worker(&myself, state, index).await?;
         state.queue.replaced(index, worker);
@@ -302,7 +409,8 @@ async fn spawn_worker(
     Ok(worker)
 }
 
-/// One worker of the pool: runs one sub-batch at a time.
+/// One worker of the pool: runs one sub-batch at a time, a job's run of
+/// them one after another.
 #[derive(Debug)]
 pub struct SubBatchWorker;
 
@@ -339,23 +447,53 @@ impl Actor for SubBatchWorker {
         message: WorkerMessage,
         state: &mut WorkerArgs,
     ) -> Result<(), ActorProcessingErr> {
-        let WorkerMessage::Run(job) = message;
-        let outcome = run_sub_batch(&mut state.session, job.operation.as_ref(), &job.request)
-            .instrument(job.span.clone())
-            .await;
-        match &outcome {
-            Ok(done) => {
-                job.span.record("sluice.rows", done.rows);
+        let WorkerMessage::Run(mut job) = message;
+        loop {
+            let span = sub_batch_span(&job.batch_span, &job.request);
+            let started = Instant::now();
+            let outcome = run_sub_batch(&mut state.session, job.operation.as_ref(), &job.request)
+                .instrument(span.clone())
+                .await;
+            let took = started.elapsed();
+            match &outcome {
+                Ok(done) => {
+                    span.record("sluice.rows", done.rows);
+                }
+                Err(error) => {
+                    span.record("otel.status_code", "error");
+                    span.record("otel.status_description", error.to_string());
+                }
             }
-            Err(error) => {
-                job.span.record("otel.status_code", "error");
-                job.span
-                    .record("otel.status_description", error.to_string());
+            let goes_on = outcome
+                .as_ref()
+                .is_ok_and(|done| job.goes_on_after(done, &state.queue));
+            if !goes_on {
+                // Free the place first, so the answer's next sub-batch finds it.
+                state.queue.finished(state.index);
+            }
+            let report = SubBatchReport {
+                outcome,
+                took,
+                goes_on,
+            };
+            let _ = job.reply.cast(OperationMessage::SubBatchDone(report));
+            if !goes_on {
+                return Ok(());
             }
         }
-        // Free the place first, so the answer's next sub-batch finds it.
-        state.queue.finished(state.index);
-        let _ = job.reply.cast(OperationMessage::SubBatchDone(outcome));
-        Ok(())
     }
+}
+
+/// A sub-batch's span: a child of its batch's span, in its operation's trace.
+fn sub_batch_span(batch: &tracing::Span, request: &SubBatchRequest) -> tracing::Span {
+    tracing::info_span!(
+        parent: batch,
+        "sub_batch",
+        otel.name = "sub-batch",
+        sluice.sub_batch.size = request.size,
+        sluice.batch.attempt = request.lease.attempt,
+        sluice.rows = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    )
 }
