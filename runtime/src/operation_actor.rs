@@ -4,7 +4,9 @@
 //! Its loop: claim a batch of its operation left pending or orphaned, or plan
 //! the next one from the persisted cursor (recorded before it runs); send the
 //! batch's sub-batches to the pool one at a time, each starting where the
-//! last committed one ended; record the batch's outcome; sleep the pause;
+//! last committed one ended — as a run its worker continues through the
+//! batch by itself while the actor keeps the run's gate open (see
+//! [`crate::pool`]); record the batch's outcome; sleep the pause;
 //! repeat until the scope is exhausted (`finished`), a limit is reached
 //! (`yielded`, runnable again later), or the attempts run out (`failed`).
 //!
@@ -16,8 +18,8 @@
 //! Everything it knows is reloaded from the store when it starts, so a
 //! restart (after a panic, or on another node) continues exactly where the
 //! committed state is. What it guarantees about timing:
-//! - a health stop: no sub-batch starts after the actor receives it; the one
-//!   in flight finishes;
+//! - a health stop: no sub-batch starts after the actor receives it (it
+//!   closes its run's gate first); the one in flight finishes;
 //! - an operator's pause or cancel written anywhere: noticed within
 //!   `control_interval`, then no new sub-batch starts;
 //! - a lost lease (another node took over): no further write of this actor
