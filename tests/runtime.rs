@@ -903,21 +903,19 @@ async fn a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_
     };
 
     // An open gate: the batch's five sub-batches in one run.
-    assert!(queue.submit(job(RunGate::open(), next_batch().await)));
+    assert!(queue.submit(job(RunGate::new(true), next_batch().await)));
     assert_eq!(run().await, [true, true, true, true, false]);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 150);
 
     // A closed gate: one sub-batch, the rest the operation actor's to send.
-    let closed = RunGate::open();
-    closed.close();
-    assert!(queue.submit(job(closed, next_batch().await)));
+    assert!(queue.submit(job(RunGate::new(false), next_batch().await)));
     assert_eq!(run().await, [false]);
 
     // Another job waiting for the one worker: it gets the worker after the
     // first job's current sub-batch.
     let (first, second) = (next_batch().await, next_batch().await);
-    assert!(queue.submit(job(RunGate::open(), first)));
-    assert!(queue.submit(job(RunGate::open(), second)));
+    assert!(queue.submit(job(RunGate::new(true), first)));
+    assert!(queue.submit(job(RunGate::new(true), second)));
     assert_eq!(run().await, [false]);
     assert_eq!(run().await, [true, true, true, true, false]);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 80);

@@ -147,6 +147,11 @@ struct ActiveBatch {
 }
 
 impl ActiveBatch {
+    /// Its sub-batches' size under a throttle to `percent`.
+    fn sub_batch_size_at(&self, percent: u8) -> i64 {
+        throttled_size(self.sub_batch_size, percent)
+    }
+
     /// The batch size a succeeded batch's outcome sets, if any.
     ///
     /// Panics unless the batch's ending is [`Ending::Succeeded`]: only a
@@ -421,22 +426,18 @@ impl OperationState {
     /// last committed one ended, and returns its size. A pool that cannot
     /// take it (it is being replaced) is tried again after `retry_base`.
     fn dispatch(&mut self, myself: &ActorRef<OperationMessage>) -> i64 {
-        let percent = self.percent();
         let batch = self.batch.as_ref().expect("a batch is open");
         let request = SubBatchRequest {
             lease: batch.lease.clone(),
             from: batch.progress.clone(),
             end: batch.end.clone(),
-            size: throttled_size(batch.sub_batch_size, percent),
+            size: batch.sub_batch_size_at(self.percent()),
             timeout: self.context.config.sub_batch_timeout,
         };
         let size = request.size;
         // The worker goes on by itself only when nothing is due between
         // sub-batches: with a pause, each one comes from here.
-        let gate = RunGate::open();
-        if !self.pause().is_zero() {
-            gate.close();
-        }
+        let gate = RunGate::new(self.pause().is_zero());
         let job = SubBatchJob {
             request,
             operation: Arc::clone(&self.operation),
@@ -777,6 +778,7 @@ impl OperationState {
         self.context
             .metrics
             .sub_batch(self.subject(), outcome.rows, took);
+        let percent = self.percent();
         let batch = self.batch.as_mut().expect("checked above");
         batch.busy += took;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
@@ -793,8 +795,8 @@ impl OperationState {
         if report.goes_on {
             // The worker counts the batch's rows as this does.
             debug_assert!(!done, "a run went on past its batch's end");
-            let next = throttled_size(batch.sub_batch_size, self.percent());
-            self.plan_following(next).await;
+            let running = batch.sub_batch_size_at(percent);
+            self.plan_following(running).await;
             self.report();
             return Ok(());
         }

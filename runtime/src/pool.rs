@@ -149,9 +149,10 @@ impl SubBatchReport {
 }
 
 impl RunGate {
-    /// A gate that lets the worker go on.
-    pub fn open() -> Self {
-        RunGate(Arc::new(AtomicBool::new(true)))
+    /// A gate that lets the worker go on while `open`; a closed one ends
+    /// the run after its first sub-batch.
+    pub fn new(open: bool) -> Self {
+        RunGate(Arc::new(AtomicBool::new(open)))
     }
 
     /// From now on, no further sub-batch of the run starts; the one running
