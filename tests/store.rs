@@ -1092,16 +1092,26 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
 
 /// `Store::run_loop_sub_batch_statement` on every path (SQLite's
 /// transaction, PostgreSQL's transaction, PostgreSQL's one fenced statement
-/// on bounded sessions): full sub-batches record `limit` rows with the
-/// change; the scope's last, smaller one leaves the batch's count exact; an
-/// empty one records nothing; a stalled holder's late statement deletes
-/// nothing and is told its lease is lost.
+/// on bounded sessions), on PostgreSQL both for a statement without a
+/// guard (the fence appended to its `WHERE`) and for one with a guard (the
+/// fence in its place, as the runtime's loop statements have it): full
+/// sub-batches record `limit` rows with the change; the scope's last,
+/// smaller one leaves the batch's count exact; an empty one records
+/// nothing; a stalled holder's late statement deletes nothing and is told
+/// its lease is lost.
 async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb) {
     use sluice_store::Ident;
     let clock = ManualClock::new(1_700_000_000_000);
     let stores = sub_batch_stores(db, &clock).await;
     let timeout = Duration::from_secs(1);
-    for (round, (name, store)) in stores.iter().enumerate() {
+    let forms = stores.iter().flat_map(|(name, store)| {
+        let guards: &[bool] = match store.backend() {
+            sluice_store::Backend::Postgres(_) => &[false, true],
+            sluice_store::Backend::Sqlite(_) => &[false],
+        };
+        guards.iter().map(move |guarded| (*name, store, *guarded))
+    });
+    for (round, (name, store, guarded)) in forms.enumerate() {
         let table = Ident::parse(&format!("aged_{round}")).unwrap();
         db.execute(&format!(
             "CREATE TABLE {} (id BIGINT PRIMARY KEY, old BIGINT NOT NULL)",
@@ -1118,7 +1128,8 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         ))
         .await;
         let left = format!("SELECT COUNT(*) FROM {}", table.quoted());
-        let delete = |limit: i64| loop_delete(&table, " WHERE old = 1 LIMIT ", limit);
+        let delete = |limit: i64| loop_delete_in(&table, " WHERE old = 1 LIMIT ", limit, guarded);
+        let name = format!("{name}{}", if guarded { ", guarded" } else { "" });
         let ttl = Duration::from_secs(10);
         let (id, a) = batch_held_by_a(store, loop_spec(table.name()), None, 100).await;
         let count = |store: &Store| {
@@ -1839,20 +1850,35 @@ async fn close_server_process(db: &TestDb, pid: i64) {
     .await;
 }
 
-/// A loop sub-batch's statement on `table`: `DELETE FROM table WHERE id IN
-/// (SELECT id FROM table<scope_then_limit>limit)`.
+/// `DELETE FROM table WHERE id IN (SELECT id FROM table <scope> $1)`.
 fn loop_delete(
     table: &sluice_store::Ident,
     scope_then_limit: &'static str,
     limit: i64,
 ) -> sluice_store::Statement {
-    sluice_store::Statement::new("DELETE FROM ")
-        .ident(table)
-        .push(" WHERE id IN (SELECT id FROM ")
-        .ident(table)
+    loop_delete_in(table, scope_then_limit, limit, false)
+}
+
+/// [`loop_delete`], or with `guarded` PostgreSQL's loop form, `… WHERE id =
+/// ANY (CASE WHEN <guard> THEN ARRAY(SELECT id …) END)`, whose guard a
+/// fenced one-statement sub-batch puts its fence in.
+fn loop_delete_in(
+    table: &sluice_store::Ident,
+    scope_then_limit: &'static str,
+    limit: i64,
+    guarded: bool,
+) -> sluice_store::Statement {
+    let head = sluice_store::Statement::new("DELETE FROM ").ident(table);
+    let (head, close) = if guarded {
+        let pick = head.push(" WHERE id = ANY (CASE WHEN ").guard();
+        (pick.push(" THEN ARRAY(SELECT id FROM "), ") END)")
+    } else {
+        (head.push(" WHERE id IN (SELECT id FROM "), ")")
+    };
+    head.ident(table)
         .push(scope_then_limit)
         .value(sluice_store::SqlValue::Int(limit))
-        .push(")")
+        .push(close)
 }
 
 /// Enqueues `spec`, plans its first batch (to `end`, `size` rows) under

@@ -93,11 +93,14 @@ pub fn range_predicate(
 pub enum LoopPick {
     /// `key IN (SELECT key FROM table WHERE scope LIMIT n)`: every backend.
     InSubquery,
-    /// `key = ANY (ARRAY(SELECT key FROM table WHERE scope LIMIT n))`
-    /// (PostgreSQL): the pick runs once, before the change, and the change
-    /// finds the picked rows through the key's index whatever `n` is. With
-    /// `IN`, past a few thousand rows the planner hash-joins the pick
-    /// against a scan of the whole table, every sub-batch.
+    /// `key = ANY (CASE WHEN <guard> THEN ARRAY(SELECT key FROM table
+    /// WHERE scope LIMIT n) END)` (PostgreSQL): the pick runs once, before
+    /// the change, and the change finds the picked rows through the key's
+    /// index whatever `n` is. With `IN`, past a few thousand rows the
+    /// planner hash-joins the pick against a scan of the whole table, every
+    /// sub-batch. The guard ([`Statement::guard`]) reads `TRUE`, which the
+    /// planner folds away; a one-statement sub-batch puts its fence there,
+    /// tested once before the pick runs.
     KeyArray,
 }
 
@@ -121,14 +124,17 @@ pub fn loop_rows(
     pick: LoopPick,
     head: Statement,
 ) -> Statement {
-    let (open, close) = match pick {
-        LoopPick::InSubquery => (" IN (SELECT ", ")"),
-        LoopPick::KeyArray => (" = ANY (ARRAY(SELECT ", "))"),
+    let head = head.push(" WHERE ").ident(key);
+    let (head, close) = match pick {
+        LoopPick::InSubquery => (head.push(" IN (SELECT "), ")"),
+        LoopPick::KeyArray => (
+            head.push(" = ANY (CASE WHEN ")
+                .guard()
+                .push(" THEN ARRAY(SELECT "),
+            ") END)",
+        ),
     };
     let inner = head
-        .push(" WHERE ")
-        .ident(key)
-        .push(open)
         .ident(key)
         .push(" FROM ")
         .ident(shape.table())
@@ -296,7 +302,7 @@ mod tests {
         );
         assert_eq!(
             delete(LoopPick::KeyArray),
-            "DELETE FROM \"t\" WHERE \"id\" = ANY (ARRAY(SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2))"
+            "DELETE FROM \"t\" WHERE \"id\" = ANY (CASE WHEN TRUE THEN ARRAY(SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) END)"
         );
         assert!(keyset_columns(&shape).is_err());
     }

@@ -98,6 +98,9 @@ pub struct SqlText(String);
 pub struct Statement {
     text: SqlText,
     params: Vec<SqlValue>,
+    /// Where [`Statement::guard`] wrote its `TRUE`: a byte range of `text`
+    /// (every other method only appends, so it stays valid).
+    guard: Option<std::ops::Range<usize>>,
 }
 
 impl Statement {
@@ -106,6 +109,7 @@ impl Statement {
         Statement {
             text: SqlText::new(fragment),
             params: Vec::new(),
+            guard: None,
         }
     }
 
@@ -147,6 +151,22 @@ impl Statement {
         self
     }
 
+    /// Appends a guard: a condition that reads `TRUE` as written, and that
+    /// a store running the statement as one fenced sub-batch replaces with
+    /// its fence, so that the statement changes nothing under a lost lease
+    /// (see [`crate::SubBatchSession::run_loop_sub_batch_statement`]). Put
+    /// it where the database evaluates it once, before it reads a row — as
+    /// in `key = ANY (CASE WHEN <guard> THEN ARRAY(SELECT …) END)` — rather
+    /// than in a condition tested row by row. A statement has at most one
+    /// (a later call moves it); one without is fenced by a condition
+    /// appended to its top-level `WHERE`.
+    pub fn guard(mut self) -> Self {
+        let start = self.text.0.len();
+        self.text = self.text.push("TRUE");
+        self.guard = Some(start..self.text.0.len());
+        self
+    }
+
     /// The SQL text.
     pub fn text(&self) -> &SqlText {
         &self.text
@@ -155,6 +175,16 @@ impl Statement {
     /// The bound values, in placeholder order.
     pub fn params(&self) -> &[SqlValue] {
         &self.params
+    }
+
+    /// The text with its guard replaced by `condition` (code-written, with
+    /// no placeholders of its own); `None` for a statement without a guard.
+    pub(crate) fn guarded_by(&self, condition: &'static str) -> Option<SqlText> {
+        let at = self.guard.clone()?;
+        let text = self.text.as_str();
+        Some(SqlText(
+            [&text[..at.start], condition, &text[at.end..]].concat(),
+        ))
     }
 }
 

