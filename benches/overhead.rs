@@ -4,7 +4,11 @@
 //! n))` on PostgreSQL, `… WHERE id IN (SELECT id … LIMIT n)` on SQLite, one
 //! transaction per statement, until fewer than `n` rows go) at the same
 //! size, on SQLite and PostgreSQL, in turns in one run (which side goes
-//! first rotates); and, for scale, everything in one `DELETE`.
+//! first rotates); and, for scale, everything in one `DELETE`. The runtime's
+//! statement picks the same rows the same way and adds only its record: on
+//! PostgreSQL the fenced tally update, tested in the pick's guard (`id = ANY
+//! (CASE WHEN <fence> THEN ARRAY(SELECT id …) END)`), on SQLite the record
+//! in the same transaction.
 //!
 //! The loop runs twice: on one connection it holds throughout (the fastest
 //! a hand-written loop can be, and the ratio the target is judged by: the

@@ -746,7 +746,7 @@ async fn a_stop_signal_ends_a_workers_run_between_two_sub_batches(db: &TestDb) {
     stop.store(true, Ordering::SeqCst);
     // The actor reports the stop once it obeys it (its record of the stop
     // may wait: on SQLite, for the sub-batch holding the write lock).
-    tokio::time::timeout(Duration::from_secs(90), async {
+    tokio::time::timeout(WAIT, async {
         loop {
             let report = progress.recv().await.expect("the runtime reports");
             let stopped = report

@@ -283,7 +283,7 @@ impl Runtime {
     }
 
     /// Pauses one operation, a kind or everything (for a kind or everything
-    /// also a persisted kill switch: see [`crate::control`]).
+    /// also a persisted kill switch: see [`mod@crate::control`]).
     pub async fn pause(
         &self,
         selection: &Selection,
