@@ -25,7 +25,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(i64).range(10_000..=50_000_000))]
     rows: i64,
     /// How long the demonstration stop lasts.
-    #[arg(long, default_value = "2s", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = crate::parse_pause)]
     stop_for: Duration,
 }
 

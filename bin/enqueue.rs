@@ -10,7 +10,7 @@ use sluice_operations::{EnqueueOptions, Registry, builtin::UpdateInBatchesArgume
 use sluice_store::{Limits, Store};
 
 use crate::failure::Failure;
-use crate::{parse_duration, render};
+use crate::render;
 
 /// The kinds `sluice enqueue` knows.
 #[derive(Debug, Subcommand)]
@@ -25,8 +25,8 @@ pub enum EnqueueCommand {
         #[arg(long)]
         column: String,
         /// Delete rows older than this (e.g. 90d, 12h, 30m).
-        #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
-        older_than: Duration,
+        #[arg(long, value_parser = duration_as_typed, allow_hyphen_values = true)]
+        older_than: String,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -59,10 +59,10 @@ pub struct CommonOptions {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=1_000_000), allow_hyphen_values = true)]
     sub_batch_size: i64,
     /// Sleep between sub-batches (e.g. 50ms).
-    #[arg(long, default_value = "0ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, default_value = "0ms", value_parser = crate::parse_pause, allow_hyphen_values = true)]
     pause: Duration,
     /// Stop each run after this long and continue later (e.g. 30m).
-    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = crate::parse_max_runtime, allow_hyphen_values = true)]
     max_runtime: Option<Duration>,
     /// Stop each run after this many rows and continue later.
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_hyphen_values = true)]
@@ -105,7 +105,7 @@ impl From<EnqueueCommand> for Recipe {
                     "table": table,
                     "column": column,
                     "key": common.key,
-                    "older_than": format!("{}ms", older_than.as_millis()),
+                    "older_than": older_than,
                 });
                 ("delete-aged-rows", arguments, common)
             }
@@ -148,6 +148,12 @@ impl From<EnqueueCommand> for Recipe {
             json: common.json,
         }
     }
+}
+
+/// A duration kept as the operator typed it (checked like every other), so
+/// it is what identifies the request.
+fn duration_as_typed(text: &str) -> Result<String, String> {
+    crate::parse_age(text).map(|_| text.trim().to_owned())
 }
 
 /// Checks and enqueues; prints the operation's id.

@@ -253,3 +253,50 @@ fn parse_status(name: &str) -> Result<OperationStatus, String> {
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     sluice_operations::parse_duration(text).map_err(|e| e.to_string())
 }
+
+/// A duration no longer than `max` (written as `max_text` in the message).
+fn bounded_duration(
+    text: &str,
+    max: std::time::Duration,
+    max_text: &str,
+) -> Result<std::time::Duration, String> {
+    let duration = parse_duration(text)?;
+    if duration > max {
+        return Err(format!("`{}` is longer than the most accepted, {max_text}", text.trim()));
+    }
+    Ok(duration)
+}
+
+/// A pause between sub-batches: at most an hour.
+fn parse_pause(text: &str) -> Result<std::time::Duration, String> {
+    let max = sluice_store::OperationSpec::MAX_PAUSE_MS as u64;
+    bounded_duration(text, std::time::Duration::from_millis(max), "1h")
+}
+
+/// A run's time limit: at most thirty days.
+fn parse_max_runtime(text: &str) -> Result<std::time::Duration, String> {
+    let max = sluice_store::OperationSpec::MAX_RUNTIME_MS as u64;
+    bounded_duration(text, std::time::Duration::from_millis(max), "30d")
+}
+
+/// A schedule's jitter: at most a day.
+fn parse_jitter(text: &str) -> Result<std::time::Duration, String> {
+    bounded_duration(text, std::time::Duration::from_secs(86_400), "1d")
+}
+
+/// A lease's time to live: from 300ms (it is renewed every third of it) to an hour.
+fn parse_lease_ttl(text: &str) -> Result<std::time::Duration, String> {
+    let ttl = bounded_duration(text, std::time::Duration::from_secs(3_600), "1h")?;
+    if ttl < std::time::Duration::from_millis(300) {
+        return Err(format!(
+            "`{}` is shorter than the least accepted, 300ms (a lease is renewed every third of it)",
+            text.trim()
+        ));
+    }
+    Ok(ttl)
+}
+
+/// An age for `delete-aged-rows`: at most 100 years (36500d).
+fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    bounded_duration(text, std::time::Duration::from_secs(36_500 * 86_400), "36500d")
+}

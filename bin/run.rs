@@ -34,17 +34,12 @@ pub struct RunArgs {
     node: Option<String>,
     /// How long a lease lasts unless renewed: a killed worker's operations
     /// are taken over this long after it died.
-    #[arg(long, default_value = "15s", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = crate::parse_lease_ttl)]
     lease_ttl: std::time::Duration,
 }
 
 /// Runs a worker until idle or until a shutdown signal.
 pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
-    if args.lease_ttl < std::time::Duration::from_millis(300) {
-        return Err(Failure::BadInput(
-            "--lease-ttl must be at least 300ms (leases are renewed every third of it)".into(),
-        ));
-    }
     let config = sluice_runtime::RuntimeConfig {
         lease_ttl: args.lease_ttl,
         ..sluice_runtime::RuntimeConfig::default()

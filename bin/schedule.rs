@@ -12,7 +12,6 @@ use sluice_store::{Schedule, Store};
 
 use crate::enqueue::{EnqueueCommand, Recipe};
 use crate::failure::Failure;
-use crate::parse_duration;
 
 /// The schedule commands.
 #[derive(Debug, Subcommand)]
@@ -55,7 +54,7 @@ pub struct AddArgs {
     #[arg(long, default_value = "UTC")]
     time_zone: String,
     /// Spread each fire's start uniformly over this window (e.g. 5m).
-    #[arg(long, default_value = "0ms", value_parser = parse_duration, allow_hyphen_values = true)]
+    #[arg(long, default_value = "0ms", value_parser = crate::parse_jitter, allow_hyphen_values = true)]
     jitter: Duration,
     /// The kind to enqueue at each fire, with its options.
     #[command(subcommand)]

@@ -114,9 +114,9 @@ impl LoopPick {
     }
 }
 
-/// Appends ` WHERE key IN (SELECT key FROM table WHERE scope LIMIT n)` (or
-/// its `= ANY (ARRAY(…))` form, see [`LoopPick`]) to `head`: the rows of one
-/// loop sub-batch.
+/// Appends ` WHERE key IN (SELECT key FROM table WHERE scope LIMIT n) AND
+/// scope` (or its `= ANY (ARRAY(…))` form, see [`LoopPick`]) to `head`: the
+/// rows of one loop sub-batch, each still in scope when it is changed.
 pub fn loop_rows(
     shape: &Shape,
     key: &Ident,
@@ -139,12 +139,16 @@ pub fn loop_rows(
         .push(" FROM ")
         .ident(shape.table())
         .push(" WHERE 1 = 1");
-    shape
+    let picked = shape
         .filter()
         .and_to(inner)
         .push(" LIMIT ")
         .value(limit.into())
-        .push(close)
+        .push(close);
+    // The scope again on the rows reached by key: should the key not be
+    // unique after all, a row sharing a picked key but outside the scope
+    // is still not touched.
+    shape.filter().and_to(picked)
 }
 
 /// Appends ` WHERE (cols) > (start) AND (cols) <= (end) AND scope` to `head`:
@@ -298,11 +302,11 @@ mod tests {
         };
         assert_eq!(
             delete(LoopPick::InSubquery),
-            "DELETE FROM \"t\" WHERE \"id\" IN (SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2)"
+            "DELETE FROM \"t\" WHERE \"id\" IN (SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) AND \"at\" < $3"
         );
         assert_eq!(
             delete(LoopPick::KeyArray),
-            "DELETE FROM \"t\" WHERE \"id\" = ANY (CASE WHEN TRUE THEN ARRAY(SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) END)"
+            "DELETE FROM \"t\" WHERE \"id\" = ANY (CASE WHEN TRUE THEN ARRAY(SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) END) AND \"at\" < $3"
         );
         assert!(keyset_columns(&shape).is_err());
     }

@@ -12,11 +12,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sluice_store::{Backend, CursorValue, Ident, SqlValue, Statement, Store};
+use sluice_store::{Assignments, Backend, CursorValue, Ident, SqlValue, Statement, Store};
 
 use crate::error::OperationError;
 use crate::operation::Operation;
-use crate::shape::{Filter, Shape, check_expression};
+use crate::shape::{Filter, Shape};
 use crate::sub_batch::{SubBatch, SubBatchRows};
 
 /// `delete-aged-rows`: deletes the rows of `table` whose `column` is older
@@ -36,6 +36,10 @@ pub struct DeleteAgedRowsArguments {
     pub key: String,
     /// Rows whose `column` is below this are deleted.
     pub cutoff: Cutoff,
+    /// The age asked for (`90d`) when the cutoff was resolved from one: then
+    /// it, not the cutoff, is what makes two requests the same operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<String>,
 }
 
 /// A cutoff in the representation of the column it is compared with, so the
@@ -133,6 +137,7 @@ impl DeleteAgedRows {
             column: column.to_owned(),
             key: key.to_owned(),
             cutoff,
+            older_than: None,
         })
     }
 }
@@ -161,6 +166,20 @@ impl Operation for DeleteAgedRows {
         sub_batch: &mut SubBatch<'_>,
     ) -> Result<u64, OperationError> {
         sub_batch.delete().await
+    }
+
+    /// With an `older_than`, the request as asked (table, column, key and
+    /// age), not the cutoff resolved from it to the nanosecond.
+    fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
+        match &arguments.older_than {
+            Some(older_than) => serde_json::json!({
+                "table": arguments.table,
+                "column": arguments.column,
+                "key": arguments.key,
+                "older_than": older_than,
+            }),
+            None => serde_json::to_value(arguments).unwrap_or_default(),
+        }
     }
 
     /// One statement: a loop sub-batch records the rows it is expected to
@@ -194,9 +213,10 @@ impl Operation for DeleteAgedRows {
         let age = crate::duration::parse_duration(older_than)
             .map_err(|e| OperationError::Arguments(format!("older_than: {e}")))?;
         let key = stored.get("key").and_then(|v| v.as_str()).unwrap_or("id");
-        let resolved =
+        let mut resolved =
             DeleteAgedRows::arguments(store, field("table")?, field("column")?, key, age, now)
                 .await?;
+        resolved.older_than = Some(older_than.trim().to_owned());
         serde_json::to_value(resolved).map_err(|e| OperationError::Arguments(e.to_string()))
     }
 }
@@ -210,8 +230,10 @@ impl Operation for UpdateInBatches {
     }
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
-        check_expression("SET", &arguments.set).map_err(OperationError::Arguments)?;
+        let set = Assignments::parse(&arguments.set)?;
         let shape = Shape::range(&arguments.table, &arguments.key)?;
+        let written: Vec<&str> = set.columns().iter().map(String::as_str).collect();
+        shape.check_update(&written)?;
         match &arguments.condition {
             Some(condition) => shape.scope(Filter::new().expression(condition)),
             None => Ok(shape),
@@ -284,7 +306,21 @@ mod tests {
         };
         assert!(matches!(
             UpdateInBatches.shape(&args),
-            Err(OperationError::Arguments(_))
+            Err(OperationError::Expression(_))
         ));
+    }
+
+    #[test]
+    fn update_in_batches_refuses_a_set_that_writes_its_key() {
+        for set in ["id = id + 1000000, hits = hits + 1", "ID = 5", "(hits, \"id\") = (1, 2)"] {
+            let args = UpdateInBatchesArguments {
+                table: "t".into(),
+                key: "id".into(),
+                set: set.into(),
+                condition: None,
+            };
+            let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
+            assert!(err.contains("walk by (`id`)"), "{set}: {err}");
+        }
     }
 }

@@ -14,14 +14,15 @@ use std::time::Duration;
 use tracing::{Instrument, Span};
 
 use sluice_store::{
-    Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError, spec::canonical_json,
+    Cursor, Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError, spec::canonical_json,
 };
 
-use crate::batching::probe;
+use crate::batching::{LoopPick, probe};
 use crate::error::OperationError;
-use crate::operation::Registry;
+use crate::operation::{PreparedOperation, Registry};
+use crate::sub_batch::{Bounds, SubBatchRows};
 use crate::shape::Strategy;
-use crate::target::{check_target, refuse_full_scan};
+use crate::target::{check_key, check_target, refuse_full_scan};
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -206,6 +207,7 @@ async fn checked_spec(
 ) -> Result<(OperationSpec, ScopeRows), OperationError> {
     let canonical = canonical_json(arguments);
     let prepared = registry.prepare(kind, &canonical)?;
+    let mut first_rows = None;
     let shape = prepared.shape();
     let names: Vec<String> = shape.columns().iter().map(|c| c.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -216,6 +218,11 @@ async fn checked_spec(
     );
     if !checked.passed.contains(&key) {
         check_target(store, &shape.table().to_string(), &names).await?;
+        let batching_key = match shape.strategy() {
+            Strategy::Keyset(columns) => columns.as_slice(),
+            Strategy::Loop { key } => std::slice::from_ref(key),
+        };
+        check_key(store, shape.table(), batching_key).await?;
         let first = match shape.strategy() {
             Strategy::Keyset(columns) => {
                 let any_row = Statement::new("SELECT ")
@@ -230,10 +237,26 @@ async fn checked_spec(
         let query = probe(shape, first.as_ref(), options.batch_size);
         // Explained even with --force: the database checks the operator's SQL.
         let plan = store.explain(&query).await.map_err(refused_sql)?;
-        if !options.force {
+        // An empty table's keyset has no first row to start a range at, so
+        // its probe is an ordered walk from the start: nothing to refuse.
+        let nothing_to_scan = first.is_none() && matches!(shape.strategy(), Strategy::Keyset(_));
+        if !options.force && !nothing_to_scan {
             refuse_full_scan(store, shape.table(), shape.indexed_column(), &plan)?;
         }
         checked.passed.insert(key);
+        first_rows = first;
+    }
+    // The statement a sub-batch will run, planned (never run) by the
+    // database: an unknown column, a type error or a view that cannot be
+    // changed is refused now, not after five failed attempts.
+    if let Some(statement) = first_sub_batch_statement(
+        store,
+        prepared.as_ref(),
+        first_rows.as_ref(),
+        options.sub_batch_size,
+    )? && checked.passed.insert((statement.text().as_str().to_owned(), false))
+    {
+        store.explain(&statement).await.map_err(refused_sql)?;
     }
 
     let in_scope = |head: &'static str| {
@@ -256,7 +279,8 @@ async fn checked_spec(
             .map(|c| c.to_string())
             .collect(),
     )
-    .with_arguments(arguments);
+    .with_arguments(arguments)
+    .with_identity(&prepared.identity());
     spec.batch_size = options.batch_size;
     spec.sub_batch_size = options.sub_batch_size;
     spec.pause_ms = i64::try_from(options.pause.as_millis()).unwrap_or(i64::MAX);
@@ -265,6 +289,29 @@ async fn checked_spec(
     spec.origin = options.origin;
     spec.tenant_id = options.tenant_id.clone();
     Ok((spec, scope))
+}
+
+/// The statement the first sub-batch of `operation` would run (for an
+/// operation that gives its sub-batch as one statement), over a first range
+/// ending at `first` (a keyset) or the first `size` rows (a loop); `None`
+/// when the operation's work is code ([`crate::Operation::run`]) or a
+/// keyset table is empty (there is no range to write).
+fn first_sub_batch_statement(
+    store: &Store,
+    operation: &dyn PreparedOperation,
+    first: Option<&Cursor>,
+    size: i64,
+) -> Result<Option<Statement>, OperationError> {
+    let bounds = match (operation.shape().strategy(), first) {
+        (Strategy::Loop { .. }, _) => Bounds::Loop { limit: size },
+        (Strategy::Keyset(_), Some(end)) => Bounds::Range {
+            start: None,
+            end: end.clone(),
+        },
+        (Strategy::Keyset(_), None) => return Ok(None),
+    };
+    let rows = SubBatchRows::new(operation.shape(), bounds, LoopPick::for_store(store));
+    operation.sub_batch_statement(&rows)
 }
 
 /// Above this many rows in scope by the planner's estimate, the estimate is

@@ -1,6 +1,6 @@
 //! Why an operation could not be accepted or a sub-batch could not run.
 
-use sluice_store::{IdentError, SpecError, StoreError};
+use sluice_store::{IdentError, OperatorSqlError, SpecError, StoreError};
 
 use crate::target::TargetError;
 
@@ -20,6 +20,10 @@ pub enum OperationError {
         /// The registered kinds.
         known: Vec<String>,
     },
+    /// An operator's SQL expression is not exactly one expression (or SET
+    /// list) of the kind its option takes.
+    #[error(transparent)]
+    Expression(#[from] OperatorSqlError),
     /// The arguments do not fit the operation.
     #[error("invalid arguments: {0}")]
     Arguments(String),
@@ -71,6 +75,7 @@ impl OperationError {
             OperationError::Unsafe(_)
             | OperationError::UnknownKind { .. }
             | OperationError::Arguments(_)
+            | OperationError::Expression(_)
             | OperationError::Spec(_)
             | OperationError::InvalidSql(_) => true,
             OperationError::Target(e) => e.is_bad_input(),

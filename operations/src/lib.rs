@@ -25,7 +25,7 @@ pub use duration::{DurationError, parse_duration};
 pub use enqueue::{COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, enqueue, enqueue_many};
 pub use error::OperationError;
 pub use operation::{Operation, PreparedOperation, Registry};
-pub use shape::{Filter, Shape, Strategy, check_expression};
+pub use shape::{Filter, Shape, Strategy};
 pub use sub_batch::{
     Bounds, SubBatch, SubBatchOutcome, SubBatchRequest, SubBatchRows, run_sub_batch,
 };

@@ -106,6 +106,15 @@ pub trait Operation: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// What the uniqueness rule compares for these arguments: by default
+    /// all of them. A kind whose arguments hold something resolved at
+    /// enqueue from what was asked (a cutoff from `older_than: "90d"`)
+    /// returns what was asked, so two identical requests a second apart are
+    /// one operation.
+    fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
+        serde_json::to_value(arguments).unwrap_or(serde_json::Value::Null)
+    }
+
     /// Turns a schedule's stored arguments into the arguments of the
     /// operation one of its fires enqueues at `now`: a relative age, say,
     /// becomes a cutoff measured from the fire. By default the stored
@@ -137,6 +146,9 @@ pub trait PreparedOperation: Send + Sync {
         &self,
         rows: &SubBatchRows<'_>,
     ) -> Result<Option<Statement>, OperationError>;
+
+    /// What the uniqueness rule compares ([`Operation::identity`]).
+    fn identity(&self) -> serde_json::Value;
 }
 
 /// The operation kinds a runtime (or the CLI) knows, by name.
@@ -280,5 +292,9 @@ impl<O: Operation> PreparedOperation for Prepared<O> {
         rows: &SubBatchRows<'_>,
     ) -> Result<Option<Statement>, OperationError> {
         self.operation.sub_batch_statement(&self.arguments, rows)
+    }
+
+    fn identity(&self) -> serde_json::Value {
+        self.operation.identity(&self.arguments)
     }
 }

@@ -10,14 +10,14 @@
 use std::time::Duration;
 
 use sluice_store::{
-    Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession, SubBatchTx,
+    Assignments, Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession, SubBatchTx,
 };
 use tracing::{Instrument, Span};
 
 use crate::batching::{LoopPick, loop_rows, nth_after, range_rows};
 use crate::error::OperationError;
 use crate::operation::PreparedOperation;
-use crate::shape::{Shape, Strategy, check_expression};
+use crate::shape::{Shape, Strategy};
 
 /// The rows of one sub-batch, and helpers that change exactly those rows,
 /// inside the sub-batch's transaction.
@@ -83,6 +83,15 @@ pub struct SubBatchOutcome {
 }
 
 impl<'a> SubBatchRows<'a> {
+    /// The rows `bounds` covers in `shape`, picked (for a loop) as `pick` says.
+    pub(crate) fn new(shape: &'a Shape, bounds: Bounds, pick: LoopPick) -> Self {
+        SubBatchRows {
+            shape,
+            bounds,
+            pick,
+        }
+    }
+
     /// The rows this sub-batch covers.
     pub fn bounds(&self) -> &Bounds {
         &self.bounds
@@ -117,7 +126,8 @@ impl<'a> SubBatchRows<'a> {
     /// `UPDATE` setting columns of this sub-batch's rows to bound values.
     ///
     /// Errors: [`OperationError::Unsafe`] for a column that is not a plain
-    /// identifier, [`OperationError::Arguments`] for no column at all.
+    /// identifier, [`OperationError::Arguments`] for no column at all or one
+    /// the shape walks by ([`Shape::check_update`]).
     pub fn update_statement(
         &self,
         assignments: &[(&str, SqlValue)],
@@ -127,6 +137,8 @@ impl<'a> SubBatchRows<'a> {
                 "an update needs at least one column to set".into(),
             ));
         }
+        let written: Vec<&str> = assignments.iter().map(|(c, _)| *c).collect();
+        self.shape.check_update(&written)?;
         let mut statement = Statement::new("UPDATE ")
             .ident(self.shape.table())
             .push(" SET ");
@@ -145,14 +157,17 @@ impl<'a> SubBatchRows<'a> {
     /// `UPDATE table SET <set> WHERE <this sub-batch's rows>` with an
     /// operator's own SET expression (`update-in-batches --set`).
     ///
-    /// Errors: [`OperationError::Arguments`] when the expression holds `;`
-    /// or a comment marker.
+    /// Errors: [`OperationError::Expression`] when `set` is not one SET
+    /// list, [`OperationError::Arguments`] when it writes a column the shape
+    /// walks by ([`Shape::check_update`]).
     pub fn update_expression_statement(&self, set: &str) -> Result<Statement, OperationError> {
-        check_expression("SET", set).map_err(OperationError::Arguments)?;
+        let set = Assignments::parse(set)?;
+        let written: Vec<&str> = set.columns().iter().map(String::as_str).collect();
+        self.shape.check_update(&written)?;
         let statement = Statement::new("UPDATE ")
             .ident(self.shape.table())
             .push(" SET ")
-            .operator_assignments(set);
+            .operator_assignments(&set);
         Ok(self.rows_where(statement))
     }
 }

@@ -53,6 +53,22 @@ pub enum TargetError {
         /// The plan line that scans the table.
         plan: String,
     },
+    /// The batching key does not provably name one row each.
+    #[error(
+        "refusing `{table}` batched by ({}): {reason}; the table's indexes: {}",
+        .key.join(", "),
+        if .indexes.is_empty() { "none".to_owned() } else { .indexes.join(", ") }
+    )]
+    KeyNotProven {
+        /// The table.
+        table: String,
+        /// The batching (or loop key) columns.
+        key: Vec<String>,
+        /// What is missing.
+        reason: String,
+        /// The table's indexes, as `name (columns) unique|not unique`.
+        indexes: Vec<String>,
+    },
     /// The database could not be asked.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -95,6 +111,49 @@ pub async fn check_target(
     Ok(Target {
         table: table_ident,
         columns: column_idents,
+    })
+}
+
+/// Refuses a batching key (the keyset's columns, or a loop's key) that the
+/// catalogue does not prove names one row each: every column NOT NULL (a
+/// row with a NULL is in no range) and a unique index over some of them (a
+/// shared key would reach rows it must not, or make a batch's count wrong).
+pub async fn check_key(store: &Store, table: &Ident, key: &[Ident]) -> Result<(), TargetError> {
+    let keys = store.table_keys(table).await?;
+    let names: Vec<&str> = key.iter().map(Ident::name).collect();
+    if keys.proves_distinct(&names) {
+        return Ok(());
+    }
+    let reason = match names.iter().find(|c| !keys.not_null.iter().any(|n| n == *c)) {
+        Some(nullable) => format!(
+            "column `{nullable}` can hold NULL, and a row whose key is NULL is in no batch \
+             (declare it NOT NULL, or batch by the primary key with --key)"
+        ),
+        None => format!(
+            "no unique index covers only these columns, so two rows may share a key and a \
+             statement reaching one would reach both (create one, e.g. CREATE UNIQUE INDEX \
+             {}_{}_key ON {table} ({}), or batch by the primary key with --key)",
+            table.name(),
+            names.join("_"),
+            names.join(", ")
+        ),
+    };
+    Err(TargetError::KeyNotProven {
+        table: table.to_string(),
+        key: names.iter().map(|n| n.to_string()).collect(),
+        reason,
+        indexes: keys
+            .indexes
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} ({}) {}",
+                    i.name,
+                    i.columns.join(", "),
+                    if i.unique { "unique" } else { "not unique" }
+                )
+            })
+            .collect(),
     })
 }
 

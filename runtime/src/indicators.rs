@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sluice_store::{Backend, Store};
+use sluice_store::{Backend, Ident, Store};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
 
@@ -169,12 +169,20 @@ impl HealthIndicator for TableActivity {
         if context.tables.is_empty() {
             return Ok(Vec::new());
         }
-        let tables = serde_json::to_string(&context.tables).map_err(|e| e.to_string())?;
+        // Each name as given (the scope its readings carry) and quoted, so
+        // `to_regclass` finds `"rp_LockMe"` and `"app"."events"` as created.
+        let tables: Vec<(&str, String)> = context
+            .tables
+            .iter()
+            .filter_map(|t| Some((t.as_str(), Ident::parse(t).ok()?.quoted())))
+            .collect();
+        let tables = serde_json::to_string(&tables).map_err(|e| e.to_string())?;
         let rows: Vec<(String, i64, bool)> = sqlx::query_as(
             "SELECT t.name, \
-               (SELECT count(*) FROM pg_locks l WHERE NOT l.granted AND l.relation = to_regclass(t.name)), \
-               EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = to_regclass(t.name)) \
-             FROM jsonb_array_elements_text($1::jsonb) AS t(name)",
+               (SELECT count(*) FROM pg_locks l WHERE NOT l.granted AND l.relation = to_regclass(t.quoted)), \
+               EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = to_regclass(t.quoted)) \
+             FROM jsonb_array_elements($1::jsonb) AS e(pair), \
+                  LATERAL (SELECT e.pair->>0 AS name, e.pair->>1 AS quoted) AS t",
         )
         .bind(tables)
         .fetch_all(pool)

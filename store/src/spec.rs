@@ -44,6 +44,13 @@ pub struct OperationSpec {
     pub trace_context: Option<String>,
     /// The number of rows the operation is expected to touch, for percentages and ETA.
     pub estimated_rows: Option<i64>,
+    /// What the uniqueness rule compares instead of [`OperationSpec::arguments`],
+    /// as canonical JSON: the arguments as the caller asked for them, where
+    /// the stored ones also hold what was resolved from them at enqueue (a
+    /// cutoff computed from `older_than: "90d"`). Only read when the
+    /// operation is enqueued (its hash is stored), so it is not recorded.
+    #[serde(skip)]
+    pub identity: Option<String>,
 }
 
 /// Per-run limits. When one is reached the operation yields: it stays runnable
@@ -108,6 +115,16 @@ pub enum SpecError {
         /// The rejected value.
         value: i64,
     },
+    /// A size or duration is above the most Sluice accepts for it.
+    #[error("{field} must be at most {max}, got {value}")]
+    TooLarge {
+        /// Which value.
+        field: &'static str,
+        /// The rejected value, with its unit.
+        value: String,
+        /// The bound, with its unit.
+        max: String,
+    },
     /// The arguments are not valid JSON.
     #[error("operation arguments are not valid JSON: {0}")]
     Arguments(String),
@@ -155,12 +172,29 @@ impl OperationSpec {
             tenant_id: None,
             trace_context: None,
             estimated_rows: None,
+            identity: None,
         }
     }
 
     /// Sets the arguments, canonicalising them.
     pub fn with_arguments(mut self, arguments: &serde_json::Value) -> Self {
         self.arguments = canonical_json(arguments);
+        self
+    }
+
+    /// The most rows a batch may be asked to hold.
+    pub const MAX_BATCH_SIZE: i64 = 10_000_000;
+    /// The most rows a sub-batch (one transaction) may be asked to hold.
+    pub const MAX_SUB_BATCH_SIZE: i64 = 1_000_000;
+    /// The longest pause between sub-batches: one hour (a longer wait is a
+    /// schedule, or a pause by an operator).
+    pub const MAX_PAUSE_MS: i64 = 3_600_000;
+    /// The longest run before an operation yields: thirty days.
+    pub const MAX_RUNTIME_MS: i64 = 30 * 86_400_000;
+
+    /// Sets what the uniqueness rule compares ([`OperationSpec::identity`]).
+    pub fn with_identity(mut self, identity: &serde_json::Value) -> Self {
+        self.identity = Some(canonical_json(identity));
         self
     }
 
@@ -181,6 +215,30 @@ impl OperationSpec {
         ] {
             if value <= 0 {
                 return Err(SpecError::NotPositive { field, value });
+            }
+        }
+        for (field, value, max) in [
+            ("batch_size", self.batch_size, Self::MAX_BATCH_SIZE),
+            ("sub_batch_size", self.sub_batch_size, Self::MAX_SUB_BATCH_SIZE),
+        ] {
+            if value > max {
+                return Err(SpecError::TooLarge {
+                    field,
+                    value: format!("{value} rows"),
+                    max: format!("{max} rows"),
+                });
+            }
+        }
+        for (field, value, max) in [
+            ("pause", Some(self.pause_ms), Self::MAX_PAUSE_MS),
+            ("max_runtime", self.limits.max_runtime_ms, Self::MAX_RUNTIME_MS),
+        ] {
+            if let Some(value) = value.filter(|v| *v > max) {
+                return Err(SpecError::TooLarge {
+                    field,
+                    value: format!("{value} ms"),
+                    max: format!("{max} ms ({})", human_ms(max)),
+                });
             }
         }
         let optional = [
@@ -232,7 +290,8 @@ impl OperationSpec {
     }
 
     /// The identity compared by the uniqueness rule: kind, tenant, table,
-    /// batching columns and canonical arguments, hashed (SHA-256, hex) so the
+    /// batching columns and canonical arguments (or the
+    /// [`OperationSpec::identity`] given in their place), hashed (SHA-256, hex) so the
     /// index entry has a fixed size however large the arguments are.
     pub fn unique_key(&self) -> String {
         let mut hasher = Sha256::new();
@@ -241,7 +300,7 @@ impl OperationSpec {
             self.tenant_id.as_deref().unwrap_or(""),
             self.table.as_str(),
             &self.batching_columns.join("\u{1f}"),
-            self.arguments.as_str(),
+            self.identity.as_deref().unwrap_or(&self.arguments),
         ];
         for part in parts {
             hasher.update((part.len() as u64).to_le_bytes());
@@ -253,6 +312,16 @@ impl OperationSpec {
             .map(|b| format!("{b:02x}"))
             .collect()
     }
+}
+
+/// `ms` in the largest whole unit (`1h`, `30d`), for messages.
+fn human_ms(ms: i64) -> String {
+    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
 }
 
 /// JSON text with object keys sorted at every depth and no insignificant
@@ -304,6 +373,37 @@ mod tests {
         other_table.table = "u".into();
         assert_ne!(base.unique_key(), other_args.unique_key());
         assert_ne!(base.unique_key(), other_table.unique_key());
+    }
+
+    #[test]
+    fn an_identity_replaces_the_arguments_in_the_unique_key() {
+        let asked = json!({"older_than": "90d"});
+        let at = |cutoff: i64| {
+            OperationSpec::new("k", "t", vec![])
+                .with_arguments(&json!({"older_than": "90d", "cutoff": cutoff}))
+        };
+        assert_ne!(at(1).unique_key(), at(2).unique_key());
+        assert_eq!(
+            at(1).with_identity(&asked).unique_key(),
+            at(2).with_identity(&asked).unique_key()
+        );
+        let other = at(1).with_identity(&json!({"older_than": "30d"}));
+        assert_ne!(other.unique_key(), at(1).with_identity(&asked).unique_key());
+    }
+
+    #[test]
+    fn sizes_and_durations_have_bounds_named_in_the_message() {
+        let mut spec = OperationSpec::new("k", "t", vec!["id".into()]);
+        spec.pause_ms = 9_999_999_999 * 86_400_000;
+        let err = spec.clone().validate().unwrap_err().to_string();
+        assert!(err.starts_with("pause must be at most 3600000 ms (1h)"), "{err}");
+        spec.pause_ms = OperationSpec::MAX_PAUSE_MS;
+        assert!(spec.clone().validate().is_ok());
+        spec.limits.max_runtime_ms = Some(OperationSpec::MAX_RUNTIME_MS + 1);
+        assert!(spec.clone().validate().unwrap_err().to_string().contains("(30d)"));
+        spec.limits.max_runtime_ms = None;
+        spec.sub_batch_size = OperationSpec::MAX_SUB_BATCH_SIZE + 1;
+        assert!(matches!(spec.validate(), Err(SpecError::TooLarge { field: "sub_batch_size", .. })));
     }
 
     #[test]

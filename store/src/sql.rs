@@ -12,6 +12,8 @@ use std::fmt;
 
 use sqlx::AssertSqlSafe;
 
+use crate::operator_sql::{Assignments, Condition};
+
 /// A validated SQL identifier (a table or column name, optionally schema-qualified).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ident {
@@ -138,16 +140,19 @@ impl Statement {
         self
     }
 
-    /// Appends an operator's own SQL expression, parenthesised (see [`SqlText::operator_expression`]).
-    pub fn operator_expression(mut self, expression: &str) -> Self {
-        self.text = self.text.operator_expression(expression);
+    /// Appends an operator's parsed condition, parenthesised (see
+    /// [`crate::operator_sql`] for what parsing guarantees and the trust it
+    /// still needs).
+    pub fn operator_expression(mut self, condition: &Condition) -> Self {
+        self.text.0.push('(');
+        self.text.0.push_str(condition.as_str());
+        self.text.0.push(')');
         self
     }
 
-    /// Appends an operator's own SET list (`a = a + 1, b = 'x'`) as written,
-    /// unparenthesised (see [`SqlText::operator_expression`] for the trust it needs).
-    pub fn operator_assignments(mut self, assignments: &str) -> Self {
-        self.text.0.push_str(assignments);
+    /// Appends an operator's parsed SET list (`a = a + 1, b = 'x'`).
+    pub fn operator_assignments(mut self, assignments: &Assignments) -> Self {
+        self.text.0.push_str(assignments.as_str());
         self
     }
 
@@ -275,16 +280,6 @@ impl SqlText {
     /// Appends another assembled text.
     pub fn append(mut self, other: &SqlText) -> Self {
         self.0.push_str(&other.0);
-        self
-    }
-
-    /// Appends text an operator wrote on purpose as SQL (an `update-in-batches`
-    /// SET or WHERE expression). Such text runs with the operator's own
-    /// database privileges; it must never come from an untrusted user.
-    pub fn operator_expression(mut self, expression: &str) -> Self {
-        self.0.push('(');
-        self.0.push_str(expression);
-        self.0.push(')');
         self
     }
 

@@ -31,6 +31,41 @@ macro_rules! postgres_columns {
     };
 }
 
+/// What the catalogue says makes a table's rows distinct
+/// ([`Store::table_keys`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableKeys {
+    /// Its indexes, the primary key's first on PostgreSQL.
+    pub indexes: Vec<Index>,
+    /// Its columns that can never hold NULL.
+    pub not_null: Vec<String>,
+}
+
+/// One index of a table, as [`Store::table_keys`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Index {
+    /// Its name.
+    pub name: String,
+    /// Its key columns, in order (empty text for an expression).
+    pub columns: Vec<String>,
+    /// True when it proves its columns' values distinct on every row
+    /// (unique, valid, not partial, over plain columns).
+    pub unique: bool,
+}
+
+impl TableKeys {
+    /// True when no two rows can share values of `columns`: every one of
+    /// them is NOT NULL and some unique index covers only columns among them.
+    pub fn proves_distinct(&self, columns: &[&str]) -> bool {
+        columns.iter().all(|c| self.not_null.iter().any(|n| n == c))
+            && self.indexes.iter().any(|i| {
+                i.unique
+                    && !i.columns.is_empty()
+                    && i.columns.iter().all(|ic| columns.contains(&ic.as_str()))
+            })
+    }
+}
+
 impl Store {
     /// The table's column names in table order; empty when no such table exists.
     pub async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
@@ -94,6 +129,113 @@ impl Store {
                 .await?
             }
         })
+    }
+
+    /// What proves rows of `table` distinct: its indexes (name, columns,
+    /// unique or not) and which of its columns can never be NULL. A partial
+    /// index, an index over an expression and, on PostgreSQL, an index not
+    /// yet valid are listed as not unique (they prove nothing for every
+    /// row). SQLite's rowid alias (`id INTEGER PRIMARY KEY`) is listed as a
+    /// unique index named `rowid` over its column, which is never NULL.
+    pub async fn table_keys(&self, table: &Ident) -> Result<TableKeys, StoreError> {
+        match self.backend() {
+            Backend::Sqlite(pool) => {
+                let schema = table.schema().unwrap_or("main");
+                let columns: Vec<(String, String, bool, i64)> = sqlx::query_as(
+                    "SELECT name, type, \"notnull\", pk FROM pragma_table_info($1, $2) ORDER BY cid",
+                )
+                .bind(table.name())
+                .bind(schema)
+                .fetch_all(pool)
+                .await?;
+                let listed: Vec<(String, bool, String, bool)> = sqlx::query_as(
+                    "SELECT name, \"unique\", origin, partial FROM pragma_index_list($1, $2) ORDER BY seq",
+                )
+                .bind(table.name())
+                .bind(schema)
+                .fetch_all(pool)
+                .await?;
+                let mut keys = TableKeys::default();
+                for (name, unique, _, partial) in &listed {
+                    let names: Vec<Option<String>> = sqlx::query_scalar(
+                        "SELECT name FROM pragma_index_info($1, $2) ORDER BY seqno",
+                    )
+                    .bind(name)
+                    .bind(schema)
+                    .fetch_all(pool)
+                    .await?;
+                    let on_columns = names.iter().all(Option::is_some);
+                    keys.indexes.push(Index {
+                        name: name.clone(),
+                        columns: names.into_iter().map(Option::unwrap_or_default).collect(),
+                        unique: *unique && !*partial && on_columns,
+                    });
+                }
+                let pk: Vec<&(String, String, bool, i64)> =
+                    columns.iter().filter(|c| c.3 > 0).collect();
+                let rowid_alias = pk.len() == 1
+                    && pk[0].1.eq_ignore_ascii_case("INTEGER")
+                    && !listed.iter().any(|l| l.2 == "pk");
+                if rowid_alias {
+                    keys.indexes.insert(
+                        0,
+                        Index {
+                            name: "rowid".into(),
+                            columns: vec![pk[0].0.clone()],
+                            unique: true,
+                        },
+                    );
+                }
+                keys.not_null = columns
+                    .iter()
+                    .filter(|c| c.2 || (rowid_alias && c.3 > 0))
+                    .map(|c| c.0.clone())
+                    .collect();
+                Ok(keys)
+            }
+            Backend::Postgres(pool) => {
+                let indexes: Vec<(String, bool, Vec<Option<String>>)> = sqlx::query_as(
+                    "SELECT i.relname::text, \
+                       x.indisunique AND x.indisvalid AND x.indpred IS NULL AND x.indexprs IS NULL, \
+                       ARRAY(SELECT a.attname::text FROM unnest(x.indkey[0:x.indnkeyatts - 1]) \
+                             WITH ORDINALITY AS k(attnum, n) \
+                             LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum \
+                             ORDER BY k.n) \
+                     FROM pg_catalog.pg_index x \
+                     JOIN pg_catalog.pg_class c ON c.oid = x.indrelid \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                     JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid \
+                     WHERE n.nspname = COALESCE($1, current_schema()) AND c.relname = $2 \
+                     ORDER BY x.indisprimary DESC, i.relname",
+                )
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?;
+                let not_null: Vec<String> = sqlx::query_scalar(
+                    "SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                     JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE n.nspname = COALESCE($1, current_schema()) AND c.relname = $2 \
+                     AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull ORDER BY a.attnum",
+                )
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?;
+                Ok(TableKeys {
+                    indexes: indexes
+                        .into_iter()
+                        .map(|(name, unique, columns)| Index {
+                            name,
+                            unique: unique && columns.iter().all(Option::is_some),
+                            columns: columns.into_iter().map(Option::unwrap_or_default).collect(),
+                        })
+                        .collect(),
+                    not_null,
+                })
+            }
+        }
     }
 
     /// The planner's plan for `statement`, one line per row: `EXPLAIN QUERY PLAN`

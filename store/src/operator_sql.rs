@@ -1,0 +1,276 @@
+//! SQL an operator writes on purpose (an `update-in-batches --where` or
+//! `--set`), parsed before it goes anywhere near a statement.
+//!
+//! A [`Condition`] is exactly one expression and an [`Assignments`] exactly
+//! one list of `column = expression`: the text is parsed with `sqlparser`,
+//! every token must belong to that one expression or list, and what enters
+//! the statement is the parsed tree written out again (comments dropped,
+//! quotes re-escaped), never the operator's text. So a separator, a comment
+//! or an unbalanced parenthesis (`1=1) OR (1=1`) cannot carry text outside
+//! the place the statement gives it. Placeholders (`$1`, `?`) are refused:
+//! they would bind the statement's own values. Such SQL still runs with the
+//! operator's database privileges; it must never come from an untrusted user.
+
+use sqlparser::ast::{AssignmentTarget, Expr, ObjectName, ObjectNamePart};
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::{Parser, ParserError};
+use sqlparser::tokenizer::{Token, Tokenizer};
+
+/// A parsed operator condition (one boolean expression), ready to be
+/// parenthesised into a `WHERE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    text: String,
+}
+
+/// A parsed operator SET list (`a = a + 1, b = 'x'`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignments {
+    text: String,
+    columns: Vec<String>,
+}
+
+/// Why operator SQL was refused. The message names the option and the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the {what} expression `{input}` {reason}")]
+pub struct OperatorSqlError {
+    /// The option it came from (`WHERE`, `SET`).
+    pub what: &'static str,
+    /// The text as given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Deep enough for any condition an operator types; deeper nesting is
+/// refused rather than risking the parser's stack.
+const RECURSION_LIMIT: usize = 40;
+
+impl Condition {
+    /// Parses `input` as exactly one SQL expression.
+    ///
+    /// Errors: empty text, more than one expression (a `;`, trailing text,
+    /// an unbalanced parenthesis), a placeholder, or text that does not parse.
+    pub fn parse(input: &str) -> Result<Self, OperatorSqlError> {
+        let fail = |reason: String| OperatorSqlError {
+            what: "WHERE",
+            input: input.to_owned(),
+            reason,
+        };
+        let mut parser = parser_for("WHERE", input)?;
+        let expr: Expr = parser.parse_expr().map_err(|e| fail(parse_reason(e)))?;
+        expect_end(&parser).map_err(fail)?;
+        let text = expr.to_string();
+        stable("WHERE", input, &text, |p| p.parse_expr().map(|e| e.to_string()))?;
+        Ok(Condition { text })
+    }
+
+    /// The expression as it enters statements (without parentheses).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl Assignments {
+    /// Parses `input` as one comma-separated list of `column = expression`.
+    ///
+    /// Errors: as [`Condition::parse`], for the `SET` option.
+    pub fn parse(input: &str) -> Result<Self, OperatorSqlError> {
+        let fail = |reason: String| OperatorSqlError {
+            what: "SET",
+            input: input.to_owned(),
+            reason,
+        };
+        let mut parser = parser_for("SET", input)?;
+        let list = parser
+            .parse_comma_separated(Parser::parse_assignment)
+            .map_err(|e| fail(parse_reason(e)))?;
+        expect_end(&parser).map_err(fail)?;
+        let mut columns = Vec::new();
+        for assignment in &list {
+            match &assignment.target {
+                AssignmentTarget::ColumnName(name) => columns.push(last_part(name)),
+                AssignmentTarget::Tuple(names) => columns.extend(names.iter().map(last_part)),
+            }
+        }
+        let render = |list: &[sqlparser::ast::Assignment]| {
+            list.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let text = render(&list);
+        stable("SET", input, &text, |p| {
+            p.parse_comma_separated(Parser::parse_assignment)
+                .map(|l| render(&l))
+        })?;
+        Ok(Assignments { text, columns })
+    }
+
+    /// The list as it enters statements.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The columns the list writes, as named (without table qualifiers or
+    /// quotes), in order.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// The first written column that is one of `columns` (compared without
+    /// regard to ASCII case, as an unquoted name is folded by every backend).
+    pub fn writes_any<'c>(&self, columns: impl IntoIterator<Item = &'c str>) -> Option<&'c str> {
+        let written = &self.columns;
+        columns
+            .into_iter()
+            .find(|c| written.iter().any(|w| w.eq_ignore_ascii_case(c)))
+    }
+}
+
+/// A parser over `input`'s tokens, refusing empty text and placeholders.
+fn parser_for(what: &'static str, input: &str) -> Result<Parser<'static>, OperatorSqlError> {
+    static DIALECT: GenericDialect = GenericDialect {};
+    let fail = |reason: String| OperatorSqlError {
+        what,
+        input: input.to_owned(),
+        reason,
+    };
+    let tokens = Tokenizer::new(&DIALECT, input)
+        .tokenize_with_location()
+        .map_err(|e| fail(format!("does not parse: {e}")))?;
+    let mut meaningful = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)));
+    if meaningful.clone().next().is_none() {
+        return Err(fail("is empty".into()));
+    }
+    if let Some(t) = meaningful.find(|t| matches!(t.token, Token::Placeholder(_))) {
+        return Err(fail(format!(
+            "holds the placeholder `{}`: write values into the expression itself",
+            t.token
+        )));
+    }
+    Ok(Parser::new(&DIALECT)
+        .with_recursion_limit(RECURSION_LIMIT)
+        .with_tokens_with_locations(tokens))
+}
+
+/// Refuses anything after the one expression or list.
+fn expect_end(parser: &Parser<'_>) -> Result<(), String> {
+    let next = parser.peek_token();
+    match next.token {
+        Token::EOF => Ok(()),
+        Token::SemiColon => Err("holds `;`: give one expression, not statements".into()),
+        other => Err(format!(
+            "does not end where the expression ends (at `{other}`, line {} column {}): \
+             give exactly one expression, with balanced parentheses",
+            next.span.start.line, next.span.start.column
+        )),
+    }
+}
+
+/// Checks that the written-out text parses back to itself, so what runs is
+/// what was parsed.
+fn stable(
+    what: &'static str,
+    input: &str,
+    text: &str,
+    reparse: impl FnOnce(&mut Parser<'static>) -> Result<String, ParserError>,
+) -> Result<(), OperatorSqlError> {
+    let again = parser_for(what, text).and_then(|mut p| {
+        let rendered = reparse(&mut p).ok();
+        Ok(rendered.filter(|r| r == text && expect_end(&p).is_ok()))
+    });
+    match again {
+        Ok(Some(_)) => Ok(()),
+        _ => Err(OperatorSqlError {
+            what,
+            input: input.to_owned(),
+            reason: "uses syntax Sluice cannot write back faithfully; simplify it".into(),
+        }),
+    }
+}
+
+fn parse_reason(error: ParserError) -> String {
+    match error {
+        ParserError::RecursionLimitExceeded => "nests too deeply".into(),
+        ParserError::TokenizerError(e) | ParserError::ParserError(e) => {
+            format!("does not parse: {e}")
+        }
+    }
+}
+
+fn last_part(name: &ObjectName) -> String {
+    match name.0.last() {
+        Some(ObjectNamePart::Identifier(ident)) => ident.value.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_expression_is_accepted_and_written_back() {
+        let c = Condition::parse("status = 'stale'  AND hits > 3").unwrap();
+        assert_eq!(c.as_str(), "status = 'stale' AND hits > 3");
+        let c = Condition::parse("note = 'it''s ) OR (1=1'").unwrap();
+        assert_eq!(c.as_str(), "note = 'it''s ) OR (1=1'");
+        let c = Condition::parse("a = 1 -- trailing comment").unwrap();
+        assert_eq!(c.as_str(), "a = 1");
+        assert!(Condition::parse("\"MixedCase\" IS NULL").is_ok());
+        assert!(Condition::parse("created_at < now() - interval '1 day'").is_ok());
+    }
+
+    #[test]
+    fn text_escaping_its_place_is_refused() {
+        for bad in [
+            "1=1) OR (1=1",
+            "a = 1; DELETE FROM t",
+            "a = 1)",
+            "(a = 1",
+            "a = 1 b = 2",
+            "",
+            "   ",
+            "-- only a comment",
+            "id > $1",
+            "id > ?",
+            "a = 1 /* unterminated",
+            "'unterminated",
+        ] {
+            let err = Condition::parse(bad).unwrap_err();
+            assert_eq!(err.what, "WHERE", "{bad}");
+        }
+        let deep = format!("{}1{}", "(".repeat(200), ")".repeat(200));
+        assert!(
+            Condition::parse(&deep)
+                .unwrap_err()
+                .reason
+                .contains("nests too deeply")
+        );
+    }
+
+    #[test]
+    fn a_set_list_names_the_columns_it_writes() {
+        let s = Assignments::parse("hits = hits + 1, \"Note\" = 'x', t.flag = true").unwrap();
+        assert_eq!(s.columns(), ["hits", "Note", "flag"]);
+        assert_eq!(s.as_str(), "hits = hits + 1, \"Note\" = 'x', t.flag = true");
+        let tuple = Assignments::parse("(a, b) = (1, 2)").unwrap();
+        assert_eq!(tuple.columns(), ["a", "b"]);
+        assert_eq!(s.writes_any(["id", "NOTE"]), Some("NOTE"));
+        assert_eq!(s.writes_any(["id"]), None);
+        for bad in [
+            "hits = 1; DROP TABLE t",
+            "hits = 1 WHERE 1=1",
+            "hits",
+            "hits = ",
+            "= 1",
+            "hits = $1",
+        ] {
+            assert_eq!(Assignments::parse(bad).unwrap_err().what, "SET", "{bad}");
+        }
+    }
+}
