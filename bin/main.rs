@@ -262,7 +262,10 @@ fn bounded_duration(
 ) -> Result<std::time::Duration, String> {
     let duration = parse_duration(text)?;
     if duration > max {
-        return Err(format!("`{}` is longer than the most accepted, {max_text}", text.trim()));
+        return Err(format!(
+            "`{}` is longer than the most accepted, {max_text}",
+            text.trim()
+        ));
     }
     Ok(duration)
 }
@@ -298,5 +301,9 @@ fn parse_lease_ttl(text: &str) -> Result<std::time::Duration, String> {
 
 /// An age for `delete-aged-rows`: at most 100 years (36500d).
 fn parse_age(text: &str) -> Result<std::time::Duration, String> {
-    bounded_duration(text, std::time::Duration::from_secs(36_500 * 86_400), "36500d")
+    bounded_duration(
+        text,
+        std::time::Duration::from_secs(36_500 * 86_400),
+        "36500d",
+    )
 }

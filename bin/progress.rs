@@ -118,8 +118,14 @@ async fn lines(mut progress: broadcast::Receiver<Progress>, mut stopped: oneshot
             };
             if due {
                 let p = &entry.latest;
+                if p.rows_done < entry.first.1 {
+                    // A report that counted less than an earlier one (a
+                    // batch's uncommitted rows dropped): measure from here,
+                    // never a negative rate.
+                    entry.first = (Instant::now(), p.rows_done);
+                }
                 let elapsed = entry.first.0.elapsed().as_secs_f64().max(0.001);
-                let rate = (p.rows_done - entry.first.1) as f64 / elapsed;
+                let rate = (p.rows_done - entry.first.1).max(0) as f64 / elapsed;
                 println!("{}", line(p, rate, &state));
                 entry.printed = Some((Instant::now(), state, rows));
             }

@@ -173,7 +173,7 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
         (
             update("counter = 1", "grp = = 1"),
             2,
-            "the database refused the operation's SQL",
+            "the WHERE expression `grp = = 1` does not parse",
         ),
         // Unknown table, column, kind, id.
         (
@@ -350,7 +350,7 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
         (
             plain(&["run", "--lease-ttl", "10ms", "--until-idle"]),
             2,
-            "--lease-ttl must be at least 300ms",
+            "shorter than the least accepted, 300ms",
         ),
         (
             plain(&["--log-format", "yaml", "list"]),

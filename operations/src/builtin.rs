@@ -128,7 +128,10 @@ impl DeleteAgedRows {
             match first.and_then(|c| c.0.into_iter().next()) {
                 Some(CursorValue::Int(_)) => Cutoff::EpochSeconds(at.timestamp()),
                 Some(CursorValue::Timestamp(_)) => Cutoff::Timestamp(at),
-                Some(CursorValue::Text(example)) => Cutoff::Text(iso_like(&example, at)),
+                Some(CursorValue::Text(example)) => {
+                    refuse_mixed_formats(store, &table_ident, &column_ident, &example).await?;
+                    Cutoff::Text(iso_like(&example, at))
+                }
                 None => Cutoff::Text(at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
             }
         };
@@ -257,26 +260,68 @@ impl Operation for UpdateInBatches {
     }
 }
 
-/// `at` written in the style of `example`: separator `T` or space, and the
-/// example's zone suffix (`Z`, `+00:00` or none).
+/// `at` written with the separator of `example` (`T` or space) and no zone
+/// suffix or fraction: text order is then time order against every value of
+/// that style, as a value at the cutoff's second with a suffix or fraction
+/// sorts after it (not older) and every earlier second sorts before it.
 fn iso_like(example: &str, at: DateTime<Utc>) -> String {
     let separator = if example.as_bytes().get(10) == Some(&b' ') {
         ' '
     } else {
         'T'
     };
-    let suffix = if example.ends_with('Z') {
-        "Z"
-    } else if example.ends_with("+00:00") {
-        "+00:00"
-    } else {
-        ""
-    };
     format!(
-        "{}{separator}{}{suffix}",
+        "{}{separator}{}",
         at.format("%Y-%m-%d"),
         at.format("%H:%M:%S")
     )
+}
+
+/// Refuses a text time column whose values do not all share `example`'s
+/// style (its date–time separator, and on SQLite its storage as text): a
+/// text cutoff in one style misjudges values in another, since a space
+/// sorts before `T` and a number before any text.
+async fn refuse_mixed_formats(
+    store: &Store,
+    table: &Ident,
+    column: &Ident,
+    example: &str,
+) -> Result<(), OperationError> {
+    let separator = if example.as_bytes().get(10) == Some(&b' ') {
+        " "
+    } else {
+        "T"
+    };
+    let mut other = Statement::new("SELECT CAST(")
+        .ident(column)
+        .push(" AS TEXT) FROM ")
+        .ident(table)
+        .push(" WHERE ")
+        .ident(column)
+        .push(" IS NOT NULL AND ((length(")
+        .ident(column)
+        .push(") > 10 AND substr(")
+        .ident(column)
+        .push(", 11, 1) <> ")
+        .value(separator.into())
+        .push(")");
+    if let Backend::Sqlite(_) = store.backend() {
+        other = other.push(" OR typeof(").ident(column).push(") <> 'text'");
+    }
+    let other = other.push(") LIMIT 1");
+    match store
+        .fetch_cursor(&other, 1)
+        .await?
+        .and_then(|c| c.0.into_iter().next())
+    {
+        Some(CursorValue::Text(found)) => Err(OperationError::Arguments(format!(
+            "column `{column}` of `{table}` mixes time formats (`{example}` and `{found}`): text \
+             compares character by character, so a cutoff written one way misjudges values \
+             written the other; store every value in one ISO-8601 style first"
+        ))),
+        // The value is cast to text; nothing else comes back.
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -288,12 +333,19 @@ mod tests {
         let at = DateTime::parse_from_rfc3339("2026-03-04T05:06:07Z")
             .unwrap()
             .with_timezone(&Utc);
-        assert_eq!(iso_like("2025-01-01T00:00:00Z", at), "2026-03-04T05:06:07Z");
+        assert_eq!(iso_like("2025-01-01T00:00:00Z", at), "2026-03-04T05:06:07");
         assert_eq!(iso_like("2025-01-01 00:00:00", at), "2026-03-04 05:06:07");
-        assert_eq!(
-            iso_like("2025-01-01T00:00:00.123+00:00", at),
-            "2026-03-04T05:06:07+00:00"
-        );
+        let cutoff = iso_like("2025-01-01T00:00:00.123+00:00", at);
+        assert_eq!(cutoff, "2026-03-04T05:06:07");
+        // Values at the cutoff's second are not older; earlier ones are.
+        for same in [
+            "2026-03-04T05:06:07Z",
+            "2026-03-04T05:06:07.5Z",
+            "2026-03-04T05:06:07+00:00",
+        ] {
+            assert!(same > cutoff.as_str(), "{same}");
+        }
+        assert!("2026-03-04T05:06:06.999Z" < cutoff.as_str());
     }
 
     #[test]
@@ -312,7 +364,11 @@ mod tests {
 
     #[test]
     fn update_in_batches_refuses_a_set_that_writes_its_key() {
-        for set in ["id = id + 1000000, hits = hits + 1", "ID = 5", "(hits, \"id\") = (1, 2)"] {
+        for set in [
+            "id = id + 1000000, hits = hits + 1",
+            "ID = 5",
+            "(hits, \"id\") = (1, 2)",
+        ] {
             let args = UpdateInBatchesArguments {
                 table: "t".into(),
                 key: "id".into(),

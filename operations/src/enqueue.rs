@@ -14,14 +14,15 @@ use std::time::Duration;
 use tracing::{Instrument, Span};
 
 use sluice_store::{
-    Cursor, Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError, spec::canonical_json,
+    Cursor, Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError,
+    spec::canonical_json,
 };
 
 use crate::batching::{LoopPick, probe};
 use crate::error::OperationError;
 use crate::operation::{PreparedOperation, Registry};
-use crate::sub_batch::{Bounds, SubBatchRows};
 use crate::shape::Strategy;
+use crate::sub_batch::{Bounds, SubBatchRows};
 use crate::target::{check_key, check_target, refuse_full_scan};
 
 /// How an operation is to run, beside its arguments. Serialisable so a
@@ -254,7 +255,9 @@ async fn checked_spec(
         prepared.as_ref(),
         first_rows.as_ref(),
         options.sub_batch_size,
-    )? && checked.passed.insert((statement.text().as_str().to_owned(), false))
+    )? && checked
+        .passed
+        .insert((statement.text().as_str().to_owned(), false))
     {
         store.explain(&statement).await.map_err(refused_sql)?;
     }

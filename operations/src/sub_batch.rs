@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use sluice_store::{
-    Assignments, Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession, SubBatchTx,
+    Assignments, Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession,
+    SubBatchTx,
 };
 use tracing::{Instrument, Span};
 

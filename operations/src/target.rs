@@ -124,7 +124,10 @@ pub async fn check_key(store: &Store, table: &Ident, key: &[Ident]) -> Result<()
     if keys.proves_distinct(&names) {
         return Ok(());
     }
-    let reason = match names.iter().find(|c| !keys.not_null.iter().any(|n| n == *c)) {
+    let reason = match names
+        .iter()
+        .find(|c| !keys.not_null.iter().any(|n| n == *c))
+    {
         Some(nullable) => format!(
             "column `{nullable}` can hold NULL, and a row whose key is NULL is in no batch \
              (declare it NOT NULL, or batch by the primary key with --key)"

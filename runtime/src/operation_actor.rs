@@ -127,6 +127,9 @@ pub struct OperationState {
     /// commits: a failed write is retried by the next step (or by the wind
     /// down), never dropped while the actor goes on planning batches.
     failing: Option<Event>,
+    /// Sub-batches in a row that found the store unusable (reset by one
+    /// that commits); sets the backoff before the next try.
+    store_faults: u32,
     last_renewal: Instant,
 }
 
@@ -318,6 +321,7 @@ impl Actor for OperationActor {
             leftovers_possible: planned_any,
             stopping: None,
             failing: None,
+            store_faults: 0,
             last_renewal: Instant::now(),
             context,
         })
@@ -775,6 +779,7 @@ impl OperationState {
                 return self.sub_batch_failed(myself, error).await;
             }
         };
+        self.store_faults = 0;
         self.context
             .metrics
             .sub_batch(self.subject(), outcome.rows, took);
@@ -933,6 +938,23 @@ impl OperationState {
                 "batch taken over"
             );
             self.schedule_step(myself, Duration::ZERO);
+            return Ok(());
+        }
+        if let OperationError::Store(e) = &error
+            && e.is_unavailable()
+        {
+            // Not the batch's fault: nothing was kept, and the same
+            // sub-batch is tried again once the store answers.
+            self.store_faults = self.store_faults.saturating_add(1);
+            let config = &self.context.config;
+            let wait = backoff(
+                self.store_faults,
+                config.retry_base,
+                config.retry_cap,
+                jitter(),
+            );
+            tracing::warn!(operation = self.id, faults = self.store_faults, ?wait, error = %e, "the store cannot be used; trying the sub-batch again later");
+            self.schedule_step(myself, wait);
             return Ok(());
         }
         let batch = self.batch.as_mut().expect("a batch is open");

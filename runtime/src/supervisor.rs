@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
-use sluice_store::{Event, Expected, OperationStatus};
+use sluice_operations::OperationError;
+use sluice_store::{Event, Expected, OperationStatus, StoreError};
 
 use crate::config::{RuntimeContext, Services};
 use crate::health::HealthIndicator;
@@ -67,6 +68,8 @@ pub struct SupervisorState {
     operations: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
     helpers: HashMap<ActorId, (i64, ActorRef<OperationMessage>)>,
     restarts: HashMap<i64, VecDeque<Instant>>,
+    /// Store faults in a row per operation ([`SupervisorState::wait_out_store_fault`]).
+    store_faults: HashMap<i64, u32>,
     shutdown: Option<Vec<RpcReplyPort<()>>>,
     /// The reconciler and scheduler asked to stop at shutdown, until they
     /// have: the supervisor must not stop before them (stopping kills the
@@ -99,6 +102,7 @@ impl Actor for RuntimeSupervisor {
             operations: HashMap::new(),
             helpers: HashMap::new(),
             restarts: HashMap::new(),
+            store_faults: HashMap::new(),
             shutdown: None,
             draining: Vec::new(),
         })
@@ -165,7 +169,11 @@ impl Actor for RuntimeSupervisor {
             }
             SupervisionEvent::ActorTerminated(cell, _, _) => {
                 state.draining.retain(|id| *id != cell.get_id());
-                let freed = state.operations.remove(&cell.get_id()).is_some();
+                let freed = state.operations.remove(&cell.get_id());
+                if let Some((id, _)) = &freed {
+                    state.store_faults.remove(id);
+                }
+                let freed = freed.is_some();
                 if state.shutdown.is_none() {
                     state.replace_service(&myself, &cell, "stopped").await?;
                     if freed {
@@ -178,7 +186,11 @@ impl Actor for RuntimeSupervisor {
                 state.draining.retain(|id| *id != cell.get_id());
                 let reason = error.to_string();
                 if let Some((id, _)) = state.operations.remove(&cell.get_id()) {
-                    state.operation_failed(&myself, id, &reason).await;
+                    if store_unavailable(error.as_ref()) {
+                        state.wait_out_store_fault(&myself, id, &reason);
+                    } else {
+                        state.operation_failed(&myself, id, &reason).await;
+                    }
                 } else if state.shutdown.is_none() {
                     state.replace_service(&myself, &cell, &reason).await?;
                 }
@@ -202,6 +214,10 @@ impl SupervisorState {
             match self.spawn_operation_actor(myself, id, false).await {
                 Ok(actor) => {
                     self.operations.insert(actor.get_id(), (id, actor));
+                    return;
+                }
+                Err(ractor::SpawnErr::StartupFailed(e)) if store_unavailable(e.as_ref()) => {
+                    self.wait_out_store_fault(myself, id, &format!("it did not start: {e}"));
                     return;
                 }
                 Err(e) => {
@@ -254,6 +270,29 @@ impl SupervisorState {
                 Err(e) => tracing::debug!(operation = id, error = %e, "cannot help"),
             }
         }
+    }
+
+    /// Operation `id`'s actor failed because the store could not be
+    /// reached or written: not the operation's fault, so it does not count
+    /// against the restart budget. The actor is started again after a
+    /// backoff that grows with each fault in a row (logged each time); if
+    /// the operation's lease lapses meanwhile, the reconciler (here or on
+    /// another node) claims it when the store is back.
+    fn wait_out_store_fault(
+        &mut self,
+        myself: &ActorRef<SupervisorMessage>,
+        id: i64,
+        reason: &str,
+    ) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let config = &self.context.config;
+        let faults = self.store_faults.entry(id).or_default();
+        *faults = faults.saturating_add(1);
+        let wait = crate::sizing::backoff(*faults, config.retry_base, config.retry_cap, 1.0);
+        tracing::warn!(operation = id, faults = *faults, ?wait, %reason, "the store cannot be used; retrying the operation later");
+        myself.send_after(wait, move || SupervisorMessage::Start(id));
     }
 
     /// An operation actor failed: restart it from the store within the
@@ -446,4 +485,20 @@ async fn spawn_scheduler(
             .await?
             .0,
     )
+}
+
+/// True when `error` (an actor's failure) is, or wraps, a store error that
+/// says the store cannot be used for now ([`StoreError::is_unavailable`]).
+fn store_unavailable(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(e) = error.downcast_ref::<StoreError>() {
+            return e.is_unavailable();
+        }
+        if let Some(OperationError::Store(e)) = error.downcast_ref::<OperationError>() {
+            return e.is_unavailable();
+        }
+        next = error.source();
+    }
+    false
 }

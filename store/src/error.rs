@@ -15,6 +15,15 @@ pub enum StoreError {
         /// The URL with any password removed.
         url: String,
     },
+    /// An SQLite database file cannot be opened or created where the URL
+    /// says (its folder is missing, or not readable or writable).
+    #[error("cannot open the SQLite database `{path}`: {reason}")]
+    CannotOpen {
+        /// The file's path, as the URL gives it.
+        path: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// The database could not be reached or a statement failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
@@ -128,6 +137,7 @@ impl StoreError {
                 | StoreError::UnknownSchedule(_)
                 | StoreError::ScheduleExists(_)
                 | StoreError::UnsupportedUrl { .. }
+                | StoreError::CannotOpen { .. }
                 | StoreError::Database(sqlx::Error::Configuration(_))
                 | StoreError::InvalidSpec(_)
                 | StoreError::Illegal { .. }
@@ -152,27 +162,63 @@ impl StoreError {
     }
 
     /// True when the same call may succeed if repeated later (the database was
-    /// unreachable, a connection dropped, a lock wait timed out): the caller
-    /// should back off and retry rather than give up.
+    /// unreachable, a connection dropped, a lock wait timed out, the store
+    /// could not be written for now): the caller should back off and retry
+    /// rather than give up.
     pub fn is_transient(&self) -> bool {
-        match self {
-            StoreError::Database(e) => {
-                matches!(
-                    e,
-                    sqlx::Error::Io(_)
-                        | sqlx::Error::PoolTimedOut
-                        | sqlx::Error::PoolClosed
-                        | sqlx::Error::WorkerCrashed
-                        | sqlx::Error::Protocol(_)
-                ) || e.as_database_error().is_some_and(|d| {
-                    // SQLite busy/locked; PostgreSQL serialization, deadlock, admin shutdown, lock timeout.
-                    matches!(
-                        d.code().as_deref(),
-                        Some("5" | "6" | "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "55P03")
-                    )
-                })
-            }
-            _ => false,
-        }
+        self.is_unavailable()
+            || self.database_code().is_some_and(|code| {
+                // SQLite busy/locked; PostgreSQL serialization, deadlock, lock timeout.
+                matches!(code.as_str(), "40001" | "40P01" | "55P03")
+                    || sqlite_primary(&code).is_some_and(|c| c == 5 || c == 6)
+            })
     }
+
+    /// True when the database itself cannot serve Sluice for now, whatever
+    /// the statement: unreachable, its connections gone, its file read-only,
+    /// unopenable or full, the server shutting down, in recovery or out of
+    /// resources. Not the operation's fault: a worker waits it out (backing
+    /// off, and logging each time) and never fails an operation for it.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Database(e) = self else {
+            return false;
+        };
+        if matches!(
+            e,
+            sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_)
+        ) {
+            return true;
+        }
+        self.database_code().is_some_and(|code| {
+            // SQLite (primary codes): READONLY, IOERR, FULL, CANTOPEN.
+            sqlite_primary(&code).is_some_and(|c| matches!(c, 8 | 10 | 13 | 14))
+                // PostgreSQL: connection exceptions, read-only transaction
+                // (a standby, or default_transaction_read_only), insufficient
+                // resources, admin or crash shutdown, cannot connect now.
+                || code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(code.as_str(), "25006" | "57P01" | "57P02" | "57P03")
+        })
+    }
+
+    /// The database's own error code (SQLSTATE, or SQLite's number).
+    fn database_code(&self) -> Option<String> {
+        let StoreError::Database(e) = self else {
+            return None;
+        };
+        Some(e.as_database_error()?.code()?.into_owned())
+    }
+}
+
+/// SQLite's primary result code (the low byte of an extended code), when
+/// `code` is a number (PostgreSQL's SQLSTATEs are five characters).
+fn sqlite_primary(code: &str) -> Option<i64> {
+    if code.len() >= 5 {
+        return None;
+    }
+    code.parse::<i64>().ok().map(|c| c & 0xff)
 }

@@ -34,5 +34,5 @@ pub use schedule::{FireOutcome, Schedule, ScheduleFire, Switch};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store, redact_url};
-pub use target_table::{Index, TableKeys};
 pub use sub_batch::{SessionConnection, SubBatchSession, SubBatchTx};
+pub use target_table::{Index, TableKeys};

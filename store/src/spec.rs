@@ -219,7 +219,11 @@ impl OperationSpec {
         }
         for (field, value, max) in [
             ("batch_size", self.batch_size, Self::MAX_BATCH_SIZE),
-            ("sub_batch_size", self.sub_batch_size, Self::MAX_SUB_BATCH_SIZE),
+            (
+                "sub_batch_size",
+                self.sub_batch_size,
+                Self::MAX_SUB_BATCH_SIZE,
+            ),
         ] {
             if value > max {
                 return Err(SpecError::TooLarge {
@@ -231,7 +235,11 @@ impl OperationSpec {
         }
         for (field, value, max) in [
             ("pause", Some(self.pause_ms), Self::MAX_PAUSE_MS),
-            ("max_runtime", self.limits.max_runtime_ms, Self::MAX_RUNTIME_MS),
+            (
+                "max_runtime",
+                self.limits.max_runtime_ms,
+                Self::MAX_RUNTIME_MS,
+            ),
         ] {
             if let Some(value) = value.filter(|v| *v > max) {
                 return Err(SpecError::TooLarge {
@@ -316,7 +324,12 @@ impl OperationSpec {
 
 /// `ms` in the largest whole unit (`1h`, `30d`), for messages.
 fn human_ms(ms: i64) -> String {
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
         if ms % size == 0 {
             return format!("{}{unit}", ms / size);
         }
@@ -396,14 +409,29 @@ mod tests {
         let mut spec = OperationSpec::new("k", "t", vec!["id".into()]);
         spec.pause_ms = 9_999_999_999 * 86_400_000;
         let err = spec.clone().validate().unwrap_err().to_string();
-        assert!(err.starts_with("pause must be at most 3600000 ms (1h)"), "{err}");
+        assert!(
+            err.starts_with("pause must be at most 3600000 ms (1h)"),
+            "{err}"
+        );
         spec.pause_ms = OperationSpec::MAX_PAUSE_MS;
         assert!(spec.clone().validate().is_ok());
         spec.limits.max_runtime_ms = Some(OperationSpec::MAX_RUNTIME_MS + 1);
-        assert!(spec.clone().validate().unwrap_err().to_string().contains("(30d)"));
+        assert!(
+            spec.clone()
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("(30d)")
+        );
         spec.limits.max_runtime_ms = None;
         spec.sub_batch_size = OperationSpec::MAX_SUB_BATCH_SIZE + 1;
-        assert!(matches!(spec.validate(), Err(SpecError::TooLarge { field: "sub_batch_size", .. })));
+        assert!(matches!(
+            spec.validate(),
+            Err(SpecError::TooLarge {
+                field: "sub_batch_size",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -198,7 +198,27 @@ impl Store {
                 pool.max_connections(options.max_connections)
                     .max_lifetime(options.max_lifetime)
             };
-            let pool = pool.connect_with(connect).await?;
+            let path = connect.get_filename().to_owned();
+            let pool = pool.connect_with(connect).await.map_err(|e| {
+                let unopenable = e
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .is_some_and(|code| code == "14");
+                if !unopenable || in_memory {
+                    return StoreError::Database(e);
+                }
+                let folder = path.parent().filter(|f| !f.as_os_str().is_empty());
+                let reason = match folder {
+                    Some(folder) if !folder.is_dir() => {
+                        format!("its folder `{}` does not exist", folder.display())
+                    }
+                    _ => format!("{e} (check that its folder can be read and written)"),
+                };
+                StoreError::CannotOpen {
+                    path: path.display().to_string(),
+                    reason,
+                }
+            })?;
             Self::sqlite(pool).await
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let connect = PgConnectOptions::from_str(url)?;

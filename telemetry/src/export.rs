@@ -127,6 +127,9 @@ impl Telemetry {
             .unwrap_or_else(|_| EnvFilter::new(&config.default_log_filter));
         let fmt = match config.log_format {
             LogFormat::Text => tracing_subscriber::fmt::layer()
+                // Colour codes only for a person at a terminal, never in a
+                // file or a pipe a log collector reads.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(std::io::stderr)
                 .with_filter(logs)
                 .boxed(),
