@@ -37,6 +37,23 @@ async fn set_up(db: &TestDb) {
     .await;
     db.execute("CREATE INDEX items_created_at_idx ON items (created_at)")
         .await;
+    // Keys that name no row for sure: shared, or possibly NULL.
+    let time = if pg { "TIMESTAMPTZ" } else { "TEXT" };
+    for (table, key) in [
+        ("loose", "BIGINT NOT NULL"),
+        ("nullable_key", "BIGINT UNIQUE"),
+    ] {
+        db.execute(&format!(
+            "CREATE TABLE {table} (id {key}, created_at {time} NOT NULL)"
+        ))
+        .await;
+        db.execute(&format!("CREATE INDEX {table}_id ON {table} (id)"))
+            .await;
+        db.execute(&format!(
+            "CREATE INDEX {table}_created_at ON {table} (created_at)"
+        ))
+        .await;
+    }
     let ok = sluice(
         db,
         &[
@@ -174,6 +191,92 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             update("counter = 1", "grp = = 1"),
             2,
             "the WHERE expression `grp = = 1` does not parse",
+        ),
+        // Operator SQL that escapes its place, writes the key, or cannot run.
+        (
+            with(
+                update("counter = counter + 1", "1=1) OR (1=1"),
+                &["--force"],
+            ),
+            2,
+            "does not end where the expression ends",
+        ),
+        (
+            update("id = id + 1000000, counter = counter + 1", "grp = 1"),
+            2,
+            "the SET writes `id`, which the batches of `items` walk by (`id`)",
+        ),
+        (
+            update("nosuch = 1", "grp = 1"),
+            2,
+            "the database refused the operation's SQL",
+        ),
+        (
+            update("counter = nosuchfn(1)", "grp = 1"),
+            2,
+            "the database refused the operation's SQL",
+        ),
+        (
+            update("counter = 1", "grp > $1"),
+            2,
+            "holds the placeholder `$1`",
+        ),
+        // Keys that do not name one row each.
+        (
+            aged("loose", "created_at", "30d"),
+            2,
+            "refusing `loose` batched by (id): no unique index covers only these columns",
+        ),
+        (
+            aged("nullable_key", "created_at", "30d"),
+            2,
+            "column `id` can hold NULL",
+        ),
+        // Durations past their bounds.
+        (
+            with(
+                aged("items", "created_at", "30d"),
+                &["--pause", "9999999999d"],
+            ),
+            2,
+            "longer than the most accepted, 1h",
+        ),
+        (
+            with(
+                aged("items", "created_at", "30d"),
+                &["--max-runtime", "31d"],
+            ),
+            2,
+            "longer than the most accepted, 30d",
+        ),
+        (
+            plain(&[
+                "schedule",
+                "add",
+                "--name",
+                "n3",
+                "--cron",
+                "0 3 * * *",
+                "--jitter",
+                "2d",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = 1",
+            ]),
+            2,
+            "longer than the most accepted, 1d",
+        ),
+        (
+            aged("items", "created_at", "36501d"),
+            2,
+            "longer than the most accepted, 36500d",
+        ),
+        (
+            plain(&["--database-url", "sqlite:/no-such-folder/sluice.db", "list"]),
+            2,
+            "its folder `/no-such-folder` does not exist",
         ),
         // Unknown table, column, kind, id.
         (

@@ -293,7 +293,7 @@ async fn enqueue_refuses_bad_input_with_exit_2_and_changes_nothing(db: &TestDb) 
         ),
         (
             update("items", "counter = 1", "grp = = 1"),
-            "the database refused the operation's SQL",
+            "the WHERE expression `grp = = 1` does not parse",
         ),
         (
             vec!["enqueue".into(), "drop-everything".into()],

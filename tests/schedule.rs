@@ -158,13 +158,12 @@ async fn a_switched_off_kind_s_fires_are_refused_and_its_operations_not_claimed(
     assert_eq!(fired[0].outcome, FireOutcome::Refused);
     assert!(fired[0].reason.as_deref().unwrap().contains("incident 42"));
     // A user's operation of that kind waits: no node claims it.
+    // Another age than the schedule's: a request of its own (the same
+    // request would be the schedule's fires' duplicate while it is active).
+    let mut asked = every_minute("x", Duration::ZERO).arguments;
+    asked["older_than"] = json!("30d");
     let arguments = registry
-        .arguments_at(
-            "delete-aged-rows",
-            &store,
-            every_minute("x", Duration::ZERO).arguments,
-            chrono::Utc::now(),
-        )
+        .arguments_at("delete-aged-rows", &store, asked, chrono::Utc::now())
         .await
         .unwrap();
     let user = sluice_operations::enqueue(

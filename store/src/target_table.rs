@@ -136,7 +136,9 @@ impl Store {
     /// index, an index over an expression and, on PostgreSQL, an index not
     /// yet valid are listed as not unique (they prove nothing for every
     /// row). SQLite's rowid alias (`id INTEGER PRIMARY KEY`) is listed as a
-    /// unique index named `rowid` over its column, which is never NULL.
+    /// unique index named `rowid` over its column, which is never NULL; any
+    /// other primary key column is taken as not null while no row holds a
+    /// NULL there (SQLite allows one unless the column says NOT NULL).
     pub async fn table_keys(&self, table: &Ident) -> Result<TableKeys, StoreError> {
         match self.backend() {
             Backend::Sqlite(pool) => {
@@ -186,11 +188,13 @@ impl Store {
                         },
                     );
                 }
-                keys.not_null = columns
-                    .iter()
-                    .filter(|c| c.2 || (rowid_alias && c.3 > 0))
-                    .map(|c| c.0.clone())
-                    .collect();
+                for (name, _, declared_not_null, pk) in &columns {
+                    let not_null = *declared_not_null
+                        || (*pk > 0 && (rowid_alias || !self.holds_null(table, name).await?));
+                    if not_null {
+                        keys.not_null.push(name.clone());
+                    }
+                }
                 Ok(keys)
             }
             Backend::Postgres(pool) => {
@@ -236,6 +240,22 @@ impl Store {
                 })
             }
         }
+    }
+
+    /// SQLite: true when some row of `table` holds NULL in `column` (or the
+    /// column's name cannot be quoted). SQLite lets a primary key that is
+    /// not the rowid hold NULL unless declared NOT NULL; such a key is
+    /// trusted as not null while no row holds one (an index lookup).
+    async fn holds_null(&self, table: &Ident, column: &str) -> Result<bool, StoreError> {
+        let Ok(column) = Ident::parse(column) else {
+            return Ok(true);
+        };
+        let probe = Statement::new("SELECT 1 FROM ")
+            .ident(table)
+            .push(" WHERE ")
+            .ident(&column)
+            .push(" IS NULL LIMIT 1");
+        Ok(self.fetch_cursor(&probe, 1).await?.is_some())
     }
 
     /// The planner's plan for `statement`, one line per row: `EXPLAIN QUERY PLAN`
