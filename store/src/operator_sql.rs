@@ -195,9 +195,9 @@ fn stable(
     text: &str,
     reparse: impl FnOnce(&mut Parser<'static>) -> Result<String, ParserError>,
 ) -> Result<(), OperatorSqlError> {
-    let again = parser_for(what, text).and_then(|mut p| {
+    let again = parser_for(what, text).map(|mut p| {
         let rendered = reparse(&mut p).ok();
-        Ok(rendered.filter(|r| r == text && expect_end(&p).is_ok()))
+        rendered.filter(|r| r == text && expect_end(&p).is_ok())
     });
     match again {
         Ok(Some(_)) => Ok(()),
