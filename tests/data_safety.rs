@@ -23,7 +23,10 @@ for_each_backend!(
     identical_enqueues_from_ten_processes_at_once_make_one_operation,
 );
 
-postgres_only!(a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,);
+postgres_only!(
+    a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
+    lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables,
+);
 
 /// One generated trial: a table, a key that is or is not unique, a scope
 /// and a SET (or a delete of aged rows), and batch sizes.
@@ -403,4 +406,70 @@ async fn a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes(db
     assert_eq!(record.state.status.as_str(), "finished");
     common::assert_group_one_changed_once(db).await;
     runtime.shutdown().await.unwrap();
+}
+
+/// The lock-wait indicator finds its tables by their quoted names: a
+/// session waiting for a lock on `"rp_LockMe"` or on `"other"."Tab"` stops
+/// the operations on them (an unquoted look-up folds the case and finds
+/// nothing, and would report `normal` for as long as the lock is held).
+async fn lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables(db: &TestDb) {
+    use sluice_runtime::HealthIndicator;
+    use sluice_runtime::health::{HealthContext, Scope};
+    let sluice_store::Backend::Postgres(pool) = db.store.backend() else {
+        unreachable!("a PostgreSQL test")
+    };
+    let schema: String = sqlx::query_scalar("SELECT current_schema()::text")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let other = format!("{schema}_other");
+    db.execute("CREATE TABLE \"rp_LockMe\" (id BIGINT PRIMARY KEY)")
+        .await;
+    db.execute(&format!("CREATE SCHEMA {other}")).await;
+    db.execute(&format!(
+        "CREATE TABLE {other}.\"Tab\" (id BIGINT PRIMARY KEY)"
+    ))
+    .await;
+    // One session holds each table's lock; another waits for it.
+    let mut holder = pool.begin().await.unwrap();
+    for table in ["\"rp_LockMe\"".to_owned(), format!("{other}.\"Tab\"")] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+        )))
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    }
+    let waiters: Vec<_> = ["\"rp_LockMe\"".to_owned(), format!("{other}.\"Tab\"")]
+        .into_iter()
+        .map(|table| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                sqlx::query(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+                    .execute(&pool)
+                    .await
+            })
+        })
+        .collect();
+    let context = HealthContext {
+        store: db.store.clone(),
+        tables: vec!["rp_LockMe".into(), format!("{other}.Tab")],
+    };
+    let indicator = sluice_runtime::indicators::TableActivity;
+    common::until("both waits to be read as stops", || async {
+        let readings = indicator.check(&context).await.unwrap();
+        let stopped: Vec<&Scope> = readings
+            .iter()
+            .filter(|r| matches!(r.signal, sluice_runtime::Signal::Stop { .. }))
+            .map(|r| &r.scope)
+            .collect();
+        stopped.contains(&&Scope::Table("rp_LockMe".into()))
+            && stopped.contains(&&Scope::Table(format!("{other}.Tab")))
+    })
+    .await;
+    holder.rollback().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+    db.execute(&format!("DROP SCHEMA {other} CASCADE")).await;
 }
