@@ -7,7 +7,7 @@
 
 use clap::Args;
 use sluice_runtime::RuntimeBuilder;
-use sluice_store::Store;
+use sluice_store::{ListFilter, OperationStatus, Store};
 
 use crate::failure::Failure;
 use crate::progress::ProgressDisplay;
@@ -55,6 +55,7 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
         }
         builder = builder.node(node);
     }
+    let started_at = chrono::Utc::now().timestamp_millis();
     let runtime = builder.start().await.map_err(Failure::from)?;
     let node = runtime.config().node.clone();
     eprintln!("worker {node} started");
@@ -72,7 +73,41 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     display.stop().await;
     outcome.and(stopped).map_err(Failure::from)?;
     eprintln!("worker {node} stopped");
+    if args.until_idle {
+        failed_here(store, &node, started_at).await?;
+    }
     Ok(())
+}
+
+/// A runtime failure naming the operations that failed on `node` since
+/// `since` (epoch ms): a run that leaves failed work behind does not exit 0.
+async fn failed_here(store: &Store, node: &str, since: i64) -> Result<(), Failure> {
+    let filter = ListFilter {
+        status: Some(OperationStatus::Failed),
+        ..ListFilter::default()
+    };
+    let failed: Vec<String> = store
+        .list(&filter)
+        .await
+        .map_err(Failure::from)?
+        .into_iter()
+        .filter(|r| {
+            r.state.node.as_deref() == Some(node)
+                && r.state.finished_at.is_some_and(|at| at >= since)
+        })
+        .map(|r| {
+            let error = r.state.last_error.unwrap_or_default();
+            format!("{} ({error})", r.id)
+        })
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::Runtime(anyhow::anyhow!(
+        "{} operation(s) failed during this run: {}; see `sluice show <id>`, and `sluice retry <id>` once fixed",
+        failed.len(),
+        failed.join("; ")
+    )))
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

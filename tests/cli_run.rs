@@ -18,6 +18,7 @@ for_each_backend!(
     a_second_process_pauses_and_resumes_a_running_worker,
     enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,
     a_kill_switch_from_a_second_process_stops_its_kind_within_a_second,
+    a_run_whose_operation_fails_exits_1_naming_it,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
@@ -452,4 +453,38 @@ async fn a_kill_switch_from_a_second_process_stops_its_kind_within_a_second(db: 
     );
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// `run --until-idle` that leaves a failed operation behind exits 1 and
+/// names it; the next run, with nothing of its own failing, exits 0.
+async fn a_run_whose_operation_fails_exits_1_naming_it(db: &TestDb) {
+    create_items(db, 40).await;
+    // Planned fine; every sub-batch fails at run time (a division by zero
+    // on PostgreSQL, a NULL into a NOT NULL column on SQLite).
+    let enqueued = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter / (grp - grp)",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let run = sluice(db, &["run", "--until-idle", "--node", "w1"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: 1 operation(s) failed during this run: ")
+            && last.contains(&format!("{id} (")),
+        "{last}"
+    );
+    let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+    assert_eq!(shown["status"], "failed");
+    let again = sluice(db, &["run", "--until-idle", "--node", "w1"]);
+    succeeded(&again);
 }
