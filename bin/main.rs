@@ -199,7 +199,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             };
             render::list(&store.list(&filter).await?, json)
         }
-        Command::Show { id, json } => render::show(&store.operation(id).await?, json),
+        Command::Show { id, json } => render::show(&committed(&store, id).await?, json),
         Command::Events { id, json } => {
             store.operation(id).await?;
             render::events(&store.events(id, 0).await?, json)
@@ -248,6 +248,26 @@ fn parse_status(name: &str) -> Result<OperationStatus, String> {
             names.join(", ")
         )
     })
+}
+
+/// Operation `id` with `rows_done` counting every committed sub-batch: the
+/// stored count grows when a batch succeeds, so the rows its unfinished
+/// batches (open, paused, cancelled or failed part-way) already committed
+/// are added here.
+async fn committed(
+    store: &sluice_store::Store,
+    id: i64,
+) -> Result<sluice_store::OperationRecord, sluice_store::StoreError> {
+    let mut record = store.operation(id).await?;
+    let uncounted: i64 = store
+        .batches(id)
+        .await?
+        .iter()
+        .filter(|b| b.status != sluice_store::BatchStatus::Succeeded)
+        .map(|b| b.rows_affected)
+        .sum();
+    record.state.rows_done += uncounted;
+    Ok(record)
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -19,6 +19,7 @@ for_each_backend!(
     enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,
     a_kill_switch_from_a_second_process_stops_its_kind_within_a_second,
     a_run_whose_operation_fails_exits_1_naming_it,
+    show_counts_the_rows_a_cancelled_batch_committed,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
@@ -487,4 +488,37 @@ async fn a_run_whose_operation_fails_exits_1_naming_it(db: &TestDb) {
     assert_eq!(shown["status"], "failed");
     let again = sluice(db, &["run", "--until-idle", "--node", "w1"]);
     succeeded(&again);
+}
+
+/// Rows done count every committed sub-batch: cancelled inside its first
+/// batch (1,000 rows, sub-batches of 10), an operation's `show` reports
+/// the rows it changed, not the 0 its finished batches add up to.
+async fn show_counts_the_rows_a_cancelled_batch_committed(db: &TestDb) {
+    create_items(db, 3_000).await;
+    let op = enqueue_increment(
+        db,
+        &[
+            "--batch-size",
+            "1000",
+            "--sub-batch-size",
+            "10",
+            "--pause",
+            "20ms",
+        ],
+    );
+    let id = op["id"].as_i64().unwrap();
+    let mut child = worker(db, "cancelled-worker");
+    until_items_changed(db, 30).await;
+    succeeded(&sluice(db, &["cancel", &id.to_string()]));
+    until("the worker lets go of the operation", || {
+        released(&db.store, id)
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let changed = db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1").await;
+    assert!((30..1_000).contains(&changed), "{changed}");
+    let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+    assert_eq!(shown["status"], "cancelled");
+    assert_eq!(shown["rows_done"].as_i64(), Some(changed), "{shown}");
 }
