@@ -37,6 +37,12 @@ async fn set_up(db: &TestDb) {
     .await;
     db.execute("CREATE INDEX items_created_at_idx ON items (created_at)")
         .await;
+    // A view that cannot be deleted from (and proves no key).
+    db.execute(
+        "CREATE VIEW latest_per_group AS SELECT grp AS id, MAX(created_at) AS created_at \
+         FROM items GROUP BY grp",
+    )
+    .await;
     // Keys that name no row for sure: shared, or possibly NULL.
     let time = if pg { "TIMESTAMPTZ" } else { "TEXT" };
     for (table, key) in [
@@ -231,6 +237,11 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             aged("nullable_key", "created_at", "30d"),
             2,
             "column `id` can hold NULL",
+        ),
+        (
+            aged("latest_per_group", "created_at", "30d"),
+            2,
+            "refusing `latest_per_group` batched by (id)",
         ),
         // Durations past their bounds.
         (
@@ -606,6 +617,44 @@ async fn the_embedding_api_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             "no-such-kind",
             "unknown operation kind `no-such-kind`",
         ),
+        // Operator SQL that escapes its place, writes the key, or cannot run.
+        (
+            json(
+                serde_json::json!({"table": "items", "key": "id", "set": "counter = 1", "where": "1=1) OR (1=1"}),
+            ),
+            "update-in-batches",
+            "does not end where the expression ends",
+        ),
+        (
+            json(serde_json::json!({"table": "items", "key": "id", "set": "ID = ID + 1"})),
+            "update-in-batches",
+            "which the batches of `items` walk by (`id`)",
+        ),
+        (
+            json(serde_json::json!({"table": "items", "key": "id", "set": "nosuch = 1"})),
+            "update-in-batches",
+            "the database refused the operation's SQL",
+        ),
+        // Keys that do not name one row each.
+        (
+            json(serde_json::json!({"table": "loose", "key": "id", "set": "id = 1"})),
+            "update-in-batches",
+            "which the batches of `loose` walk by",
+        ),
+        (
+            json(
+                serde_json::json!({"table": "loose", "key": "id", "set": "created_at = created_at"}),
+            ),
+            "update-in-batches",
+            "refusing `loose` batched by (id)",
+        ),
+        (
+            json(
+                serde_json::json!({"table": "nullable_key", "key": "id", "set": "created_at = created_at"}),
+            ),
+            "update-in-batches",
+            "column `id` can hold NULL",
+        ),
     ];
     for (arguments, kind, message) in &enqueue_errors {
         let error = runtime
@@ -641,6 +690,30 @@ async fn the_embedding_api_refuses_bad_input_and_changes_nothing(db: &TestDb) {
     assert!(
         matches!(&error, RuntimeError::Operation(OperationError::Spec(_))),
         "{error:?}"
+    );
+    // A pause past its bound, through the API (the CLI refuses it earlier).
+    let endless = EnqueueOptions {
+        pause: std::time::Duration::from_secs(9_999_999_999 * 86_400),
+        ..EnqueueOptions::default()
+    };
+    let error = runtime
+        .enqueue_json(
+            "update-in-batches",
+            &serde_json::json!({"table": "items", "key": "id", "set": "counter = 1"}),
+            &endless,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("pause must be at most 3600000 ms (1h)"),
+        "{error}"
+    );
+    assert_eq!(
+        snapshot(db).await,
+        before,
+        "an endless pause changed something"
     );
     let bulk = vec![
         NewOperation {

@@ -516,7 +516,9 @@ async fn show_counts_the_rows_a_cancelled_batch_committed(db: &TestDb) {
     .await;
     child.kill().unwrap();
     child.wait().unwrap();
-    let changed = db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1").await;
+    let changed = db
+        .scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+        .await;
     assert!((30..1_000).contains(&changed), "{changed}");
     let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
     assert_eq!(shown["status"], "cancelled");
