@@ -321,6 +321,12 @@ async fn identical_enqueues_from_ten_processes_at_once_make_one_operation(db: &T
     ids.dedup();
     assert_eq!(ids.len(), 1, "ten identical enqueues made {ids:?}");
     assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 1);
+    // The same age written another way is the same request.
+    let mut same = args.to_vec();
+    same[7] = "2160h";
+    let output = sluice(db, &same);
+    succeeded(&output);
+    assert_eq!(common::json(&output)["id"].as_i64(), Some(ids[0]));
     // A different age is a different request.
     let mut other = args.to_vec();
     other[7] = "30d";

@@ -36,8 +36,9 @@ pub struct DeleteAgedRowsArguments {
     pub key: String,
     /// Rows whose `column` is below this are deleted.
     pub cutoff: Cutoff,
-    /// The age asked for (`90d`) when the cutoff was resolved from one: then
-    /// it, not the cutoff, is what makes two requests the same operation.
+    /// The age asked for, in its largest whole unit (`90d`; `14d` and `2w`
+    /// are both `2w`), when the cutoff was resolved from one: then it, not
+    /// the cutoff, is what makes two requests the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than: Option<String>,
 }
@@ -95,6 +96,7 @@ impl DeleteAgedRows {
         let table_ident = Ident::parse(table)?;
         let column_ident = Ident::parse(column)?;
         Ident::parse(key)?;
+        let asked = crate::duration::format_duration(older_than);
         let older_than = chrono::Duration::from_std(older_than)
             .map_err(|_| OperationError::Arguments("--older-than is too large".into()))?;
         let at = now
@@ -140,7 +142,7 @@ impl DeleteAgedRows {
             column: column.to_owned(),
             key: key.to_owned(),
             cutoff,
-            older_than: None,
+            older_than: Some(asked),
         })
     }
 }
@@ -216,10 +218,9 @@ impl Operation for DeleteAgedRows {
         let age = crate::duration::parse_duration(older_than)
             .map_err(|e| OperationError::Arguments(format!("older_than: {e}")))?;
         let key = stored.get("key").and_then(|v| v.as_str()).unwrap_or("id");
-        let mut resolved =
+        let resolved =
             DeleteAgedRows::arguments(store, field("table")?, field("column")?, key, age, now)
                 .await?;
-        resolved.older_than = Some(older_than.trim().to_owned());
         serde_json::to_value(resolved).map_err(|e| OperationError::Arguments(e.to_string()))
     }
 }

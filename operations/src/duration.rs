@@ -55,9 +55,49 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_millis(ms))
 }
 
+/// `duration` in the largest unit that divides it (`90d`, `2w`, `250ms`):
+/// the one written form of every equal duration, as [`parse_duration`]
+/// reads it back. Sub-millisecond parts are dropped.
+pub fn format_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    for (unit, size) in [
+        ("w", 604_800_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn equal_durations_have_one_written_form_that_reads_back() {
+        for (input, written) in [
+            ("90d", "90d"),
+            ("14d", "2w"),
+            ("2w", "2w"),
+            ("48h", "2d"),
+            ("90m", "90m"),
+            ("3600s", "1h"),
+            ("1500ms", "1500ms"),
+            ("0ms", "0s"),
+        ] {
+            let parsed = parse_duration(input).unwrap();
+            assert_eq!(format_duration(parsed), written, "{input}");
+            assert_eq!(parse_duration(written), Ok(parsed), "{input}");
+        }
+    }
 
     #[test]
     fn accepts_each_unit() {

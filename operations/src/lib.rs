@@ -21,7 +21,7 @@ mod sub_batch;
 pub mod target;
 
 pub use builtin::{DeleteAgedRows, UpdateInBatches};
-pub use duration::{DurationError, parse_duration};
+pub use duration::{DurationError, format_duration, parse_duration};
 pub use enqueue::{COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, enqueue, enqueue_many};
 pub use error::OperationError;
 pub use operation::{Operation, PreparedOperation, Registry};
