@@ -330,7 +330,7 @@ fn human_ms(ms: i64) -> String {
         ("m", 60_000),
         ("s", 1_000),
     ] {
-        if ms.is_multiple_of(size) {
+        if ms % size == 0 {
             return format!("{}{unit}", ms / size);
         }
     }
