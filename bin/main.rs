@@ -199,7 +199,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             };
             render::list(&store.list(&filter).await?, json)
         }
-        Command::Show { id, json } => render::show(&committed(&store, id).await?, json),
+        Command::Show { id, json } => render::show(&committed(store, id).await?, json),
         Command::Events { id, json } => {
             store.operation(id).await?;
             render::events(&store.events(id, 0).await?, json)
