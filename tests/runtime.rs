@@ -870,7 +870,7 @@ async fn a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_
             timeout: Duration::from_secs(30),
         },
         operation: Arc::clone(&operation),
-        reply: collector.clone(),
+        reply: collector.get_derived(),
         batch_span: tracing::Span::none(),
         run: SubBatchRun {
             gate,

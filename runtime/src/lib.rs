@@ -11,7 +11,7 @@
 //! - the [`pool::SubBatchPool`] runs sub-batch SQL on a fixed number of
 //!   supervised workers, with a statement timeout; operation actors hand
 //!   jobs to its workers through its shared [`pool::SubBatchQueue`];
-//! - the [`scheduler::Scheduler`] fires due schedules ([`schedule`]).
+//! - the [`schedule::Scheduler`] fires due schedules ([`schedule::fire_due`]).
 //!
 //! State lives in the store, never only in a mailbox: every actor rebuilds
 //! what it needs from the store when it starts, so a restart or a lost
@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod context;
 pub mod control;
 pub mod health;
 pub mod indicators;
@@ -28,11 +29,11 @@ pub mod pool;
 pub mod reconciler;
 mod runtime;
 pub mod schedule;
-pub mod scheduler;
 pub mod sizing;
 pub mod supervisor;
 
-pub use config::{Progress, RuntimeConfig};
+pub use config::RuntimeConfig;
+pub use context::Progress;
 pub use control::{Action, ControlError, Controlled, Selection, control};
 pub use health::{HealthIndicator, Signal, indicator_fn};
 pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};

@@ -42,7 +42,7 @@ use sluice_telemetry::metrics::Subject;
 use sluice_telemetry::{continue_trace, stamp};
 use tracing::Span;
 
-use crate::config::{Progress, RuntimeContext};
+use crate::context::{Progress, RuntimeContext};
 use crate::health::{HealthMessage, HealthSnapshot, Signal};
 use crate::pool::{RunGate, SubBatchJob, SubBatchReport, SubBatchRun};
 use crate::sizing::{BatchSizer, backoff, shrink_after_failure, throttled_pause, throttled_size};
@@ -76,6 +76,25 @@ pub enum OperationMessage {
     Tick,
     /// Stop after the sub-batch in flight, giving the operation back as pending.
     Shutdown,
+}
+
+impl From<SubBatchReport> for OperationMessage {
+    fn from(report: SubBatchReport) -> Self {
+        OperationMessage::SubBatchDone(report)
+    }
+}
+
+/// The pool's replies reach the actor as [`SubBatchReport`]s (through a
+/// derived reference), so the pool need not know this actor's messages.
+impl TryFrom<OperationMessage> for SubBatchReport {
+    type Error = ();
+
+    fn try_from(message: OperationMessage) -> Result<Self, ()> {
+        match message {
+            OperationMessage::SubBatchDone(report) => Ok(report),
+            _ => Err(()),
+        }
+    }
 }
 
 /// The actor's state, rebuilt from the store on every start.
@@ -445,7 +464,7 @@ impl OperationState {
         let job = SubBatchJob {
             request,
             operation: Arc::clone(&self.operation),
-            reply: myself.clone(),
+            reply: myself.get_derived(),
             batch_span: batch.span.clone(),
             run: SubBatchRun {
                 gate: gate.clone(),

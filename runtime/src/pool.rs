@@ -2,7 +2,7 @@
 //! sub-batch SQL, with a queue in front of them.
 //!
 //! Guarantees: at most `size` sub-batches run at once on this node; every
-//! job gets exactly one reply ([`OperationMessage::SubBatchDone`]), also when
+//! job gets exactly one reply (a [`SubBatchReport`]), also when
 //! its worker panics (the reply is then an error and the worker is replaced);
 //! a sub-batch whose worker dies commits nothing, because its transaction is
 //! dropped with it.
@@ -28,14 +28,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, DerivedActorRef, SupervisionEvent};
 use sluice_operations::{
     OperationError, PreparedOperation, SubBatchOutcome, SubBatchRequest, run_sub_batch,
 };
 use sluice_store::{Store, SubBatchSession};
 use tracing::Instrument;
 
-use crate::operation_actor::OperationMessage;
 
 /// The pool actor: starts, supervises and replaces the workers.
 #[derive(Debug)]
@@ -48,7 +47,7 @@ pub struct SubBatchJob {
     /// The operation's code and shape.
     pub operation: Arc<dyn PreparedOperation>,
     /// The operation actor waiting for the outcomes.
-    pub reply: ActorRef<OperationMessage>,
+    pub reply: DerivedActorRef<SubBatchReport>,
     /// The batch's span (in its operation's trace): each sub-batch runs in
     /// a span of its own under it.
     pub batch_span: tracing::Span,
@@ -133,7 +132,7 @@ struct Roster {
 #[derive(Default)]
 struct Place {
     worker: Option<ActorRef<WorkerMessage>>,
-    busy: Option<ActorRef<OperationMessage>>,
+    busy: Option<DerivedActorRef<SubBatchReport>>,
 }
 
 impl SubBatchReport {
@@ -235,7 +234,7 @@ impl SubBatchQueue {
 
     /// The worker at `index` died: whom it was answering (if anyone), and
     /// its place left empty until [`Self::replaced`].
-    fn died(&self, index: usize) -> Option<ActorRef<OperationMessage>> {
+    fn died(&self, index: usize) -> Option<DerivedActorRef<SubBatchReport>> {
         let mut roster = self.lock();
         let place = roster.places.get_mut(index)?;
         place.worker = None;
@@ -270,7 +269,7 @@ impl SubBatchQueue {
         for job in queued {
             let error = OperationError::Failed("the sub-batch pool stopped".into());
             let report = SubBatchReport::failed(error);
-            let _ = job.reply.cast(OperationMessage::SubBatchDone(report));
+            let _ = job.reply.send_message(report);
         }
     }
 
@@ -378,9 +377,7 @@ impl Actor for SubBatchPool {
         tracing::warn!(worker = index, %why, "sub-batch worker died; replacing it");
         if let Some(reply) = state.queue.died(index) {
             let error = OperationError::Failed(format!("sub-batch worker died: {why}"));
-            let _ = reply.cast(OperationMessage::SubBatchDone(SubBatchReport::failed(
-                error,
-            )));
+            let _ = reply.send_message(SubBatchReport::failed(error));
         }
         let worker = spawn_worker(&myself, state, index).await?;
         state.queue.replaced(index, worker);
@@ -477,7 +474,7 @@ impl Actor for SubBatchWorker {
                 took,
                 goes_on,
             };
-            let _ = job.reply.cast(OperationMessage::SubBatchDone(report));
+            let _ = job.reply.send_message(report);
             if !goes_on {
                 return Ok(());
             }

@@ -13,7 +13,7 @@
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, call_t};
 
-use crate::config::RuntimeContext;
+use crate::context::RuntimeContext;
 use crate::supervisor::SupervisorMessage;
 
 /// The reconciler actor.

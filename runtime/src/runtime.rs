@@ -14,7 +14,8 @@ use sluice_store::{
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use crate::config::{Progress, RuntimeConfig, RuntimeContext};
+use crate::config::RuntimeConfig;
+use crate::context::{Progress, RuntimeContext};
 use crate::control::{Action, ControlError, Controlled, Selection, control};
 use crate::health::HealthIndicator;
 use crate::indicators::default_indicators;

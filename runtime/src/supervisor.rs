@@ -20,13 +20,13 @@ use ractor::{
 use sluice_operations::OperationError;
 use sluice_store::{Event, Expected, OperationStatus, StoreError};
 
-use crate::config::{RuntimeContext, Services};
+use crate::context::{RuntimeContext, Services};
 use crate::health::HealthIndicator;
 use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs};
 use crate::operation_actor::{OperationActor, OperationArgs, OperationMessage};
 use crate::pool::{PoolArgs, RunningPool, SubBatchPool, SubBatchQueue};
 use crate::reconciler::{Reconciler, ReconcilerMessage};
-use crate::scheduler::{Scheduler, SchedulerMessage};
+use crate::schedule::{Scheduler, SchedulerMessage};
 
 /// The supervisor actor.
 #[derive(Debug)]

@@ -22,6 +22,11 @@
 //! A node that dies between winning a fire and recording it loses that one
 //! fire (the schedule has moved on): schedules are at-most-once per tick; the
 //! operations they enqueue are durable as always.
+//!
+//! The module holds what schedules are (adding, enabling, firing: plain
+//! functions over the store, usable without a runtime) and, in its `actor`
+//! submodule,
+//! the [`Scheduler`] actor that runs [`fire_due`] on every node each tick.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::str::FromStr;
@@ -33,6 +38,10 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use sluice_operations::{EnqueueOptions, OperationError, Registry, enqueue};
 use sluice_store::{FireOutcome, OperationStatus, Origin, Schedule, Store, StoreError};
+
+mod actor;
+
+pub use actor::{Scheduler, SchedulerMessage};
 
 /// A schedule as an operator or a host application gives it.
 #[derive(Debug, Clone)]
