@@ -35,7 +35,6 @@ use sluice_operations::{
 use sluice_store::{Store, SubBatchSession};
 use tracing::Instrument;
 
-
 /// The pool actor: starts, supervises and replaces the workers.
 #[derive(Debug)]
 pub struct SubBatchPool;

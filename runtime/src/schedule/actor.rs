@@ -6,8 +6,8 @@
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sluice_store::FireOutcome;
 
-use crate::context::RuntimeContext;
 use super::fire_due;
+use crate::context::RuntimeContext;
 use crate::supervisor::SupervisorMessage;
 
 /// The scheduler actor.
