@@ -15,9 +15,7 @@ use sluice_operations::{
     DeleteAgedRows, EnqueueOptions, Filter, Operation, OperationError, Shape, SubBatch,
 };
 use sluice_runtime::operation_actor::OperationMessage;
-use sluice_runtime::pool::{
-    PoolArgs, RunGate, SubBatchJob, SubBatchPool, SubBatchQueue, SubBatchReport, SubBatchRun,
-};
+use sluice_runtime::pool::{PoolArgs, SubBatchJob, SubBatchPool, SubBatchQueue, SubBatchReport};
 use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
 use sluice_store::{Enqueued, Event, Health, OperationStatus, Store};
 
@@ -30,7 +28,7 @@ for_each_backend!(
     keyset_batches_cover_duplicate_timestamps_exactly_once,
     a_stop_signal_holds_every_new_sub_batch_until_it_clears,
     a_stop_signal_ends_a_workers_run_between_two_sub_batches,
-    a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_waits,
+    a_pool_worker_runs_one_sub_batch_per_job_and_takes_queued_jobs_in_turn,
     an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_recovers,
     a_sub_batch_failing_twice_is_retried_smaller_and_finishes,
     a_sub_batch_that_always_fails_fails_the_operation,
@@ -705,10 +703,10 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
     runtime.shutdown().await.unwrap();
 }
 
-/// With no pause, a pool worker goes on from one sub-batch of its batch to
-/// the next by itself; a stop must still end that run between two
-/// sub-batches. Each sub-batch here waits for a permit the test hands out,
-/// so the stop arrives while the second one is running.
+/// A stop that arrives while a sub-batch runs (with no pause between
+/// sub-batches) lets that one finish and starts no other. Each sub-batch
+/// here waits for a permit the test hands out, so the stop arrives while
+/// the second one is running.
 async fn a_stop_signal_ends_a_workers_run_between_two_sub_batches(db: &TestDb) {
     create_items(db, 100).await;
     let (stop, polls, indicator) = stop_switch();
@@ -812,11 +810,10 @@ impl ractor::Actor for ReportCollector {
     }
 }
 
-/// The pool on its own, fed jobs as an operation actor feeds it: a job's
-/// worker runs the batch's sub-batches one after another by itself, each
-/// report saying whether it went on; a closed gate, or another job waiting
-/// for the pool's one worker, ends the run after its current sub-batch.
-async fn a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_waits(db: &TestDb) {
+/// The pool on its own, fed jobs as an operation actor feeds it: each job
+/// is one sub-batch and gets one report; jobs queued for its one worker
+/// are run in turn, first come first served.
+async fn a_pool_worker_runs_one_sub_batch_per_job_and_takes_queued_jobs_in_turn(db: &TestDb) {
     create_events(db, 200, 0).await;
     let mut registry = sluice_operations::Registry::new();
     registry.register(DeleteAgedRows);
@@ -861,7 +858,7 @@ async fn a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_
     let (collector, _) = ractor::Actor::spawn(None, ReportCollector, sender)
         .await
         .unwrap();
-    let job = |gate: RunGate, lease| SubBatchJob {
+    let job = |lease| SubBatchJob {
         request: SubBatchRequest {
             lease,
             from: None,
@@ -872,10 +869,6 @@ async fn a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_
         operation: Arc::clone(&operation),
         reply: collector.get_derived(),
         batch_span: tracing::Span::none(),
-        run: SubBatchRun {
-            gate,
-            rows_left: Some(50),
-        },
     };
     let next_batch = || async {
         let next = sluice_store::NextBatch {
@@ -886,39 +879,29 @@ async fn a_pool_worker_goes_on_through_its_batch_until_its_gate_closes_or_a_job_
         let (batch, _) = db.store.plan_claimed_batch(&lease, &next).await.unwrap();
         batch.lease().expect("claimed")
     };
-    // Whether each report of one run said its worker went on.
-    let mut run = async || {
-        let mut went_on = Vec::new();
-        loop {
-            let report: SubBatchReport = tokio::time::timeout(WAIT, reports.recv())
-                .await
-                .expect("a report in time")
-                .expect("the collector lives");
-            assert_eq!(report.outcome.expect("the sub-batch ran").rows, 10);
-            went_on.push(report.goes_on);
-            if !report.goes_on {
-                return went_on;
-            }
-        }
+    let mut report = async || -> SubBatchReport {
+        tokio::time::timeout(WAIT, reports.recv())
+            .await
+            .expect("a report in time")
+            .expect("the collector lives")
     };
+    let rows = |report: SubBatchReport| report.outcome.expect("the sub-batch ran").rows;
 
-    // An open gate: the batch's five sub-batches in one run.
-    assert!(queue.submit(job(RunGate::new(true), next_batch().await)));
-    assert_eq!(run().await, [true, true, true, true, false]);
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 150);
+    // One job, one sub-batch, one report.
+    assert!(queue.submit(job(next_batch().await)));
+    assert_eq!(rows(report().await), 10);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 190);
 
-    // A closed gate: one sub-batch, the rest the operation actor's to send.
-    assert!(queue.submit(job(RunGate::new(false), next_batch().await)));
-    assert_eq!(run().await, [false]);
-
-    // Another job waiting for the one worker: it gets the worker after the
-    // first job's current sub-batch.
-    let (first, second) = (next_batch().await, next_batch().await);
-    assert!(queue.submit(job(RunGate::new(true), first)));
-    assert!(queue.submit(job(RunGate::new(true), second)));
-    assert_eq!(run().await, [false]);
-    assert_eq!(run().await, [true, true, true, true, false]);
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 80);
+    // Three jobs for the one worker: each runs once, in turn, and nothing
+    // else runs (no report is left over).
+    for _ in 0..3 {
+        assert!(queue.submit(job(next_batch().await)));
+    }
+    for _ in 0..3 {
+        assert_eq!(rows(report().await), 10);
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 160);
+    assert!(reports.try_recv().is_err(), "a report nothing asked for");
     pool.stop_and_wait(None, None).await.unwrap();
     collector.stop(None);
 }

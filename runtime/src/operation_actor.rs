@@ -4,9 +4,8 @@
 //! Its loop: claim a batch of its operation left pending or orphaned, or plan
 //! the next one from the persisted cursor (recorded before it runs); send the
 //! batch's sub-batches to the pool one at a time, each starting where the
-//! last committed one ended — as a run its worker continues through the
-//! batch by itself while the actor keeps the run's gate open (see
-//! [`crate::pool`]); record the batch's outcome; sleep the pause;
+//! last committed one ended (the actor decides each next one); record the
+//! batch's outcome; sleep the pause;
 //! repeat until the scope is exhausted (`finished`), a limit is reached
 //! (`yielded`, runnable again later), or the attempts run out (`failed`).
 //!
@@ -18,8 +17,8 @@
 //! Everything it knows is reloaded from the store when it starts, so a
 //! restart (after a panic, or on another node) continues exactly where the
 //! committed state is. What it guarantees about timing:
-//! - a health stop: no sub-batch starts after the actor receives it (it
-//!   closes its run's gate first); the one in flight finishes;
+//! - a health stop: no sub-batch starts after the actor receives it; the
+//!   one in flight finishes;
 //! - an operator's pause or cancel written anywhere: noticed within
 //!   `control_interval`, then no new sub-batch starts;
 //! - a lost lease (another node took over): no further write of this actor
@@ -44,7 +43,7 @@ use tracing::Span;
 
 use crate::context::{Progress, RuntimeContext};
 use crate::health::{HealthMessage, HealthSnapshot, Signal};
-use crate::pool::{RunGate, SubBatchJob, SubBatchReport, SubBatchRun};
+use crate::pool::{SubBatchJob, SubBatchReport};
 use crate::sizing::{BatchSizer, backoff, shrink_after_failure, throttled_pause, throttled_size};
 
 /// The operation actor.
@@ -120,12 +119,8 @@ pub struct OperationState {
     /// while the following batch's first sub-batch runs; kept until the
     /// write commits (a failed write is retried by the next step).
     closing: Option<ActiveBatch>,
-    /// Since when the pool has been running a sub-batch of this actor's
-    /// (the last report of a run that goes on, or the dispatch).
+    /// Since when the pool has been running a sub-batch of this actor's.
     in_flight: Option<Instant>,
-    /// The gate of the run in flight, open while its worker may go on from
-    /// one sub-batch to the next by itself.
-    run: Option<RunGate>,
     step_scheduled: bool,
     /// Whether a health reading for this table has arrived; no sub-batch
     /// starts before one has.
@@ -329,7 +324,6 @@ impl Actor for OperationActor {
             following: None,
             closing: None,
             in_flight: None,
-            run: None,
             step_scheduled: false,
             health_known,
             signal: Signal::Normal,
@@ -385,10 +379,7 @@ impl Actor for OperationActor {
                 state.step(&myself).await
             }
             OperationMessage::SubBatchDone(report) => {
-                state.in_flight = report.goes_on.then(Instant::now);
-                if !report.goes_on {
-                    state.run = None;
-                }
+                state.in_flight = None;
                 state.sub_batch_done(&myself, report).await
             }
             OperationMessage::Health(snapshot) => state.health(&myself, &snapshot).await,
@@ -407,7 +398,6 @@ impl Actor for OperationActor {
         if let Err(error) = outcome {
             state.recover(&myself, error)?;
         }
-        state.hold_run_unless_free();
         if state.stopping.is_some() && state.in_flight.is_none() {
             state.wind_down().await;
             myself.stop(None);
@@ -458,25 +448,16 @@ impl OperationState {
             timeout: self.context.config.sub_batch_timeout,
         };
         let size = request.size;
-        // The worker goes on by itself only when nothing is due between
-        // sub-batches: with a pause, each one comes from here.
-        let gate = RunGate::new(self.pause().is_zero());
         let job = SubBatchJob {
             request,
             operation: Arc::clone(&self.operation),
             reply: myself.get_derived(),
             batch_span: batch.span.clone(),
-            run: SubBatchRun {
-                gate: gate.clone(),
-                rows_left: batch.end.is_none().then_some(batch.size - batch.rows),
-            },
         };
         self.in_flight = Some(Instant::now());
-        self.run = Some(gate);
         let sent = self.context.pool().is_some_and(|pool| pool.submit(job));
         if !sent {
             self.in_flight = None;
-            self.run = None;
             self.schedule_step(myself, self.context.config.retry_base);
         }
         size
@@ -802,7 +783,6 @@ impl OperationState {
         self.context
             .metrics
             .sub_batch(self.subject(), outcome.rows, took);
-        let percent = self.percent();
         let batch = self.batch.as_mut().expect("checked above");
         batch.busy += took;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
@@ -816,14 +796,6 @@ impl OperationState {
             self.scope_exhausted = true;
         }
         let done = outcome.last || (is_loop && batch.rows >= batch.size);
-        if report.goes_on {
-            // The worker counts the batch's rows as this does.
-            debug_assert!(!done, "a run went on past its batch's end");
-            let running = batch.sub_batch_size_at(percent);
-            self.plan_following(running).await;
-            self.report();
-            return Ok(());
-        }
         let (batch_rows, busy, size) = (batch.rows, batch.busy, batch.size);
         if done {
             // Adapt on full batches only, normalised to the unthrottled size.
@@ -1135,9 +1107,6 @@ impl OperationState {
             return Ok(());
         }
         let was_stopped = matches!(self.signal, Signal::Stop { .. });
-        // A new signal changes the size or stops the sub-batches: the
-        // worker must not go on with the old ones.
-        self.hold_run();
         self.signal = signal;
         // Obeyed from here on: say so before the record (which, on SQLite,
         // waits for a sub-batch in flight to commit).
@@ -1369,27 +1338,6 @@ impl OperationState {
         }
     }
 
-    /// Ends the run in flight after its current sub-batch: the worker
-    /// goes on no further, and its next report hands the decision back.
-    fn hold_run(&mut self) {
-        if let Some(gate) = self.run.take() {
-            gate.close();
-        }
-    }
-
-    /// Holds the run in flight when something is now the actor's to
-    /// decide before another sub-batch: a wind-down, a failure to record,
-    /// a health stop, or the batch let go.
-    fn hold_run_unless_free(&mut self) {
-        if self.stopping.is_some()
-            || self.failing.is_some()
-            || self.batch.is_none()
-            || matches!(self.signal, Signal::Stop { .. })
-        {
-            self.hold_run();
-        }
-    }
-
     fn limit_reached(&self) -> Option<String> {
         let limits = self.projection.limits;
         if let Some(ms) = limits.max_runtime_ms
@@ -1454,14 +1402,6 @@ impl OperationState {
         if p.status.is_terminal() {
             let _ = self.context.ended.send(self.id);
         }
-    }
-}
-
-impl Drop for OperationState {
-    /// However the actor ends (ractor skips `post_stop` for one that
-    /// panicked), its worker goes on no further with its run.
-    fn drop(&mut self) {
-        self.hold_run();
     }
 }
 

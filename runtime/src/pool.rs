@@ -13,18 +13,12 @@
 //! worker in one message. The [`SubBatchPool`] actor starts the workers,
 //! supervises them and replaces the ones that die.
 //!
-//! A job is a run of its batch's sub-batches ([`SubBatchRun`]): after each
-//! one the worker reports it and, when its operation actor has nothing to
-//! decide, goes straight on to the next from where it ended, without
-//! waiting for the actor to send it — while the run's [`RunGate`] is open
-//! (the actor closes it the moment a stop, a throttle change, a pause, a
-//! failure or a wind-down needs it to decide), the batch has rows left, and
-//! no other job waits for a worker (so operations sharing the pool still
-//! take turns sub-batch by sub-batch). Each report says whether the worker
-//! went on, so the actor always knows what is in flight.
+//! A job is one sub-batch: the operation actor decides every next one, so
+//! a stop, a throttle change, a pause or a failure takes effect before the
+//! next sub-batch starts, and operations sharing the pool take turns
+//! sub-batch by sub-batch.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -39,52 +33,26 @@ use tracing::Instrument;
 #[derive(Debug)]
 pub struct SubBatchPool;
 
-/// A run of one batch's sub-batches to run and whom to tell.
+/// One sub-batch to run and whom to tell.
 pub struct SubBatchJob {
-    /// The run's first sub-batch.
+    /// The sub-batch.
     pub request: SubBatchRequest,
     /// The operation's code and shape.
     pub operation: Arc<dyn PreparedOperation>,
-    /// The operation actor waiting for the outcomes.
+    /// The operation actor waiting for the outcome.
     pub reply: DerivedActorRef<SubBatchReport>,
     /// The batch's span (in its operation's trace): each sub-batch runs in
     /// a span of its own under it.
     pub batch_span: tracing::Span,
-    /// How far the worker may go on by itself after the first sub-batch.
-    pub run: SubBatchRun,
 }
 
-/// How far a worker may go on with a batch's sub-batches without its
-/// operation actor: after a sub-batch that was not the batch's last, while
-/// `gate` is open and, for a loop batch, rows are left.
-pub struct SubBatchRun {
-    /// Open while the operation actor has nothing to decide between two
-    /// sub-batches.
-    pub gate: RunGate,
-    /// A loop batch's rows still to change before the run's first
-    /// sub-batch (every sub-batch but the scope's last changes its full
-    /// size); `None` for a range batch, whose last sub-batch says so.
-    pub rows_left: Option<i64>,
-}
-
-/// What a worker reports after each sub-batch of a run.
+/// What a worker reports after its sub-batch.
 pub struct SubBatchReport {
     /// The sub-batch's outcome.
     pub outcome: Result<SubBatchOutcome, OperationError>,
     /// How long it ran on its worker.
     pub took: Duration,
-    /// The worker went straight on to the batch's next sub-batch, whose
-    /// report follows; when false, the run is over and nothing of it is
-    /// in flight.
-    pub goes_on: bool,
 }
-
-/// The switch an operation actor holds over its run: while open, the
-/// worker goes on from one sub-batch to the next by itself. A worker reads
-/// it only between sub-batches, so once it is closed no further sub-batch
-/// of the run starts.
-#[derive(Clone, Debug, Default)]
-pub struct RunGate(Arc<AtomicBool>);
 
 /// The pool's queue and its workers' places, shared by the pool actor, its
 /// workers and the operation actors. A job is either queued or held by
@@ -136,51 +104,12 @@ struct Place {
 
 impl SubBatchReport {
     /// The report of a job that never ran (its pool stopped or its worker
-    /// died): an error, and nothing left in flight.
+    /// died): an error.
     pub fn failed(error: OperationError) -> Self {
         SubBatchReport {
             outcome: Err(error),
             took: Duration::ZERO,
-            goes_on: false,
         }
-    }
-}
-
-impl RunGate {
-    /// A gate that lets the worker go on while `open`; a closed one ends
-    /// the run after its first sub-batch.
-    pub fn new(open: bool) -> Self {
-        RunGate(Arc::new(AtomicBool::new(open)))
-    }
-
-    /// From now on, no further sub-batch of the run starts; the one running
-    /// finishes and its report says the run is over.
-    pub fn close(&self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-
-    fn is_open(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-impl SubBatchJob {
-    /// Whether the worker goes straight on after a sub-batch that ended as
-    /// `done` (and, when it does, moves the job to that next sub-batch).
-    fn goes_on_after(&mut self, done: &SubBatchOutcome, queue: &SubBatchQueue) -> bool {
-        let rows = i64::try_from(done.rows).unwrap_or(i64::MAX);
-        let rows_left = self.run.rows_left.map(|left| left - rows);
-        let goes_on = !done.last
-            && rows_left.is_none_or(|left| left > 0)
-            && self.run.gate.is_open()
-            && !queue.wants_the_worker_back();
-        if goes_on {
-            self.run.rows_left = rows_left;
-            if done.reached.is_some() {
-                self.request.from = done.reached.clone();
-            }
-        }
-        goes_on
     }
 }
 
@@ -207,13 +136,6 @@ impl SubBatchQueue {
         roster.jobs.push_back(job);
         roster.dispatch();
         true
-    }
-
-    /// Whether a worker in a run should hand its place back rather than go
-    /// on: a job waits for a worker, or the pool is stopping.
-    fn wants_the_worker_back(&self) -> bool {
-        let roster = self.lock();
-        roster.closed || !roster.jobs.is_empty()
     }
 
     /// How many workers the queue has places for.
@@ -444,40 +366,26 @@ impl Actor for SubBatchWorker {
         message: WorkerMessage,
         state: &mut WorkerArgs,
     ) -> Result<(), ActorProcessingErr> {
-        let WorkerMessage::Run(mut job) = message;
-        loop {
-            let span = sub_batch_span(&job.batch_span, &job.request);
-            let started = Instant::now();
-            let outcome = run_sub_batch(&mut state.session, job.operation.as_ref(), &job.request)
-                .instrument(span.clone())
-                .await;
-            let took = started.elapsed();
-            match &outcome {
-                Ok(done) => {
-                    span.record("sluice.rows", done.rows);
-                }
-                Err(error) => {
-                    span.record("otel.status_code", "error");
-                    span.record("otel.status_description", error.to_string());
-                }
+        let WorkerMessage::Run(job) = message;
+        let span = sub_batch_span(&job.batch_span, &job.request);
+        let started = Instant::now();
+        let outcome = run_sub_batch(&mut state.session, job.operation.as_ref(), &job.request)
+            .instrument(span.clone())
+            .await;
+        let took = started.elapsed();
+        match &outcome {
+            Ok(done) => {
+                span.record("sluice.rows", done.rows);
             }
-            let goes_on = outcome
-                .as_ref()
-                .is_ok_and(|done| job.goes_on_after(done, &state.queue));
-            if !goes_on {
-                // Free the place first, so the answer's next sub-batch finds it.
-                state.queue.finished(state.index);
-            }
-            let report = SubBatchReport {
-                outcome,
-                took,
-                goes_on,
-            };
-            let _ = job.reply.send_message(report);
-            if !goes_on {
-                return Ok(());
+            Err(error) => {
+                span.record("otel.status_code", "error");
+                span.record("otel.status_description", error.to_string());
             }
         }
+        // Free the place first, so the answer's next sub-batch finds it.
+        state.queue.finished(state.index);
+        let _ = job.reply.send_message(SubBatchReport { outcome, took });
+        Ok(())
     }
 }
 
