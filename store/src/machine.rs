@@ -133,29 +133,12 @@ pub struct Projection {
     pub last_seq: i64,
 }
 
-/// Something the runtime must do because an event was applied. Effects are
-/// data so the state machine stays pure and its tests can assert on them.
+/// Something that must follow from an applied event, as data so the state
+/// machine stays pure and its tests can assert on them. Each is read: the
+/// store releases the lease and requeues failed batches in the append's
+/// transaction; the runtime wakes a waiter on a terminal status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Plan and run the next batch.
-    PlanNextBatch,
-    /// Run the batch with this ordinal.
-    RunBatch {
-        /// The batch.
-        ordinal: i64,
-    },
-    /// Retry the batch with this ordinal (smaller sub-batches, after a backoff).
-    RetryBatch {
-        /// The batch.
-        ordinal: i64,
-    },
-    /// Start no new sub-batch; let in-flight ones finish.
-    HaltSubBatches,
-    /// Sub-batches may start again (at `percent` speed, 100 = normal).
-    ResumeSubBatches {
-        /// Speed as a percentage of normal.
-        percent: u8,
-    },
     /// The holder gives up its lease: the operation is not running here any more.
     ReleaseLease,
     /// Failed batches go back to pending so they are run again.
@@ -394,7 +377,7 @@ fn transition(
             next.status = Running;
             next.node = Some(node.clone());
             next.started_at.get_or_insert(at);
-            Ok(vec![Effect::PlanNextBatch])
+            Ok(Vec::new())
         }
         Event::BatchPlanned {
             ordinal,
@@ -403,7 +386,7 @@ fn transition(
             size,
         } => {
             plan_batch(next, *ordinal, start.as_ref(), end.as_ref(), *size)?;
-            Ok(vec![Effect::RunBatch { ordinal: *ordinal }])
+            Ok(Vec::new())
         }
         Event::BatchSucceeded {
             ordinal,
@@ -425,11 +408,7 @@ fn transition(
                 positive("batch_succeeded", "next_batch_size", *size)?;
                 next.batch_size = *size;
             }
-            Ok(if from == Running {
-                vec![Effect::PlanNextBatch]
-            } else {
-                Vec::new()
-            })
+            Ok(Vec::new())
         }
         Event::BatchFailed {
             ordinal,
@@ -448,11 +427,7 @@ fn transition(
                 positive("batch_failed", "next_sub_batch_size", *size)?;
                 next.sub_batch_size = *size;
             }
-            Ok(if from == Running {
-                vec![Effect::RetryBatch { ordinal: *ordinal }]
-            } else {
-                Vec::new()
-            })
+            Ok(Vec::new())
         }
         Event::BatchSplit {
             ordinal,
@@ -460,12 +435,7 @@ fn transition(
             new_ordinal,
         } => {
             split_batch(next, *ordinal, at, *new_ordinal)?;
-            Ok(vec![
-                Effect::RetryBatch { ordinal: *ordinal },
-                Effect::RunBatch {
-                    ordinal: *new_ordinal,
-                },
-            ])
+            Ok(Vec::new())
         }
         Event::Throttled { health, reason } => {
             if let Health::Throttled { percent } = health
@@ -478,11 +448,7 @@ fn transition(
             }
             next.health = *health;
             next.health_reason = reason.clone();
-            Ok(vec![match health {
-                Health::Stopped => Effect::HaltSubBatches,
-                Health::Throttled { percent } => Effect::ResumeSubBatches { percent: *percent },
-                Health::Normal => Effect::ResumeSubBatches { percent: 100 },
-            }])
+            Ok(Vec::new())
         }
         Event::Yielded { .. } => {
             next.status = Pending;
@@ -490,7 +456,7 @@ fn transition(
         }
         Event::Paused { .. } => {
             next.status = Paused;
-            Ok(vec![Effect::HaltSubBatches, Effect::ReleaseLease])
+            Ok(vec![Effect::ReleaseLease])
         }
         Event::Resumed => {
             next.status = Pending;
@@ -509,16 +475,11 @@ fn transition(
         Event::Failed { error } => {
             next.last_error = Some(error.clone());
             terminate(next, Failed, at);
-            Ok(vec![
-                Effect::HaltSubBatches,
-                Effect::ReleaseLease,
-                Effect::NotifyTerminal(Failed),
-            ])
+            Ok(vec![Effect::ReleaseLease, Effect::NotifyTerminal(Failed)])
         }
         Event::Cancelled { .. } => {
             terminate(next, Cancelled, at);
             Ok(vec![
-                Effect::HaltSubBatches,
                 Effect::ReleaseLease,
                 Effect::NotifyTerminal(Cancelled),
             ])
@@ -971,7 +932,7 @@ mod tests {
     }
 
     #[test]
-    fn effects_say_what_the_runtime_must_do() {
+    fn effects_say_what_the_store_and_runtime_must_do() {
         let p = running();
         let planned = Event::BatchPlanned {
             ordinal: 1,
@@ -980,15 +941,7 @@ mod tests {
             size: 10,
         };
         let (p, effects) = apply(Some(&p), &planned, 2).unwrap();
-        assert_eq!(effects, vec![Effect::RunBatch { ordinal: 1 }]);
-        let stop = Event::Throttled {
-            health: Health::Stopped,
-            reason: Some("replication lag 30s".into()),
-        };
-        assert_eq!(
-            apply(Some(&p), &stop, 3).unwrap().1,
-            vec![Effect::HaltSubBatches]
-        );
+        assert!(effects.is_empty());
         let (paused, effects) = apply(
             Some(&p),
             &Event::Paused {
@@ -997,7 +950,7 @@ mod tests {
             3,
         )
         .unwrap();
-        assert_eq!(effects, vec![Effect::HaltSubBatches, Effect::ReleaseLease]);
+        assert_eq!(effects, vec![Effect::ReleaseLease]);
         // The batch in flight when the pause arrived still records its outcome.
         let done = Event::BatchSucceeded {
             ordinal: 1,
