@@ -197,7 +197,11 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                 kind,
                 limit: Some(limit),
             };
-            render::list(&store.list(&filter).await?, json)
+            let mut records = store.list(&filter).await?;
+            for record in &mut records {
+                record.state.rows_done += uncounted_rows(store, record).await?;
+            }
+            render::list(&records, json)
         }
         Command::Show { id, json } => render::show(&committed(store, id).await?, json),
         Command::Events { id, json } => {
@@ -250,7 +254,8 @@ fn parse_status(name: &str) -> Result<OperationStatus, String> {
     })
 }
 
-/// Operation `id` with `rows_done` counting every committed sub-batch: the
+/// Operation `id` with `rows_done` counting every committed sub-batch (as
+/// `list` counts them too): the
 /// stored count grows when a batch succeeds, so the rows its unfinished
 /// batches (open, paused, cancelled or failed part-way) already committed
 /// are added here.
@@ -259,15 +264,29 @@ async fn committed(
     id: i64,
 ) -> Result<sluice_store::OperationRecord, sluice_store::StoreError> {
     let mut record = store.operation(id).await?;
-    let uncounted: i64 = store
-        .batches(id)
+    record.state.rows_done += uncounted_rows(store, &record).await?;
+    Ok(record)
+}
+
+/// The rows `record`'s unfinished batches committed, which its stored
+/// `rows_done` does not count yet (none for a finished operation, whose
+/// batches all succeeded).
+async fn uncounted_rows(
+    store: &sluice_store::Store,
+    record: &sluice_store::OperationRecord,
+) -> Result<i64, sluice_store::StoreError> {
+    if record.state.status == sluice_store::OperationStatus::Finished
+        || record.state.batches_planned == 0
+    {
+        return Ok(0);
+    }
+    Ok(store
+        .batches(record.id)
         .await?
         .iter()
         .filter(|b| b.status != sluice_store::BatchStatus::Succeeded)
         .map(|b| b.rows_affected)
-        .sum();
-    record.state.rows_done += uncounted;
-    Ok(record)
+        .sum())
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -491,8 +491,8 @@ async fn a_run_whose_operation_fails_exits_1_naming_it(db: &TestDb) {
 }
 
 /// Rows done count every committed sub-batch: cancelled inside its first
-/// batch (1,000 rows, sub-batches of 10), an operation's `show` reports
-/// the rows it changed, not the 0 its finished batches add up to.
+/// batch (1,000 rows, sub-batches of 10), an operation's `show` and `list`
+/// report the rows it changed, not the 0 its finished batches add up to.
 async fn show_counts_the_rows_a_cancelled_batch_committed(db: &TestDb) {
     create_items(db, 3_000).await;
     let op = enqueue_increment(
@@ -523,4 +523,12 @@ async fn show_counts_the_rows_a_cancelled_batch_committed(db: &TestDb) {
     let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
     assert_eq!(shown["status"], "cancelled");
     assert_eq!(shown["rows_done"].as_i64(), Some(changed), "{shown}");
+    let listed = json(&sluice(db, &["list", "--json"]));
+    let row = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|o| o["id"].as_i64() == Some(id))
+        .expect("the operation is listed");
+    assert_eq!(row["rows_done"].as_i64(), Some(changed), "{row}");
 }
