@@ -734,6 +734,32 @@ async fn the_embedding_api_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             .contains("operation 1 of the bulk enqueue"),
         "{error}"
     );
+    // The same table twice: the second operation's statement is planned
+    // too, though its target was checked with the first.
+    let same_table = vec![
+        NewOperation {
+            kind: "update-in-batches".into(),
+            arguments: serde_json::json!({"table": "items", "key": "id", "set": "counter = 2"}),
+            options: EnqueueOptions::default(),
+        },
+        NewOperation {
+            kind: "update-in-batches".into(),
+            arguments: serde_json::json!({"table": "items", "key": "id", "set": "nosuch = 3"}),
+            options: EnqueueOptions::default(),
+        },
+    ];
+    let error = runtime.enqueue_many(&same_table).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("operation 1 of the bulk enqueue: the database refused"),
+        "{error}"
+    );
+    assert_eq!(
+        snapshot(db).await,
+        before,
+        "a refused bulk enqueue changed something"
+    );
     let error = runtime
         .pause(&Selection::One(999_999), "x")
         .await

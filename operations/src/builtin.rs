@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sluice_store::{Assignments, Backend, CursorValue, Ident, SqlValue, Statement, Store};
+use sluice_store::{Backend, CursorValue, Ident, SqlValue, Statement, Store};
 
 use crate::error::OperationError;
 use crate::operation::Operation;
@@ -234,10 +234,8 @@ impl Operation for UpdateInBatches {
     }
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
-        let set = Assignments::parse(&arguments.set)?;
         let shape = Shape::range(&arguments.table, &arguments.key)?;
-        let written: Vec<&str> = set.columns().iter().map(String::as_str).collect();
-        shape.check_update(&written)?;
+        shape.checked_set(&arguments.set)?;
         match &arguments.condition {
             Some(condition) => shape.scope(Filter::new().expression(condition)),
             None => Ok(shape),
@@ -266,11 +264,7 @@ impl Operation for UpdateInBatches {
 /// that style, as a value at the cutoff's second with a suffix or fraction
 /// sorts after it (not older) and every earlier second sorts before it.
 fn iso_like(example: &str, at: DateTime<Utc>) -> String {
-    let separator = if example.as_bytes().get(10) == Some(&b' ') {
-        ' '
-    } else {
-        'T'
-    };
+    let separator = separator_of(example);
     format!(
         "{}{separator}{}",
         at.format("%Y-%m-%d"),
@@ -288,11 +282,7 @@ async fn refuse_mixed_formats(
     column: &Ident,
     example: &str,
 ) -> Result<(), OperationError> {
-    let separator = if example.as_bytes().get(10) == Some(&b' ') {
-        " "
-    } else {
-        "T"
-    };
+    let separator = separator_of(example).to_string();
     let mut other = Statement::new("SELECT CAST(")
         .ident(column)
         .push(" AS TEXT) FROM ")
@@ -322,6 +312,15 @@ async fn refuse_mixed_formats(
         ))),
         // The value is cast to text; nothing else comes back.
         _ => Ok(()),
+    }
+}
+
+/// The date–time separator of an ISO-8601 text value: a space or `T`.
+fn separator_of(example: &str) -> char {
+    if example.as_bytes().get(10) == Some(&b' ') {
+        ' '
+    } else {
+        'T'
     }
 }
 

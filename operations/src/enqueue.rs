@@ -7,7 +7,7 @@
 //! on PostgreSQL, takes the planner's estimate), and only then writes the operation
 //! (or returns the active one with the same identity).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sluice_telemetry::{stamp, traceparent};
 use std::time::Duration;
@@ -188,11 +188,15 @@ pub async fn enqueue_many(
     Ok(enqueued)
 }
 
-/// Targets and batch queries already checked in this call (by the SQL the
-/// planner was shown), so a bulk enqueue asks the database once per shape.
+/// What this call has checked already, so a bulk enqueue asks the database
+/// once per shape and once per sub-batch statement.
 #[derive(Default)]
 struct Checked {
-    passed: HashSet<(String, bool)>,
+    /// Targets and batch queries (by the SQL the planner was shown, and
+    /// `--force`), with the row a keyset's first range ends at.
+    targets: HashMap<(String, bool), Option<Cursor>>,
+    /// Sub-batch statements the planner accepted (by their text).
+    statements: HashSet<String>,
 }
 
 /// Binds `kind` to `arguments`, checks the target and the plan of its batch
@@ -208,7 +212,6 @@ async fn checked_spec(
 ) -> Result<(OperationSpec, ScopeRows), OperationError> {
     let canonical = canonical_json(arguments);
     let prepared = registry.prepare(kind, &canonical)?;
-    let mut first_rows = None;
     let shape = prepared.shape();
     let names: Vec<String> = shape.columns().iter().map(|c| c.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -217,7 +220,7 @@ async fn checked_spec(
         format!("{} {names:?} {}", shape.table(), query.text().as_str()),
         options.force,
     );
-    if !checked.passed.contains(&key) {
+    if !checked.targets.contains_key(&key) {
         check_target(store, &shape.table().to_string(), &names).await?;
         let batching_key = match shape.strategy() {
             Strategy::Keyset(columns) => columns.as_slice(),
@@ -244,9 +247,9 @@ async fn checked_spec(
         if !options.force && !nothing_to_scan {
             refuse_full_scan(store, shape.table(), shape.indexed_column(), &plan)?;
         }
-        checked.passed.insert(key);
-        first_rows = first;
+        checked.targets.insert(key.clone(), first);
     }
+    let first_rows = checked.targets.get(&key).cloned().flatten();
     // The statement a sub-batch will run, planned (never run) by the
     // database: an unknown column, a type error or a view that cannot be
     // changed is refused now, not after five failed attempts.
@@ -256,8 +259,8 @@ async fn checked_spec(
         first_rows.as_ref(),
         options.sub_batch_size,
     )? && checked
-        .passed
-        .insert((statement.text().as_str().to_owned(), false))
+        .statements
+        .insert(statement.text().as_str().to_owned())
     {
         store.explain(&statement).await.map_err(refused_sql)?;
     }

@@ -7,7 +7,9 @@
 //! operator's own SQL (the `update-in-batches --where` text), which is
 //! parsed as exactly one expression ([`Condition`]) and parenthesised.
 
-use sluice_store::{Condition, Ident, IdentError, OperatorSqlError, SqlValue, Statement};
+use sluice_store::{
+    Assignments, Condition, Ident, IdentError, OperatorSqlError, SqlValue, Statement,
+};
 
 use crate::error::OperationError;
 
@@ -198,6 +200,18 @@ impl Shape {
                 }
             }
         }
+    }
+
+    /// Parses an operator's SET list and refuses it when it writes a column
+    /// this shape walks by ([`Shape::check_update`]).
+    ///
+    /// Errors: [`OperationError::Expression`] when `set` is not one SET
+    /// list; [`OperationError::Arguments`] as [`Shape::check_update`].
+    pub fn checked_set(&self, set: &str) -> Result<Assignments, OperationError> {
+        let set = Assignments::parse(set)?;
+        let written: Vec<&str> = set.columns().iter().map(String::as_str).collect();
+        self.check_update(&written)?;
+        Ok(set)
     }
 
     /// The column an index must serve for this shape's batch query: the

@@ -10,8 +10,7 @@
 use std::time::Duration;
 
 use sluice_store::{
-    Assignments, Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession,
-    SubBatchTx,
+    Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession, SubBatchTx,
 };
 use tracing::{Instrument, Span};
 
@@ -162,9 +161,7 @@ impl<'a> SubBatchRows<'a> {
     /// list, [`OperationError::Arguments`] when it writes a column the shape
     /// walks by ([`Shape::check_update`]).
     pub fn update_expression_statement(&self, set: &str) -> Result<Statement, OperationError> {
-        let set = Assignments::parse(set)?;
-        let written: Vec<&str> = set.columns().iter().map(String::as_str).collect();
-        self.shape.check_update(&written)?;
+        let set = self.shape.checked_set(set)?;
         let statement = Statement::new("UPDATE ")
             .ident(self.shape.table())
             .push(" SET ")
