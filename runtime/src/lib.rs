@@ -3,7 +3,7 @@
 //! The tree, under the [`supervisor::RuntimeSupervisor`]:
 //! - the [`reconciler::Reconciler`] claims runnable operations from the store
 //!   at start-up and on a short period;
-//! - one [`operation_actor::OperationActor`] per running operation plans its
+//! - one [`operation::OperationActor`] per running operation plans its
 //!   batches from the persisted cursor, records them before they run, and
 //!   sends their sub-batches to the pool;
 //! - the [`health::HealthMonitor`] polls health indicators and broadcasts
@@ -24,7 +24,7 @@ pub mod context;
 pub mod control;
 pub mod health;
 pub mod indicators;
-pub mod operation_actor;
+pub mod operation;
 pub mod pool;
 pub mod reconciler;
 mod runtime;

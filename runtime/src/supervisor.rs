@@ -23,7 +23,7 @@ use sluice_store::{Event, Expected, OperationStatus, StoreError};
 use crate::context::{RuntimeContext, Services};
 use crate::health::HealthIndicator;
 use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs};
-use crate::operation_actor::{OperationActor, OperationArgs, OperationMessage};
+use crate::operation::{OperationActor, OperationArgs, OperationMessage};
 use crate::pool::{PoolArgs, RunningPool, SubBatchPool, SubBatchQueue};
 use crate::reconciler::{Reconciler, ReconcilerMessage};
 use crate::schedule::{Scheduler, SchedulerMessage};

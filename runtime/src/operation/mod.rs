@@ -1,0 +1,312 @@
+//! One actor per running operation: it owns the operation's state machine on
+//! this node.
+//!
+//! Its loop: claim a batch of its operation left pending or orphaned, or plan
+//! the next one from the persisted cursor (recorded before it runs); send the
+//! batch's sub-batches to the pool one at a time, each starting where the
+//! last committed one ended; record the batch's outcome; sleep the pause;
+//! repeat until the scope is exhausted (`finished`), a limit is reached
+//! (`yielded`, runnable again later), or the attempts run out (`failed`).
+//!
+//! Every decision is the [`Driver`]'s: a synchronous state machine with no
+//! I/O, unit-tested beside it. The actor is its shell: it turns messages and
+//! store answers into the driver's [`Input`]s and carries out its
+//! [`Command`]s (`exec`).
+//!
+//! With [`crate::RuntimeConfig::parallel_batches`] above 1 the actor holding
+//! the operation (its owner) plans range batches ahead, and helper actors —
+//! one per such operation on every other node — claim and run them under
+//! the batches' own leases; the owner alone plans, yields and finishes.
+//!
+//! Everything it knows is reloaded from the store when it starts, so a
+//! restart (after a panic, or on another node) continues exactly where the
+//! committed state is. What it guarantees about timing:
+//! - a health stop: no sub-batch starts after the actor receives it; the
+//!   one in flight finishes;
+//! - an operator's pause or cancel written anywhere: noticed within
+//!   `control_interval`, then no new sub-batch starts;
+//! - a lost lease (another node took over): no further write of this actor
+//!   is accepted by the store, and it stops.
+
+mod answer;
+mod control;
+mod driver;
+mod exec;
+mod failure;
+mod phase;
+mod protocol;
+mod step;
+#[cfg(test)]
+mod tests;
+mod trace;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use sluice_operations::{PreparedOperation, Strategy};
+use sluice_store::{BatchStatus, Event, Expected, OperationStatus};
+use sluice_telemetry::{continue_trace, stamp};
+use tracing::Span;
+
+pub use driver::{Driver, Now, Settings};
+pub use phase::{ActiveBatch, Ending, Phase, Role, Stopping};
+pub use protocol::{Answer, Command, Input, NextPlan};
+pub use trace::Note;
+
+use crate::context::RuntimeContext;
+use crate::health::{HealthMessage, HealthSnapshot};
+use crate::pool::SubBatchReport;
+use crate::sizing::BatchSizer;
+
+/// The operation actor.
+#[derive(Debug)]
+pub struct OperationActor;
+
+/// Arguments of [`OperationActor`].
+pub struct OperationArgs {
+    /// The runtime's shared context.
+    pub context: RuntimeContext,
+    /// The operation: claimed by this node, or (for a helper) running
+    /// anywhere.
+    pub operation_id: i64,
+    /// Run batches its owner planned ahead instead of owning the operation:
+    /// no operation lease is held, nothing is planned, and the actor stops
+    /// once no batch has been left to claim for a while.
+    pub helper: bool,
+}
+
+/// Messages of [`OperationActor`].
+pub enum OperationMessage {
+    /// Make progress if nothing holds the operation back.
+    Step,
+    /// The pool ran a sub-batch.
+    SubBatchDone(SubBatchReport),
+    /// The health signals changed.
+    Health(HealthSnapshot),
+    /// Renew leases, look for operator controls written elsewhere, check limits.
+    Tick,
+    /// Stop after the sub-batch in flight, giving the operation back as pending.
+    Shutdown,
+}
+
+impl From<SubBatchReport> for OperationMessage {
+    fn from(report: SubBatchReport) -> Self {
+        OperationMessage::SubBatchDone(report)
+    }
+}
+
+/// The pool's replies reach the actor as [`SubBatchReport`]s (through a
+/// derived reference), so the pool need not know this actor's messages.
+impl TryFrom<OperationMessage> for SubBatchReport {
+    type Error = ();
+
+    fn try_from(message: OperationMessage) -> Result<Self, ()> {
+        match message {
+            OperationMessage::SubBatchDone(report) => Ok(report),
+            _ => Err(()),
+        }
+    }
+}
+
+/// The actor's state: its driver and what carrying out its commands needs.
+pub struct OperationState {
+    context: RuntimeContext,
+    id: i64,
+    /// This run's span: a child of the span that enqueued the operation
+    /// (its persisted trace context), so every run, on any node, joins the
+    /// operation's one trace. Batches are its children.
+    run_span: Span,
+    /// The open batch's span (the last one activated).
+    batch_span: Span,
+    operation: Arc<dyn PreparedOperation>,
+    driver: Driver,
+}
+
+impl Actor for OperationActor {
+    type Msg = OperationMessage;
+    type State = OperationState;
+    type Arguments = OperationArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: OperationArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let context = args.context;
+        let store = &context.store;
+        let record = store.operation(args.operation_id).await?;
+        let node = &context.config.node;
+        if record.state.status != OperationStatus::Running {
+            return Err(format!("operation {} is not running", record.id).into());
+        }
+        let role = if args.helper {
+            Role::Helper {
+                busy_at: Instant::now(),
+            }
+        } else {
+            let lease = record
+                .lease
+                .clone()
+                .filter(|l| &l.node == node)
+                .ok_or_else(|| format!("operation {} is not held by node {node}", record.id))?;
+            Role::Owner { lease }
+        };
+        let operation = match context
+            .registry
+            .prepare(&record.state.kind, &record.state.arguments)
+        {
+            Ok(operation) => operation,
+            // A helper leaves the verdict to the owner.
+            Err(error) if args.helper => return Err(error.into()),
+            Err(error) => {
+                let failed = Event::Failed {
+                    error: format!("cannot run this operation: {error}"),
+                };
+                let lease = record.lease.as_ref();
+                store
+                    .append(record.id, Expected::Any, lease, &[failed])
+                    .await?;
+                return Err(error.into());
+            }
+        };
+        // A batch this node held before a restart may still have a sub-batch
+        // of the previous actor in the pool: give it back so that sub-batch's
+        // commit is refused and the batch is claimed afresh (a new epoch).
+        // (A helper of this node may lose its batch the same way; its next
+        // commit is refused and it claims another.) An operation that has
+        // planned no batch has none to give back.
+        if !args.helper && record.state.batches_planned > 0 {
+            for batch in store.batches(record.id).await? {
+                if batch.status == BatchStatus::Running
+                    && batch.claimed_by.as_deref() == Some(node)
+                    && let Some(held) = batch.lease()
+                {
+                    let _ = store.release_batch(&held).await;
+                }
+            }
+        }
+        context.health.subscribe(myself.clone(), |snapshot| {
+            Some(OperationMessage::Health(snapshot))
+        });
+        // With a monitor, nothing runs before its first reading for this
+        // table arrives: an operation must not start on an unhealthy database.
+        let health_known = match context.monitor() {
+            Some(monitor) => monitor
+                .cast(HealthMessage::Watch(record.state.table.clone()))
+                .is_err(),
+            None => true,
+        };
+        // Re-armed once handled (not `send_interval`): a tick slowed by the
+        // database never leaves ticks queued in front of a sub-batch's outcome.
+        myself.send_after(context.config.control_interval, || OperationMessage::Tick);
+        let config = &context.config;
+        let sizer = BatchSizer::new(
+            config.target_batch_duration,
+            config.min_batch_size,
+            config.max_batch_size,
+        );
+        let ranges = matches!(operation.shape().strategy(), Strategy::Keyset(_));
+        let run_span = tracing::info_span!(
+            parent: None,
+            "operation.run",
+            otel.name = %format!("run {} {}", record.state.kind, record.id),
+            sluice.operation.id = record.id,
+            sluice.operation.kind = %record.state.kind,
+            db.collection.name = %record.state.table,
+            sluice.node = %node,
+            sluice.helper = args.helper,
+            sluice.rows = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        if let Some(enqueued) = &record.state.trace_context {
+            continue_trace(&run_span, enqueued);
+        }
+        stamp(&run_span);
+        tracing::info!(parent: &run_span, operation = record.id, kind = %record.state.kind, node = %node, "operation started");
+        let driver = Driver::new(
+            Settings::new(config, ranges),
+            sizer,
+            role,
+            record.state,
+            health_known,
+            Instant::now(),
+        );
+        Ok(OperationState {
+            id: record.id,
+            run_span,
+            batch_span: Span::none(),
+            operation,
+            driver,
+            context,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut OperationState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.run(&myself, Input::Start).await
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut OperationState,
+    ) -> Result<(), ActorProcessingErr> {
+        let table = state.driver.projection().table.clone();
+        if let Some(monitor) = state.context.monitor() {
+            let _ = monitor.cast(HealthMessage::Unwatch(table));
+        }
+        if let Ok(record) = state.context.store.operation(state.id).await {
+            state.driver.refreshed(record.state);
+        }
+        state
+            .run_span
+            .record("sluice.rows", state.driver.rows_this_run);
+        if state.driver.is_owner() {
+            state.report();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: OperationMessage,
+        state: &mut OperationState,
+    ) -> Result<(), ActorProcessingErr> {
+        let input = match message {
+            OperationMessage::Step => Input::Step,
+            OperationMessage::SubBatchDone(report) => {
+                match &report.outcome {
+                    Ok(outcome) => {
+                        state
+                            .context
+                            .metrics
+                            .sub_batch(state.subject(), outcome.rows, report.took)
+                    }
+                    Err(_) => state
+                        .context
+                        .metrics
+                        .sub_batch_failed(state.subject(), report.took),
+                }
+                Input::SubBatchDone(report.outcome, report.took)
+            }
+            OperationMessage::Health(snapshot) => {
+                Input::Health(snapshot.for_table(&state.driver.projection().table))
+            }
+            OperationMessage::Tick => {
+                let interval = state.context.config.control_interval;
+                myself.send_after(interval, || OperationMessage::Tick);
+                Input::Tick
+            }
+            OperationMessage::Shutdown => Input::Shutdown,
+        };
+        state.run(&myself, input).await
+    }
+}
