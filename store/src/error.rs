@@ -65,6 +65,9 @@ pub enum StoreError {
         /// Its (stale) epoch.
         epoch: i64,
     },
+    /// A batch change its lifecycle refuses; nothing was written.
+    #[error(transparent)]
+    IllegalBatch(#[from] crate::batch_machine::IllegalBatchChange),
     /// The caller's lease on a batch was taken over; its write was rejected.
     #[error("batch {batch_id}: lease epoch {epoch} is no longer held")]
     BatchLeaseLost {

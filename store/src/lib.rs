@@ -2,10 +2,12 @@
 //! event log and projection, batches, leases and retention, on SQLite (the
 //! embedded default) and PostgreSQL (several worker processes).
 //!
-//! The one entry point is [`Store`]. The state machine ([`machine::apply`]) is
-//! pure and usable without a database.
+//! The one entry point is [`Store`]. The state machines — the operation's
+//! ([`machine::apply`]) and the batch's ([`batch_machine::next_status`]) —
+//! are pure and usable without a database.
 #![warn(missing_docs)]
 
+pub mod batch_machine;
 mod bulk_enqueue;
 pub mod clock;
 pub mod cursor;
@@ -22,6 +24,7 @@ mod store;
 mod sub_batch;
 pub mod target_table;
 
+pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cursor::{Cursor, CursorValue};
 pub use error::StoreError;

@@ -16,13 +16,14 @@ use std::sync::LazyLock;
 
 use sqlx::AssertSqlSafe;
 
+use crate::batch_machine::{BatchChange, next_status};
 use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::{self, Event, FORMAT_VERSION};
 use crate::machine::{self, Effect, OperationStatus};
 use crate::record::{
-    Batch, BatchLease, BatchRow, EventRow, Lease, NextBatch, OperationRecord, OperationRow,
-    PROJECTION_COLUMNS, ProjectionValues,
+    Batch, BatchLease, BatchRow, BatchStatus, EventRow, Lease, NextBatch, OperationRecord,
+    OperationRow, PROJECTION_COLUMNS, ProjectionValues,
 };
 use crate::spec::OperationSpec;
 use crate::store::millis;
@@ -368,13 +369,13 @@ macro_rules! backend {
                 now: i64,
             ) -> Result<Vec<Batch>, StoreError> {
                 let rows: Vec<BatchRow> = sqlx::query_as(DIALECT.pick(
-                    "UPDATE sluice_batches SET status = 'running', claimed_by = $1, lease_epoch = lease_epoch + 1, \
+                    "UPDATE sluice_batches SET status = $6, claimed_by = $1, lease_epoch = lease_epoch + 1, \
                      attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
                        SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
                        WHERE o.status = 'running' AND ($3 IS NULL OR b.operation_id = $3) \
                        AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $4)) \
                        ORDER BY b.operation_id, b.ordinal LIMIT $5) RETURNING *",
-                    "UPDATE sluice_batches SET status = 'running', claimed_by = $1, lease_epoch = lease_epoch + 1, \
+                    "UPDATE sluice_batches SET status = $6, claimed_by = $1, lease_epoch = lease_epoch + 1, \
                      attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
                        SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
                        WHERE o.status = 'running' AND ($3::BIGINT IS NULL OR b.operation_id = $3) \
@@ -386,6 +387,7 @@ macro_rules! backend {
                 .bind(operation_id)
                 .bind(now)
                 .bind(limit)
+                .bind(next_status(Some(BatchStatus::Pending), BatchChange::Claimed { lease_lapsed: false })?.as_str())
                 .fetch_all(pool)
                 .await?;
                 let mut batches = rows.into_iter().map(Batch::try_from).collect::<Result<Vec<_>, _>>()?;
@@ -395,11 +397,12 @@ macro_rules! backend {
 
             pub(crate) async fn release_batch(pool: &Pool, lease: &BatchLease) -> Result<(), StoreError> {
                 let released = sqlx::query(
-                    "UPDATE sluice_batches SET status = 'pending', lease_expires_at = NULL, attempts = attempts - 1 \
+                    "UPDATE sluice_batches SET status = $3, lease_expires_at = NULL, attempts = attempts - 1 \
                      WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
                 )
                 .bind(lease.batch_id)
                 .bind(lease.epoch)
+                .bind(next_status(Some(BatchStatus::Running), BatchChange::Released)?.as_str())
                 .execute(pool)
                 .await?;
                 if released.rows_affected() == 0 {
@@ -438,7 +441,7 @@ macro_rules! backend {
             ) -> Result<(Appended, Option<Batch>), StoreError> {
                 let mut tx = begin_write(pool).await?;
                 let updated = sqlx::query(
-                    "UPDATE sluice_batches SET status = 'succeeded', rows_affected = $3, duration_ms = $4, \
+                    "UPDATE sluice_batches SET status = $6, rows_affected = $3, duration_ms = $4, \
                      finished_at = $5, lease_expires_at = NULL \
                      WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
                 )
@@ -447,6 +450,7 @@ macro_rules! backend {
                 .bind(done.rows)
                 .bind(done.duration_ms)
                 .bind(now)
+                .bind(next_status(Some(BatchStatus::Running), BatchChange::Completed)?.as_str())
                 .execute(&mut *tx)
                 .await?;
                 if updated.rows_affected() == 0 {
@@ -490,6 +494,11 @@ macro_rules! backend {
                 now: i64,
             ) -> Result<Appended, StoreError> {
                 let mut tx = begin_write(pool).await?;
+                // Decided as if the operation went on; decided again below
+                // once its row is read (locked after the batch's, as every
+                // batch write does).
+                let attempt_failed = |operation| BatchChange::AttemptFailed { last: !retry, operation };
+                let written = next_status(Some(BatchStatus::Running), attempt_failed(OperationStatus::Running))?;
                 let failed = sqlx::query(
                     "UPDATE sluice_batches SET status = $3, last_error = $4, lease_expires_at = NULL, \
                      sub_batch_size = COALESCE($5, sub_batch_size), finished_at = CASE WHEN $3 = 'failed' THEN $6 END \
@@ -497,7 +506,7 @@ macro_rules! backend {
                 )
                 .bind(lease.batch_id)
                 .bind(lease.epoch)
-                .bind(if retry { "pending" } else { "failed" })
+                .bind(written.as_str())
                 .bind(error)
                 .bind(next_sub_batch_size)
                 .bind(now)
@@ -519,12 +528,11 @@ macro_rules! backend {
                 let operation_failed = fail_operation
                     .map(|error| Event::Failed { error: error.to_owned() })
                     .filter(|failed| legal_after(&record.state, &event, failed, now));
-                if fail_operation.is_some() && operation_failed.is_none() && record.state.status == OperationStatus::Paused {
-                    // Paused meanwhile, the operation cannot fail now: the batch
-                    // waits as a retry, which fails it if it fails again once
-                    // resumed (its attempts are spent).
-                    sqlx::query("UPDATE sluice_batches SET status = 'pending', finished_at = NULL WHERE id = $1")
+                let decided = next_status(Some(BatchStatus::Running), attempt_failed(record.state.status))?;
+                if decided != written {
+                    sqlx::query("UPDATE sluice_batches SET status = $2, finished_at = NULL WHERE id = $1")
                         .bind(lease.batch_id)
+                        .bind(decided.as_str())
                         .execute(&mut *tx)
                         .await?;
                 }
@@ -586,19 +594,20 @@ macro_rules! backend {
                 // The first half starts its attempts afresh; its committed progress stays.
                 sqlx::query(
                     "UPDATE sluice_batches SET end_cursor = $2, batch_size = $3, sub_batch_size = $4, last_error = $5, \
-                     status = 'pending', attempts = 0, lease_expires_at = NULL WHERE id = $1",
+                     status = $6, attempts = 0, lease_expires_at = NULL WHERE id = $1",
                 )
                 .bind(lease.batch_id)
                 .bind(at.to_json())
                 .bind(batch.rows_affected + remaining / 2)
                 .bind(sub_batch_size)
                 .bind(error)
+                .bind(next_status(Some(BatchStatus::Running), BatchChange::Split)?.as_str())
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(
                     "INSERT INTO sluice_batches \
                      (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $8, $7)",
                 )
                 .bind(lease.operation_id)
                 .bind(new_ordinal)
@@ -607,6 +616,7 @@ macro_rules! backend {
                 .bind(remaining - remaining / 2)
                 .bind(sub_batch_size)
                 .bind(now)
+                .bind(next_status(None, BatchChange::PlannedAhead)?.as_str())
                 .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;
@@ -713,10 +723,11 @@ macro_rules! backend {
                     .await?;
                 if effects.contains(&Effect::RequeueFailedBatches) {
                     sqlx::query(
-                        "UPDATE sluice_batches SET status = 'pending', finished_at = NULL \
+                        "UPDATE sluice_batches SET status = $2, finished_at = NULL \
                          WHERE operation_id = $1 AND status = 'failed'",
                     )
                     .bind(id)
+                    .bind(next_status(Some(BatchStatus::Failed), BatchChange::Requeued)?.as_str())
                     .execute(&mut **tx)
                     .await?;
                 }
@@ -746,7 +757,7 @@ macro_rules! backend {
                 .bind(planned.end.as_ref().map(Cursor::to_json))
                 .bind(planned.size)
                 .bind(planned.sub_batch_size)
-                .bind(if claim.is_some() { "running" } else { "pending" })
+                .bind(next_status(None, if claim.is_some() { BatchChange::PlannedClaimed } else { BatchChange::PlannedAhead })?.as_str())
                 .bind(now)
                 .bind(claim.map(|(node, _)| node))
                 .bind(i32::from(claim.is_some()))
