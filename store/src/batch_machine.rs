@@ -4,7 +4,42 @@
 //! the status it was decided from as its condition, beside the lease).
 
 use crate::machine::OperationStatus;
-use crate::record::BatchStatus;
+
+/// Where a batch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchStatus {
+    /// Planned, waiting to be claimed (again, after a retryable failure).
+    Pending,
+    /// Claimed by a node under a lease.
+    Running,
+    /// Done.
+    Succeeded,
+    /// Failed for good (until an operator retries the operation).
+    Failed,
+}
+
+impl BatchStatus {
+    /// The lower-case name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchStatus::Pending => "pending",
+            BatchStatus::Running => "running",
+            BatchStatus::Succeeded => "succeeded",
+            BatchStatus::Failed => "failed",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        [
+            BatchStatus::Pending,
+            BatchStatus::Running,
+            BatchStatus::Succeeded,
+            BatchStatus::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
 
 /// What happens to a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

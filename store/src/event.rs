@@ -12,8 +12,22 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cursor::Cursor;
-use crate::machine::Health;
 use crate::spec::OperationSpec;
+
+/// The database health as last recorded for an operation (what a
+/// `throttled` event records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Health {
+    /// Full speed.
+    Normal,
+    /// Slowed to `percent` of full speed (smaller batches, longer pauses).
+    Throttled {
+        /// Speed as a percentage of normal, 1 to 99.
+        percent: u8,
+    },
+    /// No new sub-batch starts until the signal clears.
+    Stopped,
+}
 
 /// The format version [`encode`] writes.
 pub const FORMAT_VERSION: i32 = 1;

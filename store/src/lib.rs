@@ -10,6 +10,7 @@
 pub mod batch_machine;
 mod bulk_enqueue;
 pub mod clock;
+pub mod connection;
 pub mod cursor;
 pub mod error;
 pub mod event;
@@ -26,6 +27,7 @@ pub mod target_table;
 
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use connection::{Backend, ConnectOptions, redact_url};
 pub use cursor::{Cursor, CursorValue};
 pub use error::StoreError;
 pub use event::{Event, RecordedEvent};
@@ -36,6 +38,6 @@ pub use record::{Batch, BatchLease, BatchStatus, Lease, NextBatch, OperationReco
 pub use schedule::{FireOutcome, Schedule, ScheduleFire, Switch};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
-pub use store::{Backend, ConnectOptions, Enqueued, ListFilter, Store, redact_url};
+pub use store::{Enqueued, ListFilter, Store};
 pub use sub_batch::{SessionConnection, SubBatchSession, SubBatchTx};
 pub use target_table::{Index, TableKeys};

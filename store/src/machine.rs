@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cursor::Cursor;
 use crate::event::Event;
+pub use crate::event::Health;
 use crate::spec::{Limits, Origin};
 
 /// Where an operation is in its life.
@@ -51,20 +52,6 @@ pub enum OperationStatus {
     Finished,
     /// Stopped for good by an operator.
     Cancelled,
-}
-
-/// The database health as last recorded for an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Health {
-    /// Full speed.
-    Normal,
-    /// Slowed to `percent` of full speed (smaller batches, longer pauses).
-    Throttled {
-        /// Speed as a percentage of normal, 1 to 99.
-        percent: u8,
-    },
-    /// No new sub-batch starts until the signal clears.
-    Stopped,
 }
 
 /// The current state of one operation: everything the `operations` table

@@ -17,6 +17,7 @@ use std::sync::LazyLock;
 use sqlx::AssertSqlSafe;
 
 use crate::batch_machine::{BatchChange, next_status};
+use crate::clock::millis;
 use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::{self, Event, FORMAT_VERSION};
@@ -26,7 +27,6 @@ use crate::record::{
     OperationRow, PROJECTION_COLUMNS, ProjectionValues,
 };
 use crate::spec::OperationSpec;
-use crate::store::millis;
 
 /// What an append expects the log's last sequence number to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! value this build cannot interpret is a [`StoreError::CorruptRow`] naming the
 //! column, never a default.
 
+pub use crate::batch_machine::BatchStatus;
 use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::machine::{Health, OperationStatus, Projection};
@@ -78,19 +79,6 @@ pub struct Batch {
     pub finished_at: Option<i64>,
 }
 
-/// Where a batch is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BatchStatus {
-    /// Planned, waiting to be claimed (again, after a retryable failure).
-    Pending,
-    /// Claimed by a node under a lease.
-    Running,
-    /// Done.
-    Succeeded,
-    /// Failed for good (until an operator retries the operation).
-    Failed,
-}
-
 /// A node's claim on a batch, carried by every write about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchLease {
@@ -132,29 +120,6 @@ impl Batch {
             epoch: self.lease_epoch,
             attempt: self.attempts,
         })
-    }
-}
-
-impl BatchStatus {
-    /// The lower-case name stored in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BatchStatus::Pending => "pending",
-            BatchStatus::Running => "running",
-            BatchStatus::Succeeded => "succeeded",
-            BatchStatus::Failed => "failed",
-        }
-    }
-
-    fn parse(name: &str) -> Option<Self> {
-        [
-            BatchStatus::Pending,
-            BatchStatus::Running,
-            BatchStatus::Succeeded,
-            BatchStatus::Failed,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == name)
     }
 }
 

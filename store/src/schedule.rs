@@ -14,8 +14,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::connection::on_pool;
 use crate::error::StoreError;
-use crate::store::{Store, on_pool};
+use crate::store::Store;
 
 /// A recurring operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]

@@ -11,18 +11,15 @@
 //! - the schema is migrated on connect (migrations are embedded in the crate).
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
 
 use crate::bulk_enqueue;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SystemClock, millis};
+use crate::connection::{Backend, ConnectOptions, Connections, on_pool};
 use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::{self, Event, RecordedEvent};
@@ -31,54 +28,14 @@ use crate::queries::{self, Appended, BatchDone, Expected};
 use crate::record::{Batch, BatchLease, EventRow, Lease, NextBatch, OperationRecord};
 use crate::spec::OperationSpec;
 
-/// The handle to Sluice's durable state in one database. Cheap to clone; clones
-/// share the connection pool.
+/// The handle to Sluice's durable state in one database: its domain API
+/// (operations, events, batches, leases). Cheap to clone; clones share the
+/// connections. How connections are pooled, bounded and kept is
+/// [`crate::connection`]'s.
 #[derive(Debug, Clone)]
 pub struct Store {
-    backend: Backend,
+    connections: Connections,
     clock: Arc<dyn Clock>,
-    /// PostgreSQL connections whose sessions carry a `statement_timeout`, for
-    /// sub-batches sent as one statement ([`Store::run_sub_batch_statement`]);
-    /// only on stores that opened their own pool with
-    /// [`ConnectOptions::sub_batch_timeout`].
-    sub_batches: Option<BoundedSessions>,
-    /// How many connections [`crate::SubBatchSession`]s of this store and
-    /// its clones keep now (see [`Store::keep_place`]).
-    kept: Arc<AtomicU32>,
-}
-
-/// The pool of PostgreSQL sessions bounded by `statement_timeout` that
-/// one-statement sub-batches run on.
-#[derive(Debug, Clone)]
-struct BoundedSessions {
-    pool: PgPool,
-    /// The `statement_timeout` its sessions carry.
-    bound: Duration,
-}
-
-/// One kept connection's place in its store's count; given back when dropped.
-#[derive(Debug)]
-pub(crate) struct KeptPlace {
-    count: Arc<AtomicU32>,
-    /// How long the connection may be kept: the `max_lifetime` of the pool
-    /// it came from, which closes it as over age once it is given back
-    /// (`None`: for ever).
-    pub(crate) lifetime: Option<Duration>,
-}
-
-impl Drop for KeptPlace {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Which database the store lives in.
-#[derive(Debug, Clone)]
-pub enum Backend {
-    /// An SQLite file (or in-memory database): one machine, the embedded default.
-    Sqlite(SqlitePool),
-    /// PostgreSQL: several worker processes on several machines.
-    Postgres(PgPool),
 }
 
 /// The result of [`Store::enqueue`].
@@ -102,60 +59,10 @@ pub struct ListFilter {
     pub limit: Option<i64>,
 }
 
-/// Connection settings for [`Store::connect_with`].
-#[derive(Debug, Clone)]
-pub struct ConnectOptions {
-    /// Most connections in the pool.
-    pub max_connections: u32,
-    /// How long an SQLite writer waits for the database lock before failing.
-    pub busy_timeout: Duration,
-    /// How long to wait for a connection from the pool.
-    pub acquire_timeout: Duration,
-    /// On PostgreSQL, also open up to `max_connections` connections whose
-    /// sessions carry this `statement_timeout`, so that a sub-batch that is
-    /// one statement is sent as one statement, with no transaction to open
-    /// for a `SET LOCAL` (the runtime passes its sub-batch timeout).
-    pub sub_batch_timeout: Option<Duration>,
-    /// How long a connection lives before its pool closes it and opens a
-    /// fresh one (`None`: for ever), so no server session grows without end
-    /// and a failover or a rebalanced proxy is followed. It holds for the
-    /// connections a pool worker keeps between sub-batches too
-    /// ([`crate::SubBatchSession`] gives one back once kept this long).
-    /// Not for an in-memory SQLite database, whose one connection is the
-    /// database and is never renewed.
-    pub max_lifetime: Option<Duration>,
-}
-
-impl Default for ConnectOptions {
-    fn default() -> Self {
-        ConnectOptions {
-            max_connections: 8,
-            busy_timeout: Duration::from_secs(10),
-            acquire_timeout: Duration::from_secs(10),
-            sub_batch_timeout: None,
-            max_lifetime: Some(Duration::from_secs(30 * 60)),
-        }
-    }
-}
-
-/// Runs the same sqlx code on whichever pool the store has: for statements
-/// whose text is the same on both backends and that need no per-dialect
-/// function of their own (schedules, switches, an operation's target-table
-/// statements). `$pool` is bound to the backend's pool in `$body`.
-macro_rules! on_pool {
-    ($store:expr, |$pool:ident| $body:expr) => {
-        match $store.backend() {
-            $crate::store::Backend::Sqlite($pool) => $body,
-            $crate::store::Backend::Postgres($pool) => $body,
-        }
-    };
-}
-pub(crate) use on_pool;
-
 /// Calls the per-backend function of [`crate::queries`] for the store's pool.
 macro_rules! dispatch {
     ($self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
-        match &$self.backend {
+        match $self.connections.backend() {
             Backend::Sqlite(pool) => queries::sqlite::$function(pool, $($arg),*).await,
             Backend::Postgres(pool) => queries::postgres::$function(pool, $($arg),*).await,
         }
@@ -174,101 +81,29 @@ impl Store {
 
     /// [`Store::connect`] with explicit pool settings.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self, StoreError> {
-        if url.starts_with("sqlite:") {
-            let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-            let connect = SqliteConnectOptions::from_str(url)?
-                .create_if_missing(true)
-                .journal_mode(if in_memory {
-                    SqliteJournalMode::Memory
-                } else {
-                    SqliteJournalMode::Wal
-                })
-                .synchronous(SqliteSynchronous::Normal)
-                .busy_timeout(options.busy_timeout)
-                .foreign_keys(true);
-            let pool = SqlitePoolOptions::new().acquire_timeout(options.acquire_timeout);
-            let pool = if in_memory {
-                // Each connection to an in-memory database is a database of
-                // its own, which lives only while it is open: its one
-                // connection is never closed for its age or idleness.
-                pool.max_connections(1)
-                    .max_lifetime(None)
-                    .idle_timeout(None)
-            } else {
-                pool.max_connections(options.max_connections)
-                    .max_lifetime(options.max_lifetime)
-            };
-            let path = connect.get_filename().to_owned();
-            let pool = pool.connect_with(connect).await.map_err(|e| {
-                let unopenable = e
-                    .as_database_error()
-                    .and_then(|d| d.code())
-                    .is_some_and(|code| code == "14");
-                if !unopenable || in_memory {
-                    return StoreError::Database(e);
-                }
-                let folder = path.parent().filter(|f| !f.as_os_str().is_empty());
-                let reason = match folder {
-                    Some(folder) if !folder.is_dir() => {
-                        format!("its folder `{}` does not exist", folder.display())
-                    }
-                    _ => format!("{e} (check that its folder can be read and written)"),
-                };
-                StoreError::CannotOpen {
-                    path: path.display().to_string(),
-                    reason,
-                }
-            })?;
-            Self::sqlite(pool).await
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let connect = PgConnectOptions::from_str(url)?;
-            let pool = PgPoolOptions::new()
-                .max_connections(options.max_connections)
-                .acquire_timeout(options.acquire_timeout)
-                .max_lifetime(options.max_lifetime)
-                .connect_with(connect.clone())
-                .await?;
-            let mut store = Self::postgres(pool).await?;
-            if let Some(timeout) = options.sub_batch_timeout {
-                let ms = crate::sub_batch::statement_timeout_ms(timeout).to_string();
-                let bounded = PgPoolOptions::new()
-                    .max_connections(options.max_connections)
-                    .acquire_timeout(options.acquire_timeout)
-                    .max_lifetime(options.max_lifetime)
-                    .connect_lazy_with(connect.options([("statement_timeout", ms.as_str())]));
-                store.sub_batches = Some(BoundedSessions {
-                    pool: bounded,
-                    bound: timeout,
-                });
-            }
-            Ok(store)
-        } else {
-            Err(StoreError::UnsupportedUrl {
-                url: redact_url(url),
-            })
-        }
+        Store::migrated(Connections::open(url, options).await?).await
     }
 
     /// A store in an existing SQLite pool (the host application's), migrated.
     pub async fn sqlite(pool: SqlitePool) -> Result<Self, StoreError> {
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        Ok(Store {
-            backend: Backend::Sqlite(pool),
-            clock: Arc::new(SystemClock),
-            sub_batches: None,
-            kept: Arc::new(AtomicU32::new(0)),
-        })
+        Store::migrated(Connections::of(Backend::Sqlite(pool))).await
     }
 
     /// A store in an existing PostgreSQL pool (the host application's), migrated.
     /// Concurrent migrations from several processes are serialised by sqlx's advisory lock.
     pub async fn postgres(pool: PgPool) -> Result<Self, StoreError> {
-        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Store::migrated(Connections::of(Backend::Postgres(pool))).await
+    }
+
+    /// A store on `connections`, its schema migrated.
+    async fn migrated(connections: Connections) -> Result<Self, StoreError> {
+        match connections.backend() {
+            Backend::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
+            Backend::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
+        }
         Ok(Store {
-            backend: Backend::Postgres(pool),
+            connections,
             clock: Arc::new(SystemClock),
-            sub_batches: None,
-            kept: Arc::new(AtomicU32::new(0)),
         })
     }
 
@@ -285,60 +120,17 @@ impl Store {
 
     /// The database the store lives in, for callers that run their own SQL there.
     pub fn backend(&self) -> &Backend {
-        &self.backend
+        self.connections.backend()
     }
 
-    /// Closes the pool, waiting for connections in use to be returned.
+    /// Closes the pools, waiting for connections in use to be returned.
     pub async fn close(&self) {
-        match &self.backend {
-            Backend::Sqlite(pool) => pool.close().await,
-            Backend::Postgres(pool) => pool.close().await,
-        }
-        if let Some(sessions) = &self.sub_batches {
-            sessions.pool.close().await;
-        }
+        self.connections.close().await;
     }
 
-    /// The pool of sessions bounded by `statement_timeout`, when this store
-    /// has one and its bound is within `timeout`.
-    pub(crate) fn bounded_sessions(&self, timeout: Duration) -> Option<&PgPool> {
-        self.sub_batches
-            .as_ref()
-            .filter(|sessions| sessions.bound <= timeout)
-            .map(|sessions| &sessions.pool)
-    }
-
-    /// A place for a [`crate::SubBatchSession`] to keep one connection, if
-    /// one is left. All the sessions of this store and its clones together
-    /// may keep all but one of the PostgreSQL bounded sessions' connections
-    /// (a pool of their own), none on a PostgreSQL store without them, and
-    /// half of an SQLite store's connections (its one pool, which the
-    /// runtime's bookkeeping shares; none of an in-memory database's one).
-    pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
-        let (most, lifetime) = match (&self.backend, &self.sub_batches) {
-            (Backend::Sqlite(pool), _) => (
-                pool.options().get_max_connections() / 2,
-                pool.options().get_max_lifetime(),
-            ),
-            (Backend::Postgres(_), Some(sessions)) => (
-                sessions
-                    .pool
-                    .options()
-                    .get_max_connections()
-                    .saturating_sub(1),
-                sessions.pool.options().get_max_lifetime(),
-            ),
-            (Backend::Postgres(_), None) => return None,
-        };
-        self.kept
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
-                (kept < most).then_some(kept + 1)
-            })
-            .ok()
-            .map(|_| KeptPlace {
-                count: self.kept.clone(),
-                lifetime,
-            })
+    /// The store's connection-pool policy: bounded sessions, kept connections.
+    pub(crate) fn connections(&self) -> &Connections {
+        &self.connections
     }
 
     /// Validates `spec` and records a new pending operation with its `created`
@@ -387,7 +179,7 @@ impl Store {
         let mut written: Vec<Enqueued> = Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(Self::ENQUEUE_CHUNK) {
             let chunk_specs: Vec<OperationSpec> = chunk.iter().map(|&i| specs[i].clone()).collect();
-            let outcomes = match &self.backend {
+            let outcomes = match self.connections.backend() {
                 Backend::Sqlite(pool) => {
                     queries::sqlite::enqueue_each(pool, &chunk_specs, now).await?
                 }
@@ -753,32 +545,9 @@ fn decode_row(row: EventRow) -> Result<RecordedEvent, StoreError> {
     })
 }
 
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The URL without its password, for messages.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &userinfo[..colon],
-                    &url[at..]
-                ),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::redact_url as redact;
+    use crate::connection::redact_url as redact;
 
     #[test]
     fn passwords_are_not_repeated_in_messages() {

@@ -16,12 +16,13 @@ use sqlx::Connection as _;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection};
 
+use crate::connection::{Backend, KeptPlace, on_pool, statement_timeout_ms};
 use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::queries::{self, batch_lease_lost};
 use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
-use crate::store::{Backend, KeptPlace, Store, on_pool};
+use crate::store::Store;
 use crate::target_table::row_cursor;
 
 /// Records a sub-batch done in transaction `$tx` (moved in; the batch's
@@ -349,7 +350,8 @@ impl SubBatchSession {
                     .await?
             }
             Backend::Postgres(_) => {
-                let Some(bounded) = self.store.bounded_sessions(timeout).cloned() else {
+                let Some(bounded) = self.store.connections().bounded_sessions(timeout).cloned()
+                else {
                     return Ok(None);
                 };
                 self.take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
@@ -385,7 +387,9 @@ impl SubBatchSession {
             Some(held) => held,
             None => HeldConnection::fresh(
                 acquire.await?,
-                self.keeps.then(|| self.store.keep_place()).flatten(),
+                self.keeps
+                    .then(|| self.store.connections().keep_place())
+                    .flatten(),
             ),
         })
     }
@@ -689,10 +693,4 @@ impl SubBatchTx<'_> {
             Tx::Postgres(tx) => record_then_commit!(tx, &self.lease, progress, rows),
         }
     }
-}
-
-/// `timeout` as PostgreSQL's `statement_timeout` takes it: whole
-/// milliseconds, at least 1 (0 would mean no limit), at most `i32::MAX`.
-pub(crate) fn statement_timeout_ms(timeout: std::time::Duration) -> u128 {
-    timeout.as_millis().clamp(1, i32::MAX as u128)
 }

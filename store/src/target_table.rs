@@ -6,10 +6,11 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::AssertSqlSafe;
 
+use crate::connection::{Backend, on_pool};
 use crate::cursor::{Cursor, CursorValue};
 use crate::error::StoreError;
 use crate::sql::{Ident, SqlText, Statement, bind_values};
-use crate::store::{Backend, Store, on_pool};
+use crate::store::Store;
 
 /// The columns of table `$2` in schema `$1` (the current schema when NULL)
 /// that the current role may use, as `information_schema.columns` lists

@@ -1,0 +1,288 @@
+//! The store's connection-pool policy, apart from its domain API: which
+//! database and pool a store uses ([`Backend`], [`ConnectOptions`]), the
+//! PostgreSQL sessions bounded by `statement_timeout` that one-statement
+//! sub-batches run on, and how many connections pool workers may keep
+//! between sub-batches. Nothing here knows operations, events or batches.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use crate::error::StoreError;
+
+/// Which database the store lives in.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// An SQLite file (or in-memory database): one machine, the embedded default.
+    Sqlite(SqlitePool),
+    /// PostgreSQL: several worker processes on several machines.
+    Postgres(PgPool),
+}
+
+/// Connection settings for [`Store::connect_with`].
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Most connections in the pool.
+    pub max_connections: u32,
+    /// How long an SQLite writer waits for the database lock before failing.
+    pub busy_timeout: Duration,
+    /// How long to wait for a connection from the pool.
+    pub acquire_timeout: Duration,
+    /// On PostgreSQL, also open up to `max_connections` connections whose
+    /// sessions carry this `statement_timeout`, so that a sub-batch that is
+    /// one statement is sent as one statement, with no transaction to open
+    /// for a `SET LOCAL` (the runtime passes its sub-batch timeout).
+    pub sub_batch_timeout: Option<Duration>,
+    /// How long a connection lives before its pool closes it and opens a
+    /// fresh one (`None`: for ever), so no server session grows without end
+    /// and a failover or a rebalanced proxy is followed. It holds for the
+    /// connections a pool worker keeps between sub-batches too
+    /// ([`crate::SubBatchSession`] gives one back once kept this long).
+    /// Not for an in-memory SQLite database, whose one connection is the
+    /// database and is never renewed.
+    pub max_lifetime: Option<Duration>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            max_connections: 8,
+            busy_timeout: Duration::from_secs(10),
+            acquire_timeout: Duration::from_secs(10),
+            sub_batch_timeout: None,
+            max_lifetime: Some(Duration::from_secs(30 * 60)),
+        }
+    }
+}
+
+/// Runs the same sqlx code on whichever pool the store has: for statements
+/// whose text is the same on both backends and that need no per-dialect
+/// function of their own (schedules, switches, an operation's target-table
+/// statements). `$pool` is bound to the backend's pool in `$body`.
+macro_rules! on_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match $store.backend() {
+            $crate::connection::Backend::Sqlite($pool) => $body,
+            $crate::connection::Backend::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+/// A store's connections: its pool, the PostgreSQL sessions bounded for
+/// sub-batches, and how many connections pool workers keep. Cheap to clone;
+/// clones share all three.
+#[derive(Debug, Clone)]
+pub(crate) struct Connections {
+    backend: Backend,
+    /// PostgreSQL connections whose sessions carry a `statement_timeout`, for
+    /// sub-batches sent as one statement ([`Store::run_sub_batch_statement`]);
+    /// only on stores that opened their own pool with
+    /// [`ConnectOptions::sub_batch_timeout`].
+    sub_batches: Option<BoundedSessions>,
+    /// How many connections [`crate::SubBatchSession`]s of this store and
+    /// its clones keep now (see [`Connections::keep_place`]).
+    kept: Arc<AtomicU32>,
+}
+
+/// The pool of PostgreSQL sessions bounded by `statement_timeout` that
+/// one-statement sub-batches run on.
+#[derive(Debug, Clone)]
+struct BoundedSessions {
+    pool: PgPool,
+    /// The `statement_timeout` its sessions carry.
+    bound: Duration,
+}
+
+/// One kept connection's place in its store's count; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct KeptPlace {
+    count: Arc<AtomicU32>,
+    /// How long the connection may be kept: the `max_lifetime` of the pool
+    /// it came from, which closes it as over age once it is given back
+    /// (`None`: for ever).
+    pub(crate) lifetime: Option<Duration>,
+}
+
+impl Drop for KeptPlace {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Connections {
+    /// The connections of a pool opened elsewhere (no bounded sessions).
+    pub(crate) fn of(backend: Backend) -> Self {
+        Connections {
+            backend,
+            sub_batches: None,
+            kept: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// Opens the pools `url` names with `options` (not migrated).
+    pub(crate) async fn open(url: &str, options: &ConnectOptions) -> Result<Self, StoreError> {
+        if url.starts_with("sqlite:") {
+            let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+            let connect = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(if in_memory {
+                    SqliteJournalMode::Memory
+                } else {
+                    SqliteJournalMode::Wal
+                })
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(options.busy_timeout)
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new().acquire_timeout(options.acquire_timeout);
+            let pool = if in_memory {
+                // Each connection to an in-memory database is a database of
+                // its own, which lives only while it is open: its one
+                // connection is never closed for its age or idleness.
+                pool.max_connections(1)
+                    .max_lifetime(None)
+                    .idle_timeout(None)
+            } else {
+                pool.max_connections(options.max_connections)
+                    .max_lifetime(options.max_lifetime)
+            };
+            let path = connect.get_filename().to_owned();
+            let pool = pool.connect_with(connect).await.map_err(|e| {
+                let unopenable = e
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .is_some_and(|code| code == "14");
+                if !unopenable || in_memory {
+                    return StoreError::Database(e);
+                }
+                let folder = path.parent().filter(|f| !f.as_os_str().is_empty());
+                let reason = match folder {
+                    Some(folder) if !folder.is_dir() => {
+                        format!("its folder `{}` does not exist", folder.display())
+                    }
+                    _ => format!("{e} (check that its folder can be read and written)"),
+                };
+                StoreError::CannotOpen {
+                    path: path.display().to_string(),
+                    reason,
+                }
+            })?;
+            Ok(Connections::of(Backend::Sqlite(pool)))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let connect = PgConnectOptions::from_str(url)?;
+            let pool = PgPoolOptions::new()
+                .max_connections(options.max_connections)
+                .acquire_timeout(options.acquire_timeout)
+                .max_lifetime(options.max_lifetime)
+                .connect_with(connect.clone())
+                .await?;
+            let mut connections = Connections::of(Backend::Postgres(pool));
+            if let Some(timeout) = options.sub_batch_timeout {
+                let ms = statement_timeout_ms(timeout).to_string();
+                let bounded = PgPoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .acquire_timeout(options.acquire_timeout)
+                    .max_lifetime(options.max_lifetime)
+                    .connect_lazy_with(connect.options([("statement_timeout", ms.as_str())]));
+                connections.sub_batches = Some(BoundedSessions {
+                    pool: bounded,
+                    bound: timeout,
+                });
+            }
+            Ok(connections)
+        } else {
+            Err(StoreError::UnsupportedUrl {
+                url: redact_url(url),
+            })
+        }
+    }
+
+    /// The database's pool.
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Closes the pools, waiting for connections in use to be returned.
+    pub(crate) async fn close(&self) {
+        match &self.backend {
+            Backend::Sqlite(pool) => pool.close().await,
+            Backend::Postgres(pool) => pool.close().await,
+        }
+        if let Some(sessions) = &self.sub_batches {
+            sessions.pool.close().await;
+        }
+    }
+
+    /// The pool of sessions bounded by `statement_timeout`, when this store
+    /// has one and its bound is within `timeout`.
+    pub(crate) fn bounded_sessions(&self, timeout: Duration) -> Option<&PgPool> {
+        self.sub_batches
+            .as_ref()
+            .filter(|sessions| sessions.bound <= timeout)
+            .map(|sessions| &sessions.pool)
+    }
+
+    /// A place for a [`crate::SubBatchSession`] to keep one connection, if
+    /// one is left. All the sessions of this store and its clones together
+    /// may keep all but one of the PostgreSQL bounded sessions' connections
+    /// (a pool of their own), none on a PostgreSQL store without them, and
+    /// half of an SQLite store's connections (its one pool, which the
+    /// runtime's bookkeeping shares; none of an in-memory database's one).
+    pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
+        let (most, lifetime) = match (&self.backend, &self.sub_batches) {
+            (Backend::Sqlite(pool), _) => (
+                pool.options().get_max_connections() / 2,
+                pool.options().get_max_lifetime(),
+            ),
+            (Backend::Postgres(_), Some(sessions)) => (
+                sessions
+                    .pool
+                    .options()
+                    .get_max_connections()
+                    .saturating_sub(1),
+                sessions.pool.options().get_max_lifetime(),
+            ),
+            (Backend::Postgres(_), None) => return None,
+        };
+        self.kept
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
+                (kept < most).then_some(kept + 1)
+            })
+            .ok()
+            .map(|_| KeptPlace {
+                count: self.kept.clone(),
+                lifetime,
+            })
+    }
+}
+
+/// `timeout` as PostgreSQL's `statement_timeout` takes it: whole
+/// milliseconds, at least 1 (0 would mean no limit), at most `i32::MAX`.
+pub(crate) fn statement_timeout_ms(timeout: Duration) -> u128 {
+    timeout.as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// The URL without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
