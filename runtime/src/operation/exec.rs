@@ -95,6 +95,10 @@ impl OperationState {
                 next_size,
                 then_plan,
             } => {
+                // Finding where the next batch ends must not keep this
+                // batch's outcome from being recorded: on an error (or no row
+                // left) the outcome goes alone, and the next step plans
+                // again, where an error is handled as any request's.
                 let next = match &then_plan {
                     Some(plan) => self.next_batch(plan).await.ok().flatten(),
                     None => None,

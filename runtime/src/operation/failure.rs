@@ -151,10 +151,7 @@ impl Driver {
         self.leftovers_possible = true;
         self.projection = state;
         self.procedure = Procedure::None;
-        out.push(Command::Trace(Note::Transitioned {
-            events: events.to_vec(),
-            status: self.projection.status,
-        }));
+        self.transitioned(out, events);
         self.backoff(attempt, now)
     }
 

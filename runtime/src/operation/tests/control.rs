@@ -7,7 +7,7 @@ use super::*;
 
 #[test]
 fn nothing_starts_before_the_first_health_reading() {
-    let role = Role::Owner { lease: lease(1) };
+    let role = |_| Role::Owner { lease: lease(1) };
     let mut h = Harness::new(role, projection(), settings(), false);
     assert_eq!(script(&h.on(Input::Start)), ["ScheduleStep(0ms)"]);
     assert!(script(&h.on(Input::Step)).is_empty());

@@ -131,8 +131,15 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(role: Role, projection: Projection, settings: Settings, health_known: bool) -> Self {
+    /// A driver started at `t0` in the role `role(t0)` gives.
+    fn new(
+        role: impl FnOnce(Instant) -> Role,
+        projection: Projection,
+        settings: Settings,
+        health_known: bool,
+    ) -> Self {
         let t0 = Instant::now();
+        let role = role(t0);
         let sizer = BatchSizer::new(Duration::from_millis(500), 10, 100_000);
         Harness {
             driver: Driver::new(settings, sizer, role, projection, health_known, t0),
@@ -143,8 +150,12 @@ impl Harness {
 
     /// The lease holder of an operation with `projection`, health known.
     fn owner_of(projection: Projection, settings: Settings) -> Self {
-        let role = Role::Owner { lease: lease(1) };
-        Harness::new(role, projection, settings, true)
+        Harness::new(
+            |_| Role::Owner { lease: lease(1) },
+            projection,
+            settings,
+            true,
+        )
     }
 
     fn owner() -> Self {
@@ -152,14 +163,8 @@ impl Harness {
     }
 
     fn helper() -> Self {
-        let role = Role::Helper {
-            busy_at: Instant::now(),
-        };
-        let mut h = Harness::new(role, projection(), settings(), true);
-        if let Role::Helper { busy_at } = &mut h.driver.role {
-            *busy_at = h.t0;
-        }
-        h
+        let role = |t0| Role::Helper { busy_at: t0 };
+        Harness::new(role, projection(), settings(), true)
     }
 
     fn now(&self) -> Now {
