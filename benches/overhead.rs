@@ -6,7 +6,7 @@
 //! size, on SQLite and PostgreSQL, in turns in one run (which side goes
 //! first rotates); and, for scale, everything in one `DELETE`. The runtime's
 //! statement picks the same rows the same way and adds only its record: on
-//! PostgreSQL the fenced tally update, tested in the pick's guard (`id = ANY
+//! PostgreSQL the fenced count in the batch's row, tested in the pick's guard (`id = ANY
 //! (CASE WHEN <fence> THEN ARRAY(SELECT id …) END)`), on SQLite the record
 //! in the same transaction.
 //!

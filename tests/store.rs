@@ -39,7 +39,7 @@ for_each_backend!(
 );
 
 postgres_only!(
-    a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row,
+    a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_batch_row,
     a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it,
     a_busy_session_renews_its_connection_at_the_pool_lifetime,
     sessions_keep_all_but_one_connection_between_them,
@@ -1576,12 +1576,10 @@ async fn sessions_keep_all_but_one_connection_between_them(db: &TestDb) {
     store.close().await;
 }
 
-/// A loop batch's count (kept, on PostgreSQL's bounded sessions, in a tally
-/// row apart from the batch's own) is the same through every change of
-/// hands: given back, its count stays with the batch and the next claim
-/// starts from it; failed and retried, likewise; succeeded, the batch keeps
-/// the total its holder reports, not that plus the tally. A tally row exists
-/// only while its batch runs.
+/// A loop batch's count is the same through every change of hands: given
+/// back, its count stays with the batch and the next claim starts from it;
+/// failed and retried, likewise; succeeded, the batch keeps the total its
+/// holder reports, not that plus what its sub-batches counted.
 async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestDb) {
     use sluice_store::Ident;
     let clock = ManualClock::new(1_700_000_000_000);
@@ -1607,16 +1605,6 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
         let delete = loop_delete(&table, " WHERE id >= 0 LIMIT ", 4);
         let (id, a) = batch_held_by_a(store, loop_spec(table.name()), None, 100).await;
         let batch = || async { store.batches(id).await.unwrap().remove(0) };
-        let tallies = || async {
-            if db.backend != "postgres" {
-                return 0;
-            }
-            db.scalar(&format!(
-                "SELECT COUNT(*) FROM sluice_batch_tallies WHERE batch_id = {}",
-                a.batch_id
-            ))
-            .await
-        };
         let run = |lease: sluice_store::BatchLease| {
             let delete = delete.clone();
             async move {
@@ -1626,22 +1614,13 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
                     .unwrap()
             }
         };
-        let running = if db.backend == "postgres" { 1 } else { 0 };
         assert_eq!(run(a.clone()).await, 4, "{name}");
-        assert_eq!(
-            (batch().await.rows_affected, tallies().await),
-            (4, running),
-            "{name}"
-        );
+        assert_eq!(batch().await.rows_affected, 4, "{name}");
 
         store.release_batch(&a).await.unwrap();
         let given_back = batch().await;
         assert_eq!(given_back.status, BatchStatus::Pending, "{name}");
-        assert_eq!(
-            (given_back.rows_affected, tallies().await),
-            (4, 0),
-            "{name}: given back"
-        );
+        assert_eq!(given_back.rows_affected, 4, "{name}: given back");
 
         let b = store
             .claim_batches("b", Some(id), 1, ttl)
@@ -1655,11 +1634,7 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
         let b = b.lease().unwrap();
         assert_eq!(run(b.clone()).await, 4, "{name}");
         store.fail_batch(&b, "boom", true, None).await.unwrap();
-        assert_eq!(
-            (batch().await.rows_affected, tallies().await),
-            (8, 0),
-            "{name}: retried"
-        );
+        assert_eq!(batch().await.rows_affected, 8, "{name}: retried");
 
         let c = store
             .claim_batches("c", Some(id), 1, ttl)
@@ -1676,11 +1651,7 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
             .unwrap();
         let done = batch().await;
         assert_eq!(done.status, BatchStatus::Succeeded, "{name}");
-        assert_eq!(
-            (done.rows_affected, tallies().await),
-            (12, 0),
-            "{name}: done, counted once"
-        );
+        assert_eq!(done.rows_affected, 12, "{name}: done, counted once");
         assert_eq!(
             db.scalar(&format!("SELECT COUNT(*) FROM {}", table.quoted()))
                 .await,
@@ -1691,12 +1662,12 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
 }
 
 /// A stalled holder's loop sub-batch racing another node's takeover, on
-/// PostgreSQL's one-statement path: the batch's tally row orders them. A
-/// late sub-batch that holds the tally first commits, and the takeover,
-/// waiting for it, starts from a count that includes it; a takeover that
-/// holds the tally first makes the late sub-batch, waiting for it, change
+/// PostgreSQL's one-statement path: the batch's row lock orders them. While
+/// a late sub-batch holds the batch row, a takeover skips the batch; once it
+/// committed, the takeover starts from a count that includes it; a takeover that
+/// holds the batch row first makes the late sub-batch, waiting for it, change
 /// nothing and hear that its lease is lost. Every row goes once.
-async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row(db: &TestDb) {
+async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_batch_row(db: &TestDb) {
     use sluice_store::{Backend, Ident};
     let Backend::Postgres(pool) = db.store.backend() else {
         unreachable!("a PostgreSQL test")
@@ -1735,8 +1706,8 @@ async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row(db: &
     let (id, a) = batch_held_by_a(&store, loop_spec("raced"), None, 100).await;
     assert_eq!(late(a.clone()).await.unwrap().unwrap(), 4);
 
-    // The late sub-batch holds the tally (its change waits on row 5, held
-    // here); the takeover waits for the tally.
+    // The late sub-batch holds the batch row (its change waits on row 5,
+    // held here): a takeover skips the batch rather than wait for it.
     let mut row = pool.begin().await.unwrap();
     let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut *row)
@@ -1752,26 +1723,27 @@ async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row(db: &
         waiting_on(holder).await == 1
     })
     .await;
-    let taking = {
-        let store = store.clone();
-        tokio::spawn(async move { store.claim_batches("b", Some(id), 1, ttl).await })
-    };
-    common::until("the takeover waits on the tally", || async {
-        waiting_on(holder).await == 2
-    })
-    .await;
+    let skipped = store.claim_batches("b", Some(id), 1, ttl).await.unwrap();
+    assert!(
+        skipped.is_empty(),
+        "a batch being written is not taken over"
+    );
     row.commit().await.unwrap();
     assert_eq!(
         a_late.await.unwrap().unwrap(),
         4,
         "the late sub-batch held on"
     );
-    let b = taking.await.unwrap().unwrap().remove(0);
+    let b = store
+        .claim_batches("b", Some(id), 1, ttl)
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!(b.rows_affected, 8, "the takeover counts the late sub-batch");
     assert_eq!(left().await, 12);
 
-    // A takeover holds the tally (its claim not yet committed); B's late
-    // sub-batch waits for it, then finds its tally gone.
+    // A takeover holds the batch row (its claim not yet committed); B's
+    // late sub-batch waits for it, then finds its lease gone.
     let b = b.lease().unwrap();
     let mut claim = pool.begin().await.unwrap();
     let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
@@ -1787,7 +1759,7 @@ async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_tally_row(db: &
     .await
     .unwrap();
     let b_late = late(b.clone());
-    common::until("the late sub-batch waits on the tally", || async {
+    common::until("the late sub-batch waits on the batch row", || async {
         waiting_on(holder).await == 1
     })
     .await;

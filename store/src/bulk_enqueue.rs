@@ -10,13 +10,12 @@
 use std::sync::LazyLock;
 
 use sqlx::AssertSqlSafe;
-use sqlx::postgres::{PgArguments, PgPool, Postgres};
-use sqlx::query::QueryAs;
+use sqlx::postgres::PgPool;
 
 use crate::error::StoreError;
 use crate::event::{self, Event, FORMAT_VERSION};
 use crate::machine;
-use crate::record::{PROJECTION_COLUMNS, ProjectionValues};
+use crate::operation_row::{ColumnValue, PROJECTION_COLUMNS};
 use crate::spec::OperationSpec;
 
 /// Operations per bulk-enqueue chunk (one statement on PostgreSQL, one
@@ -32,23 +31,36 @@ pub(crate) async fn enqueue_chunk(
     specs: &[OperationSpec],
     now: i64,
 ) -> Result<Vec<Option<(i64, bool)>>, StoreError> {
-    let mut columns = Columns::default();
-    for (ordinal, spec) in (0_i64..).zip(specs) {
+    let mut unique_keys = Vec::with_capacity(specs.len());
+    let mut payloads = Vec::with_capacity(specs.len());
+    let mut columns: Vec<ColumnArray> = Vec::new();
+    for spec in specs {
         let created = Event::Created(Box::new(spec.clone()));
         let (projection, _) =
             machine::apply(None, &created, now).expect("created is legal on nothing");
-        columns.ordinal.push(ordinal);
-        columns.unique_key.push(spec.unique_key());
-        columns.payload.push(event::encode(&created));
-        columns.push(ProjectionValues::of(&projection));
+        unique_keys.push(spec.unique_key());
+        payloads.push(event::encode(&created));
+        let values = PROJECTION_COLUMNS.iter().map(|c| (c.value)(&projection));
+        if columns.is_empty() {
+            columns = values.map(ColumnArray::from).collect();
+        } else {
+            columns.iter_mut().zip(values).for_each(|(a, v)| a.push(v));
+        }
     }
-    let query = sqlx::query_as(AssertSqlSafe(BULK_ENQUEUE.as_str()));
-    let rows: Vec<(i64, Option<i64>, Option<i64>)> = columns
-        .bind(query)
-        .bind(now)
-        .bind(FORMAT_VERSION)
-        .fetch_all(pool)
-        .await?;
+    let ordinals: Vec<i64> = (0..).take(specs.len()).collect();
+    let mut query = sqlx::query_as(AssertSqlSafe(BULK_ENQUEUE.as_str()))
+        .bind(ordinals)
+        .bind(unique_keys)
+        .bind(payloads);
+    for column in columns {
+        query = match column {
+            ColumnArray::Int(values) => query.bind(values),
+            ColumnArray::Int32(values) => query.bind(values),
+            ColumnArray::Text(values) => query.bind(values),
+        };
+    }
+    let rows: Vec<(i64, Option<i64>, Option<i64>)> =
+        query.bind(now).bind(FORMAT_VERSION).fetch_all(pool).await?;
     let mut outcomes = vec![None; specs.len()];
     for (ordinal, created_id, existing_id) in rows {
         outcomes[ordinal as usize] = match (created_id, existing_id) {
@@ -64,7 +76,8 @@ pub(crate) async fn enqueue_chunk(
 /// encoded event, then the projection in [`PROJECTION_COLUMNS`] order), `$36`
 /// the time, `$37` the event format version.
 static BULK_ENQUEUE: LazyLock<String> = LazyLock::new(|| {
-    let columns = PROJECTION_COLUMNS.join(", ");
+    let names: Vec<&str> = PROJECTION_COLUMNS.iter().map(|c| c.name).collect();
+    let columns = names.join(", ");
     let arrays: Vec<String> = (1..=PROJECTION_COLUMNS.len() + 3)
         .map(|i| format!("${i}"))
         .collect();
@@ -88,80 +101,31 @@ static BULK_ENQUEUE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-type BulkQuery<'q> = QueryAs<'q, Postgres, (i64, Option<i64>, Option<i64>), PgArguments>;
-
-/// Declares [`Columns`]: one vector per input column, filled from
-/// [`ProjectionValues`] and bound in declaration order, which must be
-/// [`PROJECTION_COLUMNS`] order (a test checks it).
-macro_rules! columns {
-    ($($field:ident: $ty:ty),* $(,)?) => {
-        /// The chunk, column by column.
-        #[derive(Default)]
-        struct Columns {
-            ordinal: Vec<i64>,
-            unique_key: Vec<String>,
-            payload: Vec<Vec<u8>>,
-            $($field: Vec<$ty>,)*
-        }
-
-        /// The projection's fields, in the order they are bound.
-        #[cfg(test)]
-        const FIELDS: &[&str] = &[$(stringify!($field)),*];
-
-        impl Columns {
-            fn push(&mut self, values: ProjectionValues) {
-                $(self.$field.push(values.$field.into());)*
-            }
-
-            fn bind(self, query: BulkQuery<'_>) -> BulkQuery<'_> {
-                query.bind(self.ordinal).bind(self.unique_key).bind(self.payload)
-                    $(.bind(self.$field))*
-            }
-        }
-    };
+/// One projection column's values over the chunk: one typed array.
+enum ColumnArray {
+    Int(Vec<Option<i64>>),
+    Int32(Vec<Option<i32>>),
+    Text(Vec<Option<String>>),
 }
 
-columns!(
-    kind: String,
-    target_table: String,
-    batching_columns: String,
-    arguments: String,
-    tenant_id: Option<String>,
-    origin: String,
-    priority: i32,
-    min_cursor: Option<String>,
-    max_cursor: Option<String>,
-    cursor: Option<String>,
-    batch_size: i64,
-    sub_batch_size: i64,
-    pause_ms: i64,
-    max_runtime_ms: Option<i64>,
-    max_rows_per_run: Option<i64>,
-    estimated_rows: Option<i64>,
-    trace_context: Option<String>,
-    status: String,
-    health: String,
-    health_percent: Option<i32>,
-    health_reason: Option<String>,
-    rows_done: i64,
-    batches_planned: i64,
-    batches_succeeded: i64,
-    batch_failures: i64,
-    last_error: Option<String>,
-    node: Option<String>,
-    created_at: i64,
-    started_at: Option<i64>,
-    updated_at: i64,
-    finished_at: Option<i64>,
-    last_seq: i64,
-);
+impl From<ColumnValue> for ColumnArray {
+    fn from(value: ColumnValue) -> Self {
+        match value {
+            ColumnValue::Int(v) => ColumnArray::Int(vec![v]),
+            ColumnValue::Int32(v) => ColumnArray::Int32(vec![v]),
+            ColumnValue::Text(v) => ColumnArray::Text(vec![v]),
+        }
+    }
+}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn columns_are_bound_in_projection_order() {
-        assert_eq!(FIELDS, PROJECTION_COLUMNS.as_slice());
+impl ColumnArray {
+    /// Appends the next operation's value (a column's values share a type).
+    fn push(&mut self, value: ColumnValue) {
+        match (self, value) {
+            (ColumnArray::Int(a), ColumnValue::Int(v)) => a.push(v),
+            (ColumnArray::Int32(a), ColumnValue::Int32(v)) => a.push(v),
+            (ColumnArray::Text(a), ColumnValue::Text(v)) => a.push(v),
+            _ => unreachable!("a projection column's values share one type"),
+        }
     }
 }

@@ -1,10 +1,10 @@
-//! The statements of the store's core (operations, events, batches, leases),
-//! written once and compiled for each backend (`sqlite`, `postgres`) by the
-//! [`backend!`] macro, so the two backends cannot drift apart. (Statements
+//! The store's core operations (operations, events, batches, leases) as
+//! transactions over the named statements of [`crate::statements`],
+//! compiled for each backend (`sqlite`, `postgres`) by the [`backend!`]
+//! macro, so the two cannot drift apart: each backend module differs only
+//! in its sqlx database type and its dialect's statements. (Statements
 //! without per-dialect transactions — schedules, switches, target tables —
-//! run the same code on either pool through `on_pool!`.) Statements use `$N` placeholders, which both
-//! SQLite and PostgreSQL accept; where the dialects differ (row locks, how a
-//! write transaction begins) the text is chosen by [`Dialect`].
+//! run the same code on either pool through `on_pool!`.)
 //!
 //! Locking: on PostgreSQL an append locks the operation row (`FOR UPDATE`) and
 //! claims skip rows other nodes hold (`FOR UPDATE SKIP LOCKED`); on SQLite
@@ -12,9 +12,7 @@
 //! by the database lock (waiting up to the busy timeout) and a read inside the
 //! transaction can never be invalidated by another writer.
 
-use std::sync::LazyLock;
-
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Row as _};
 
 use crate::batch_machine::{BatchChange, next_status};
 use crate::clock::millis;
@@ -22,11 +20,12 @@ use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::{self, Event, FORMAT_VERSION};
 use crate::machine::{self, Effect, OperationStatus};
+use crate::operation_row::{self, OperationRow, PROJECTION_COLUMNS, bind_columns};
 use crate::record::{
     Batch, BatchLease, BatchRow, BatchStatus, EventRow, Lease, NextBatch, OperationRecord,
-    OperationRow, PROJECTION_COLUMNS, ProjectionValues,
 };
 use crate::spec::OperationSpec;
+use crate::statements::{self, Statements};
 
 /// What an append expects the log's last sequence number to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,106 +44,12 @@ pub enum Expected {
 /// cannot starve it.
 pub const PROMOTE_AFTER_MS: i64 = 10 * 60 * 1_000;
 
-/// The SQL dialect a backend module speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dialect {
-    Sqlite,
-    Postgres,
-}
-
-impl Dialect {
-    fn pick(self, sqlite: &'static str, postgres: &'static str) -> &'static str {
-        match self {
-            Dialect::Sqlite => sqlite,
-            Dialect::Postgres => postgres,
-        }
-    }
-}
-
 /// The lease columns an append writes beside the projection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct LeaseColumns {
     owner: Option<String>,
     epoch: i64,
     expires_at: Option<i64>,
-}
-
-static INSERT_OPERATION: LazyLock<String> = LazyLock::new(|| {
-    let placeholders: Vec<String> = (2..=PROJECTION_COLUMNS.len() + 1)
-        .map(|i| format!("${i}"))
-        .collect();
-    format!(
-        "INSERT INTO sluice_operations (unique_key, {}) VALUES ($1, {}) \
-         ON CONFLICT (unique_key) WHERE status IN ('pending', 'running', 'paused') DO NOTHING RETURNING id",
-        PROJECTION_COLUMNS.join(", "),
-        placeholders.join(", ")
-    )
-});
-
-static UPDATE_OPERATION: LazyLock<String> = LazyLock::new(|| {
-    let n = PROJECTION_COLUMNS.len();
-    let sets: Vec<String> = PROJECTION_COLUMNS
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("{c} = ${}", i + 2))
-        .collect();
-    format!(
-        "UPDATE sluice_operations SET {}, lease_owner = ${}, lease_epoch = ${}, lease_expires_at = ${} WHERE id = $1",
-        sets.join(", "),
-        n + 2,
-        n + 3,
-        n + 4
-    )
-});
-
-/// On PostgreSQL, batch rows (`b`) with what their tallies count (`tallied`:
-/// a running batch's loop sub-batches, migration `0003_batch_tallies.sql`),
-/// for a `WHERE` to follow.
-macro_rules! batches_with_tallies {
-    () => {
-        "SELECT b.*, t.rows_affected AS tallied FROM sluice_batches b \
-         LEFT JOIN sluice_batch_tallies t ON t.batch_id = b.id"
-    };
-}
-
-/// Binds a [`ProjectionValues`] in [`PROJECTION_COLUMNS`] order.
-macro_rules! bind_projection {
-    ($query:expr, $values:expr) => {{
-        let v: ProjectionValues = $values;
-        $query
-            .bind(v.kind)
-            .bind(v.target_table)
-            .bind(v.batching_columns)
-            .bind(v.arguments)
-            .bind(v.tenant_id)
-            .bind(v.origin)
-            .bind(v.priority)
-            .bind(v.min_cursor)
-            .bind(v.max_cursor)
-            .bind(v.cursor)
-            .bind(v.batch_size)
-            .bind(v.sub_batch_size)
-            .bind(v.pause_ms)
-            .bind(v.max_runtime_ms)
-            .bind(v.max_rows_per_run)
-            .bind(v.estimated_rows)
-            .bind(v.trace_context)
-            .bind(v.status)
-            .bind(v.health)
-            .bind(v.health_percent)
-            .bind(v.health_reason)
-            .bind(v.rows_done)
-            .bind(v.batches_planned)
-            .bind(v.batches_succeeded)
-            .bind(v.batch_failures)
-            .bind(v.last_error)
-            .bind(v.node)
-            .bind(v.created_at)
-            .bind(v.started_at)
-            .bind(v.updated_at)
-            .bind(v.finished_at)
-            .bind(v.last_seq)
-    }};
 }
 
 /// The outcome of an append: the new record and the effects the runtime must perform.
@@ -158,20 +63,25 @@ pub struct Appended {
 
 /// Defines one backend module over a sqlx database type.
 macro_rules! backend {
-    ($module:ident, $db:ty, $dialect:expr) => {
+    ($module:ident, $db:ty, $statements:expr) => {
         pub(crate) mod $module {
             use super::*;
 
             pub(crate) type Pool = sqlx::Pool<$db>;
             type Tx = sqlx::Transaction<'static, $db>;
-            const DIALECT: Dialect = $dialect;
+            /// This backend's statements.
+            const S: Statements = $statements;
 
             /// Begins a transaction that holds the write lock from its first statement on SQLite.
             pub(crate) async fn begin_write(pool: &Pool) -> Result<Tx, sqlx::Error> {
-                pool.begin_with(DIALECT.pick("BEGIN IMMEDIATE", "BEGIN")).await
+                pool.begin_with(S.begin_write).await
             }
 
-            pub(crate) async fn enqueue(pool: &Pool, spec: &OperationSpec, now: i64) -> Result<(i64, bool), StoreError> {
+            pub(crate) async fn enqueue(
+                pool: &Pool,
+                spec: &OperationSpec,
+                now: i64,
+            ) -> Result<(i64, bool), StoreError> {
                 // A conflicting operation can turn terminal between our insert and our
                 // look-up; then the insert succeeds on the next round.
                 loop {
@@ -189,7 +99,10 @@ macro_rules! backend {
             /// PostgreSQL uses [`crate::bulk_enqueue`]). Per spec: `(id, created)`,
             /// or `None` when the active operation it collided with ended
             /// meanwhile.
-            #[allow(dead_code, reason = "PostgreSQL writes its chunks with crate::bulk_enqueue")]
+            #[allow(
+                dead_code,
+                reason = "PostgreSQL writes its chunks with crate::bulk_enqueue"
+            )]
             pub(crate) async fn enqueue_each(
                 pool: &Pool,
                 specs: &[OperationSpec],
@@ -207,30 +120,38 @@ macro_rules! backend {
             /// Inserts one operation and its `created` event inside `tx`, or finds
             /// the active one with the same identity; `None` when neither
             /// (the conflicting one ended between the two statements).
-            async fn enqueue_in(tx: &mut Tx, spec: &OperationSpec, now: i64) -> Result<Option<(i64, bool)>, StoreError> {
+            async fn enqueue_in(
+                tx: &mut Tx,
+                spec: &OperationSpec,
+                now: i64,
+            ) -> Result<Option<(i64, bool)>, StoreError> {
                 let created = Event::Created(Box::new(spec.clone()));
-                let (projection, _) = machine::apply(None, &created, now).expect("created is legal on nothing");
+                let (projection, _) =
+                    machine::apply(None, &created, now).expect("created is legal on nothing");
                 let unique_key = spec.unique_key();
-                let insert = sqlx::query_scalar::<_, i64>(AssertSqlSafe(INSERT_OPERATION.as_str())).bind(&unique_key);
-                let inserted = bind_projection!(insert, ProjectionValues::of(&projection))
+                let insert =
+                    sqlx::query(AssertSqlSafe(operation_row::insert_operation())).bind(&unique_key);
+                let inserted = bind_columns!(insert, &PROJECTION_COLUMNS, &projection)
                     .fetch_optional(&mut **tx)
-                    .await?;
+                    .await?
+                    .map(|row| row.try_get::<i64, _>(0))
+                    .transpose()?;
                 if let Some(id) = inserted {
                     insert_events(tx, id, 1, std::slice::from_ref(&created), now).await?;
                     return Ok(Some((id, true)));
                 }
-                let existing: Option<i64> = sqlx::query_scalar(
-                    "SELECT id FROM sluice_operations \
-                     WHERE unique_key = $1 AND status IN ('pending', 'running', 'paused')",
-                )
-                .bind(&unique_key)
-                .fetch_optional(&mut **tx)
-                .await?;
+                let existing: Option<i64> = sqlx::query_scalar(S.active_operation)
+                    .bind(&unique_key)
+                    .fetch_optional(&mut **tx)
+                    .await?;
                 Ok(existing.map(|id| (id, false)))
             }
 
-            pub(crate) async fn operation(pool: &Pool, id: i64) -> Result<OperationRecord, StoreError> {
-                let row: Option<OperationRow> = sqlx::query_as("SELECT * FROM sluice_operations WHERE id = $1")
+            pub(crate) async fn operation(
+                pool: &Pool,
+                id: i64,
+            ) -> Result<OperationRecord, StoreError> {
+                let row: Option<OperationRow> = sqlx::query_as(S.operation)
                     .bind(id)
                     .fetch_optional(pool)
                     .await?;
@@ -243,27 +164,25 @@ macro_rules! backend {
                 kind: Option<&str>,
                 limit: i64,
             ) -> Result<Vec<OperationRecord>, StoreError> {
-                let rows: Vec<OperationRow> = sqlx::query_as(
-                    "SELECT * FROM sluice_operations \
-                     WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) ORDER BY id LIMIT $3",
-                )
-                .bind(status.map(OperationStatus::as_str))
-                .bind(kind)
-                .bind(limit)
-                .fetch_all(pool)
-                .await?;
+                let rows: Vec<OperationRow> = sqlx::query_as(S.list_operations)
+                    .bind(status.map(OperationStatus::as_str))
+                    .bind(kind)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?;
                 rows.into_iter().map(OperationRecord::try_from).collect()
             }
 
-            pub(crate) async fn event_rows(pool: &Pool, id: i64, after_seq: i64) -> Result<Vec<EventRow>, StoreError> {
-                Ok(sqlx::query_as(
-                    "SELECT operation_id, seq, kind, recorded_at, format_version, payload FROM sluice_events \
-                     WHERE operation_id = $1 AND seq > $2 ORDER BY seq",
-                )
-                .bind(id)
-                .bind(after_seq)
-                .fetch_all(pool)
-                .await?)
+            pub(crate) async fn event_rows(
+                pool: &Pool,
+                id: i64,
+                after_seq: i64,
+            ) -> Result<Vec<EventRow>, StoreError> {
+                Ok(sqlx::query_as(S.events_after)
+                    .bind(id)
+                    .bind(after_seq)
+                    .fetch_all(pool)
+                    .await?)
             }
 
             pub(crate) async fn append(
@@ -276,7 +195,8 @@ macro_rules! backend {
             ) -> Result<Appended, StoreError> {
                 let mut tx = begin_write(pool).await?;
                 let record = load_locked(&mut tx, id).await?;
-                let appended = append_loaded(&mut tx, record, expected, fence, None, events, now).await?;
+                let appended =
+                    append_loaded(&mut tx, record, expected, fence, None, events, now).await?;
                 tx.commit().await?;
                 Ok(appended)
             }
@@ -292,53 +212,64 @@ macro_rules! backend {
                 let mut tx = begin_write(pool).await?;
                 // The claimable rows themselves, locked (PostgreSQL) or under the
                 // write lock (SQLite): no second read per claimed operation.
-                let rows: Vec<OperationRow> = sqlx::query_as(DIALECT.pick(
-                    "SELECT * FROM sluice_operations \
-                     WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
-                     AND ($3 IS NULL OR kind IN (SELECT value FROM json_each($3))) \
-                     AND NOT EXISTS (SELECT 1 FROM sluice_switches s WHERE s.scope = kind OR s.scope = '*') \
-                     ORDER BY CASE WHEN origin = 'user' OR created_at < $4 THEN 0 ELSE 1 END, priority DESC, id LIMIT $2",
-                    "SELECT * FROM sluice_operations \
-                     WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
-                     AND ($3::TEXT IS NULL OR kind IN (SELECT jsonb_array_elements_text($3::JSONB))) \
-                     AND NOT EXISTS (SELECT 1 FROM sluice_switches s WHERE s.scope = kind OR s.scope = '*') \
-                     ORDER BY CASE WHEN origin = 'user' OR created_at < $4 THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
-                     FOR UPDATE SKIP LOCKED",
-                ))
-                .bind(now)
-                .bind(limit)
-                .bind(kinds)
-                .bind(now - PROMOTE_AFTER_MS)
-                .fetch_all(&mut *tx)
-                .await?;
+                let rows: Vec<OperationRow> = sqlx::query_as(S.claimable_operations)
+                    .bind(now)
+                    .bind(limit)
+                    .bind(kinds)
+                    .bind(now - PROMOTE_AFTER_MS)
+                    .fetch_all(&mut *tx)
+                    .await?;
                 let mut claimed = Vec::with_capacity(rows.len());
                 for row in rows {
                     let record = OperationRecord::try_from(row)?;
                     let epoch = record.lease_epoch + 1;
-                    let lease = Lease { operation_id: record.id, node: node.to_owned(), epoch, expires_at: now + ttl_ms };
-                    let started = [Event::Started { node: node.to_owned() }];
-                    claimed.push(append_loaded(&mut tx, record, Expected::Any, None, Some(&lease), &started, now).await?);
+                    let lease = Lease {
+                        operation_id: record.id,
+                        node: node.to_owned(),
+                        epoch,
+                        expires_at: now + ttl_ms,
+                    };
+                    let started = [Event::Started {
+                        node: node.to_owned(),
+                    }];
+                    claimed.push(
+                        append_loaded(
+                            &mut tx,
+                            record,
+                            Expected::Any,
+                            None,
+                            Some(&lease),
+                            &started,
+                            now,
+                        )
+                        .await?,
+                    );
                 }
                 tx.commit().await?;
                 Ok(claimed)
             }
 
-            pub(crate) async fn renew_lease(pool: &Pool, lease: &Lease, ttl_ms: i64, now: i64) -> Result<Lease, StoreError> {
+            pub(crate) async fn renew_lease(
+                pool: &Pool,
+                lease: &Lease,
+                ttl_ms: i64,
+                now: i64,
+            ) -> Result<Lease, StoreError> {
                 let expires_at = now + ttl_ms;
-                let renewed = sqlx::query(
-                    "UPDATE sluice_operations SET lease_expires_at = $4 \
-                     WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3",
-                )
-                .bind(lease.operation_id)
-                .bind(&lease.node)
-                .bind(lease.epoch)
-                .bind(expires_at)
-                .execute(pool)
-                .await?;
+                let renewed = sqlx::query(S.renew_operation_lease)
+                    .bind(lease.operation_id)
+                    .bind(&lease.node)
+                    .bind(lease.epoch)
+                    .bind(expires_at)
+                    .execute(pool)
+                    .await?;
                 if renewed.rows_affected() == 0 {
                     return Err(lease_lost(lease));
                 }
-                Ok(Lease { expires_at, ..lease.clone() })
+                Ok(Lease {
+                    expires_at,
+                    ..lease.clone()
+                })
             }
 
             pub(crate) async fn plan_batch(
@@ -353,7 +284,16 @@ macro_rules! backend {
                 let record = load_locked(&mut tx, lease.operation_id).await?;
                 let planned = PlannedBatch::after(&record, end, size);
                 // The row is locked and was read just now: the lease fence is the guard.
-                let appended = append_loaded(&mut tx, record, Expected::Any, Some(lease), None, &[planned.event()], now).await?;
+                let appended = append_loaded(
+                    &mut tx,
+                    record,
+                    Expected::Any,
+                    Some(lease),
+                    None,
+                    &[planned.event()],
+                    now,
+                )
+                .await?;
                 let claim = claim_ttl.map(|ttl| (lease.node.as_str(), now + millis(ttl)));
                 let batch = insert_batch(&mut tx, lease.operation_id, &planned, claim, now).await?;
                 tx.commit().await?;
@@ -368,43 +308,41 @@ macro_rules! backend {
                 ttl_ms: i64,
                 now: i64,
             ) -> Result<Vec<Batch>, StoreError> {
-                let rows: Vec<BatchRow> = sqlx::query_as(DIALECT.pick(
-                    "UPDATE sluice_batches SET status = $6, claimed_by = $1, lease_epoch = lease_epoch + 1, \
-                     attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
-                       SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
-                       WHERE o.status = 'running' AND ($3 IS NULL OR b.operation_id = $3) \
-                       AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $4)) \
-                       ORDER BY b.operation_id, b.ordinal LIMIT $5) RETURNING *",
-                    "UPDATE sluice_batches SET status = $6, claimed_by = $1, lease_epoch = lease_epoch + 1, \
-                     attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
-                       SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
-                       WHERE o.status = 'running' AND ($3::BIGINT IS NULL OR b.operation_id = $3) \
-                       AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $4)) \
-                       ORDER BY b.operation_id, b.ordinal LIMIT $5 FOR UPDATE OF b SKIP LOCKED) RETURNING *",
-                ))
-                .bind(node)
-                .bind(now + ttl_ms)
-                .bind(operation_id)
-                .bind(now)
-                .bind(limit)
-                .bind(next_status(Some(BatchStatus::Pending), BatchChange::Claimed { lease_lapsed: false })?.as_str())
-                .fetch_all(pool)
-                .await?;
-                let mut batches = rows.into_iter().map(Batch::try_from).collect::<Result<Vec<_>, _>>()?;
+                let rows: Vec<BatchRow> = sqlx::query_as(S.claim_batches)
+                    .bind(node)
+                    .bind(now + ttl_ms)
+                    .bind(operation_id)
+                    .bind(now)
+                    .bind(limit)
+                    .bind(
+                        next_status(
+                            Some(BatchStatus::Pending),
+                            BatchChange::Claimed {
+                                lease_lapsed: false,
+                            },
+                        )?
+                        .as_str(),
+                    )
+                    .fetch_all(pool)
+                    .await?;
+                let mut batches = rows
+                    .into_iter()
+                    .map(Batch::try_from)
+                    .collect::<Result<Vec<_>, _>>()?;
                 batches.sort_by_key(|b| (b.operation_id, b.ordinal));
                 Ok(batches)
             }
 
-            pub(crate) async fn release_batch(pool: &Pool, lease: &BatchLease) -> Result<(), StoreError> {
-                let released = sqlx::query(
-                    "UPDATE sluice_batches SET status = $3, lease_expires_at = NULL, attempts = attempts - 1 \
-                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
-                )
-                .bind(lease.batch_id)
-                .bind(lease.epoch)
-                .bind(next_status(Some(BatchStatus::Running), BatchChange::Released)?.as_str())
-                .execute(pool)
-                .await?;
+            pub(crate) async fn release_batch(
+                pool: &Pool,
+                lease: &BatchLease,
+            ) -> Result<(), StoreError> {
+                let released = sqlx::query(S.release_batch)
+                    .bind(lease.batch_id)
+                    .bind(lease.epoch)
+                    .bind(next_status(Some(BatchStatus::Running), BatchChange::Released)?.as_str())
+                    .execute(pool)
+                    .await?;
                 if released.rows_affected() == 0 {
                     return Err(batch_lease_lost(lease));
                 }
@@ -417,15 +355,12 @@ macro_rules! backend {
                 ttl_ms: i64,
                 now: i64,
             ) -> Result<(), StoreError> {
-                let renewed = sqlx::query(
-                    "UPDATE sluice_batches SET lease_expires_at = $3 \
-                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
-                )
-                .bind(lease.batch_id)
-                .bind(lease.epoch)
-                .bind(now + ttl_ms)
-                .execute(pool)
-                .await?;
+                let renewed = sqlx::query(S.renew_batch_lease)
+                    .bind(lease.batch_id)
+                    .bind(lease.epoch)
+                    .bind(now + ttl_ms)
+                    .execute(pool)
+                    .await?;
                 if renewed.rows_affected() == 0 {
                     return Err(batch_lease_lost(lease));
                 }
@@ -440,19 +375,15 @@ macro_rules! backend {
                 now: i64,
             ) -> Result<(Appended, Option<Batch>), StoreError> {
                 let mut tx = begin_write(pool).await?;
-                let updated = sqlx::query(
-                    "UPDATE sluice_batches SET status = $6, rows_affected = $3, duration_ms = $4, \
-                     finished_at = $5, lease_expires_at = NULL \
-                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
-                )
-                .bind(batch.batch_id)
-                .bind(batch.epoch)
-                .bind(done.rows)
-                .bind(done.duration_ms)
-                .bind(now)
-                .bind(next_status(Some(BatchStatus::Running), BatchChange::Completed)?.as_str())
-                .execute(&mut *tx)
-                .await?;
+                let updated = sqlx::query(S.complete_batch)
+                    .bind(batch.batch_id)
+                    .bind(batch.epoch)
+                    .bind(done.rows)
+                    .bind(done.duration_ms)
+                    .bind(now)
+                    .bind(next_status(Some(BatchStatus::Running), BatchChange::Completed)?.as_str())
+                    .execute(&mut *tx)
+                    .await?;
                 if updated.rows_affected() == 0 {
                     return Err(batch_lease_lost(batch));
                 }
@@ -468,11 +399,20 @@ macro_rules! backend {
                 // an operator paused it): otherwise the outcome is recorded alone.
                 let next = then
                     .filter(|(lease, _)| holds(&record, lease))
-                    .map(|(lease, next)| (lease, PlannedBatch::after(&record, next.end.clone(), next.size), next.ttl))
-                    .filter(|(_, planned, _)| legal_after(&record.state, &succeeded, &planned.event(), now));
+                    .map(|(lease, next)| {
+                        (
+                            lease,
+                            PlannedBatch::after(&record, next.end.clone(), next.size),
+                            next.ttl,
+                        )
+                    })
+                    .filter(|(_, planned, _)| {
+                        legal_after(&record.state, &succeeded, &planned.event(), now)
+                    });
                 let mut events = vec![succeeded];
                 events.extend(next.as_ref().map(|(_, planned, _)| planned.event()));
-                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
+                let appended =
+                    append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
                 let planned = match next {
                     Some((lease, planned, ttl)) => {
                         let claim = Some((lease.node.as_str(), now + millis(ttl)));
@@ -497,21 +437,23 @@ macro_rules! backend {
                 // Decided as if the operation went on; decided again below
                 // once its row is read (locked after the batch's, as every
                 // batch write does).
-                let attempt_failed = |operation| BatchChange::AttemptFailed { last: !retry, operation };
-                let written = next_status(Some(BatchStatus::Running), attempt_failed(OperationStatus::Running))?;
-                let failed = sqlx::query(
-                    "UPDATE sluice_batches SET status = $3, last_error = $4, lease_expires_at = NULL, \
-                     sub_batch_size = COALESCE($5, sub_batch_size), finished_at = CASE WHEN $3 = 'failed' THEN $6 END \
-                     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
-                )
-                .bind(lease.batch_id)
-                .bind(lease.epoch)
-                .bind(written.as_str())
-                .bind(error)
-                .bind(next_sub_batch_size)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
+                let attempt_failed = |operation| BatchChange::AttemptFailed {
+                    last: !retry,
+                    operation,
+                };
+                let written = next_status(
+                    Some(BatchStatus::Running),
+                    attempt_failed(OperationStatus::Running),
+                )?;
+                let failed = sqlx::query(S.fail_batch)
+                    .bind(lease.batch_id)
+                    .bind(lease.epoch)
+                    .bind(written.as_str())
+                    .bind(error)
+                    .bind(next_sub_batch_size)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
                 if failed.rows_affected() == 0 {
                     return Err(batch_lease_lost(lease));
                 }
@@ -526,11 +468,16 @@ macro_rules! backend {
                 // takes one (not once it failed already, say by another node's
                 // batch, or an operator paused or cancelled it).
                 let operation_failed = fail_operation
-                    .map(|error| Event::Failed { error: error.to_owned() })
+                    .map(|error| Event::Failed {
+                        error: error.to_owned(),
+                    })
                     .filter(|failed| legal_after(&record.state, &event, failed, now));
-                let decided = next_status(Some(BatchStatus::Running), attempt_failed(record.state.status))?;
+                let decided = next_status(
+                    Some(BatchStatus::Running),
+                    attempt_failed(record.state.status),
+                )?;
                 if decided != written {
-                    sqlx::query("UPDATE sluice_batches SET status = $2, finished_at = NULL WHERE id = $1")
+                    sqlx::query(S.set_batch_status)
                         .bind(lease.batch_id)
                         .bind(decided.as_str())
                         .execute(&mut *tx)
@@ -538,7 +485,8 @@ macro_rules! backend {
                 }
                 let mut events = vec![event];
                 events.extend(operation_failed);
-                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
+                let appended =
+                    append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
                 tx.commit().await?;
                 Ok(appended)
             }
@@ -552,28 +500,28 @@ macro_rules! backend {
                 now: i64,
             ) -> Result<Appended, StoreError> {
                 let mut tx = begin_write(pool).await?;
-                let row: Option<BatchRow> = sqlx::query_as(DIALECT.pick(
-                    "SELECT * FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
-                    concat!(
-                        batches_with_tallies!(),
-                        " WHERE b.id = $1 AND b.lease_epoch = $2 AND b.status = 'running' FOR UPDATE OF b"
-                    ),
-                ))
-                .bind(lease.batch_id)
-                .bind(lease.epoch)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let row: Option<BatchRow> = sqlx::query_as(S.held_batch_locked)
+                    .bind(lease.batch_id)
+                    .bind(lease.epoch)
+                    .fetch_optional(&mut *tx)
+                    .await?;
                 let Some(row) = row else {
                     return Err(batch_lease_lost(lease));
                 };
                 let batch = Batch::try_from(row)?;
                 let from = batch.progress.as_ref().or(batch.start.as_ref());
-                let Some(end) = batch.end.clone().filter(|end| at < end && from.is_none_or(|f| at > f)) else {
+                let Some(end) = batch
+                    .end
+                    .clone()
+                    .filter(|end| at < end && from.is_none_or(|f| at > f))
+                else {
                     return Err(StoreError::Illegal {
                         operation_id: lease.operation_id,
                         source: machine::IllegalTransition::CursorOrder {
                             ordinal: lease.ordinal,
-                            detail: format!("split point {at} is not inside the batch's remaining range"),
+                            detail: format!(
+                                "split point {at} is not inside the batch's remaining range"
+                            ),
                         },
                     });
                 };
@@ -586,71 +534,65 @@ macro_rules! backend {
                         error: error.to_owned(),
                         next_sub_batch_size,
                     },
-                    Event::BatchSplit { ordinal: lease.ordinal, at: at.clone(), new_ordinal },
+                    Event::BatchSplit {
+                        ordinal: lease.ordinal,
+                        at: at.clone(),
+                        new_ordinal,
+                    },
                 ];
-                let appended = append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
+                let appended =
+                    append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
                 let remaining = (batch.batch_size - batch.rows_affected).max(2);
                 let sub_batch_size = next_sub_batch_size.unwrap_or(batch.sub_batch_size);
                 // The first half starts its attempts afresh; its committed progress stays.
-                sqlx::query(
-                    "UPDATE sluice_batches SET end_cursor = $2, batch_size = $3, sub_batch_size = $4, last_error = $5, \
-                     status = $6, attempts = 0, lease_expires_at = NULL WHERE id = $1",
-                )
-                .bind(lease.batch_id)
-                .bind(at.to_json())
-                .bind(batch.rows_affected + remaining / 2)
-                .bind(sub_batch_size)
-                .bind(error)
-                .bind(next_status(Some(BatchStatus::Running), BatchChange::Split)?.as_str())
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "INSERT INTO sluice_batches \
-                     (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $8, $7)",
-                )
-                .bind(lease.operation_id)
-                .bind(new_ordinal)
-                .bind(at.to_json())
-                .bind(end.to_json())
-                .bind(remaining - remaining / 2)
-                .bind(sub_batch_size)
-                .bind(now)
-                .bind(next_status(None, BatchChange::PlannedAhead)?.as_str())
-                .execute(&mut *tx)
-                .await?;
+                sqlx::query(S.shorten_batch)
+                    .bind(lease.batch_id)
+                    .bind(at.to_json())
+                    .bind(batch.rows_affected + remaining / 2)
+                    .bind(sub_batch_size)
+                    .bind(error)
+                    .bind(next_status(Some(BatchStatus::Running), BatchChange::Split)?.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(S.insert_split_batch)
+                    .bind(lease.operation_id)
+                    .bind(new_ordinal)
+                    .bind(at.to_json())
+                    .bind(end.to_json())
+                    .bind(remaining - remaining / 2)
+                    .bind(sub_batch_size)
+                    .bind(now)
+                    .bind(next_status(None, BatchChange::PlannedAhead)?.as_str())
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(appended)
             }
 
-            pub(crate) async fn batches(pool: &Pool, operation_id: i64) -> Result<Vec<Batch>, StoreError> {
-                // On PostgreSQL a running batch's loop sub-batches are counted in its tally.
-                let rows: Vec<BatchRow> = sqlx::query_as(DIALECT.pick(
-                    "SELECT * FROM sluice_batches WHERE operation_id = $1 ORDER BY ordinal",
-                    concat!(
-                        batches_with_tallies!(),
-                        " WHERE b.operation_id = $1 ORDER BY b.ordinal"
-                    ),
-                ))
-                        .bind(operation_id)
-                        .fetch_all(pool)
-                        .await?;
+            pub(crate) async fn batches(
+                pool: &Pool,
+                operation_id: i64,
+            ) -> Result<Vec<Batch>, StoreError> {
+                let rows: Vec<BatchRow> = sqlx::query_as(S.batches)
+                    .bind(operation_id)
+                    .fetch_all(pool)
+                    .await?;
                 rows.into_iter().map(Batch::try_from).collect()
             }
 
-            pub(crate) async fn prune_batches(pool: &Pool, cutoff: i64, chunk: i64) -> Result<u64, StoreError> {
+            pub(crate) async fn prune_batches(
+                pool: &Pool,
+                cutoff: i64,
+                chunk: i64,
+            ) -> Result<u64, StoreError> {
                 let mut total = 0;
                 loop {
-                    let deleted = sqlx::query(
-                        "DELETE FROM sluice_batches WHERE id IN (\
-                           SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
-                           WHERE o.status IN ('finished', 'cancelled') AND o.finished_at < $1 LIMIT $2)",
-                    )
-                    .bind(cutoff)
-                    .bind(chunk)
-                    .execute(pool)
-                    .await?
-                    .rows_affected();
+                    let deleted = sqlx::query(S.prune_batches)
+                        .bind(cutoff)
+                        .bind(chunk)
+                        .execute(pool)
+                        .await?
+                        .rows_affected();
                     total += deleted;
                     if deleted < chunk as u64 {
                         return Ok(total);
@@ -659,13 +601,10 @@ macro_rules! backend {
             }
 
             async fn load_locked(tx: &mut Tx, id: i64) -> Result<OperationRecord, StoreError> {
-                let row: Option<OperationRow> = sqlx::query_as(DIALECT.pick(
-                    "SELECT * FROM sluice_operations WHERE id = $1",
-                    "SELECT * FROM sluice_operations WHERE id = $1 FOR UPDATE",
-                ))
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await?;
+                let row: Option<OperationRow> = sqlx::query_as(S.operation_locked)
+                    .bind(id)
+                    .fetch_optional(&mut **tx)
+                    .await?;
                 row.ok_or(StoreError::NotFound(id))?.try_into()
             }
 
@@ -686,7 +625,11 @@ macro_rules! backend {
                 if let Expected::Exactly(seq) = expected
                     && seq != record.state.last_seq
                 {
-                    return Err(StoreError::Conflict { operation_id: id, expected: seq, actual: record.state.last_seq });
+                    return Err(StoreError::Conflict {
+                        operation_id: id,
+                        expected: seq,
+                        actual: record.state.last_seq,
+                    });
                 }
                 if let Some(fence) = fence
                     && !holds(&record, fence)
@@ -697,8 +640,13 @@ macro_rules! backend {
                 let mut state = record.state;
                 let mut effects = Vec::new();
                 for event in events {
-                    let (next, more) = machine::apply(Some(&state), event, now)
-                        .map_err(|source| StoreError::Illegal { operation_id: id, source })?;
+                    let (next, more) =
+                        machine::apply(Some(&state), event, now).map_err(|source| {
+                            StoreError::Illegal {
+                                operation_id: id,
+                                source,
+                            }
+                        })?;
                     state = next;
                     effects.extend(more);
                 }
@@ -714,26 +662,33 @@ macro_rules! backend {
                     epoch: take.map_or(record.lease_epoch, |new| new.epoch),
                     expires_at: lease.as_ref().map(|l| l.expires_at),
                 };
-                let update = sqlx::query(AssertSqlSafe(UPDATE_OPERATION.as_str())).bind(id);
-                bind_projection!(update, ProjectionValues::of(&state))
+                let update = sqlx::query(AssertSqlSafe(operation_row::update_operation())).bind(id);
+                bind_columns!(update, operation_row::changing_columns(), &state)
                     .bind(columns.owner)
                     .bind(columns.epoch)
                     .bind(columns.expires_at)
                     .execute(&mut **tx)
                     .await?;
                 if effects.contains(&Effect::RequeueFailedBatches) {
-                    sqlx::query(
-                        "UPDATE sluice_batches SET status = $2, finished_at = NULL \
-                         WHERE operation_id = $1 AND status = 'failed'",
-                    )
-                    .bind(id)
-                    .bind(next_status(Some(BatchStatus::Failed), BatchChange::Requeued)?.as_str())
-                    .execute(&mut **tx)
-                    .await?;
+                    sqlx::query(S.requeue_failed_batches)
+                        .bind(id)
+                        .bind(
+                            next_status(Some(BatchStatus::Failed), BatchChange::Requeued)?.as_str(),
+                        )
+                        .execute(&mut **tx)
+                        .await?;
                 }
                 insert_events(tx, id, first_seq, events, now).await?;
                 let lease_epoch = columns.epoch;
-                Ok(Appended { record: OperationRecord { id, state, lease, lease_epoch }, effects })
+                Ok(Appended {
+                    record: OperationRecord {
+                        id,
+                        state,
+                        lease,
+                        lease_epoch,
+                    },
+                    effects,
+                })
             }
 
             /// Inserts a planned batch: pending, or running under a first claim by
@@ -745,42 +700,50 @@ macro_rules! backend {
                 claim: Option<(&str, i64)>,
                 now: i64,
             ) -> Result<Batch, StoreError> {
-                let row: BatchRow = sqlx::query_as(
-                    "INSERT INTO sluice_batches \
-                     (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at, \
-                      claimed_by, lease_epoch, attempts, lease_expires_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11) RETURNING *",
-                )
-                .bind(operation_id)
-                .bind(planned.ordinal)
-                .bind(planned.start.as_ref().map(Cursor::to_json))
-                .bind(planned.end.as_ref().map(Cursor::to_json))
-                .bind(planned.size)
-                .bind(planned.sub_batch_size)
-                .bind(next_status(None, if claim.is_some() { BatchChange::PlannedClaimed } else { BatchChange::PlannedAhead })?.as_str())
-                .bind(now)
-                .bind(claim.map(|(node, _)| node))
-                .bind(i32::from(claim.is_some()))
-                .bind(claim.map(|(_, expires_at)| expires_at))
-                .fetch_one(&mut **tx)
-                .await?;
+                let row: BatchRow = sqlx::query_as(S.insert_batch)
+                    .bind(operation_id)
+                    .bind(planned.ordinal)
+                    .bind(planned.start.as_ref().map(Cursor::to_json))
+                    .bind(planned.end.as_ref().map(Cursor::to_json))
+                    .bind(planned.size)
+                    .bind(planned.sub_batch_size)
+                    .bind(
+                        next_status(
+                            None,
+                            if claim.is_some() {
+                                BatchChange::PlannedClaimed
+                            } else {
+                                BatchChange::PlannedAhead
+                            },
+                        )?
+                        .as_str(),
+                    )
+                    .bind(now)
+                    .bind(claim.map(|(node, _)| node))
+                    .bind(i32::from(claim.is_some()))
+                    .bind(claim.map(|(_, expires_at)| expires_at))
+                    .fetch_one(&mut **tx)
+                    .await?;
                 row.try_into()
             }
 
-            async fn insert_events(tx: &mut Tx, id: i64, first_seq: i64, events: &[Event], now: i64) -> Result<(), StoreError> {
+            async fn insert_events(
+                tx: &mut Tx,
+                id: i64,
+                first_seq: i64,
+                events: &[Event],
+                now: i64,
+            ) -> Result<(), StoreError> {
                 for (seq, event) in (first_seq..).zip(events) {
-                    sqlx::query(
-                        "INSERT INTO sluice_events (operation_id, seq, kind, recorded_at, format_version, payload) \
-                         VALUES ($1, $2, $3, $4, $5, $6)",
-                    )
-                    .bind(id)
-                    .bind(seq)
-                    .bind(event.kind())
-                    .bind(now)
-                    .bind(FORMAT_VERSION)
-                    .bind(event::encode(event))
-                    .execute(&mut **tx)
-                    .await?;
+                    sqlx::query(S.insert_event)
+                        .bind(id)
+                        .bind(seq)
+                        .bind(event.kind())
+                        .bind(now)
+                        .bind(FORMAT_VERSION)
+                        .bind(event::encode(event))
+                        .execute(&mut **tx)
+                        .await?;
                 }
                 Ok(())
             }
@@ -788,8 +751,8 @@ macro_rules! backend {
     };
 }
 
-backend!(sqlite, sqlx::Sqlite, Dialect::Sqlite);
-backend!(postgres, sqlx::Postgres, Dialect::Postgres);
+backend!(sqlite, sqlx::Sqlite, statements::SQLITE);
+backend!(postgres, sqlx::Postgres, statements::POSTGRES);
 
 /// What a batch that succeeded reports ([`Event::BatchSucceeded`]).
 pub(crate) struct BatchDone {

@@ -290,23 +290,19 @@ impl SubBatchSession {
     /// row a `DELETE` removes):
     /// - PostgreSQL, on a store with sessions bounded by `statement_timeout`:
     ///   one statement, `WITH recorded AS (<the fenced count of limit rows
-    ///   in the batch's tally>) <statement>`, the statement's guard
+    ///   in the batch's row>) <statement>`, the statement's guard
     ///   ([`Statement::guard`]) replaced by `EXISTS (SELECT 1 FROM
     ///   recorded)` — or, without one, that condition appended to its
     ///   `WHERE` — so a lost lease changes nothing. (In a guard the fence is
     ///   tested once, before any row is read; appended, it is tested above
     ///   the scan, once per row the statement changes, about 35 µs more on
-    ///   a 1,000-row sub-batch.) The tally is a narrow
-    ///   row that exists, with the claim's lease epoch, exactly while the
-    ///   batch runs, and whose count joins the batch's when its status or
-    ///   epoch changes (database triggers keep both so; migration
-    ///   `0003_batch_tallies.sql`): the fence costs a three-number update,
-    ///   not a rewrite of the wide batch row. When the statement
-    ///   changed other than `limit` rows (the scope's last sub-batch), a
-    ///   second, fenced statement sets the count right at once; a crash
-    ///   between the two leaves the batch's row count off by the
-    ///   difference until the batch completes, when the runtime writes its
-    ///   exact total — the change itself is exactly once either way;
+    ///   a 1,000-row sub-batch.) The batch's row lock orders the count and a
+    ///   takeover's claim: whichever commits second sees the other. When the
+    ///   statement changed other than `limit` rows (the scope's last
+    ///   sub-batch), a second, fenced statement sets the count right at
+    ///   once; a crash between the two leaves the batch's row count off by
+    ///   the difference until the batch completes, when the runtime writes
+    ///   its exact total — the change itself is exactly once either way;
     /// - otherwise: a transaction with the statement and the record, as
     ///   [`Store::run_sub_batch_statement`].
     ///
@@ -526,7 +522,7 @@ async fn loop_statement(
     const FENCE: &str = "EXISTS (SELECT 1 FROM recorded)";
     let n = statement.params().len();
     let head = SqlText::new("WITH recorded AS (")
-        .append(&tally_update(n + 1))
+        .append(&counted(n + 1))
         .push(" RETURNING 1) ");
     let fused = match statement.guarded_by(FENCE) {
         Some(guarded) => head.append(&guarded),
@@ -543,10 +539,10 @@ async fn loop_statement(
     if difference == 0 {
         return Ok(changed);
     }
-    // The tally counted `limit` rows; set it to what changed. Nothing
-    // changed and no tally to set right: the lease was lost before the
+    // The record counted `limit` rows; set it to what changed. Nothing
+    // changed and no batch row to set right: the lease was lost before the
     // statement, which then kept nothing.
-    let corrected = sqlx::query(tally_update(1).to_sqlx())
+    let corrected = sqlx::query(counted(1).to_sqlx())
         .bind(difference)
         .bind(lease.batch_id)
         .bind(lease.epoch)
@@ -593,18 +589,17 @@ fn fused_with_record(statement: &Statement) -> SqlText {
         .push(" AND status = 'running' RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)")
 }
 
-/// `UPDATE sluice_batch_tallies SET rows_affected = rows_affected + $first
-/// WHERE batch_id = $first+1 AND lease_epoch = $first+2`: a loop sub-batch's
-/// count, fenced by its lease (a batch's tally exists, with the claim's
-/// epoch, exactly while the batch runs; see the PostgreSQL migration
-/// `0003_batch_tallies.sql`).
-fn tally_update(first: usize) -> SqlText {
-    SqlText::new("UPDATE sluice_batch_tallies SET rows_affected = rows_affected + ")
+/// `UPDATE sluice_batches SET rows_affected = rows_affected + $first WHERE
+/// id = $first+1 AND lease_epoch = $first+2 AND status = 'running'`: a loop
+/// sub-batch's count, fenced by its batch lease.
+fn counted(first: usize) -> SqlText {
+    SqlText::new("UPDATE sluice_batches SET rows_affected = rows_affected + ")
         .param(first)
-        .push(" WHERE batch_id = ")
+        .push(" WHERE id = ")
         .param(first + 1)
         .push(" AND lease_epoch = ")
         .param(first + 2)
+        .push(" AND status = 'running'")
 }
 
 fn is_division_by_zero(error: &sqlx::Error) -> bool {

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::cursor::CursorValue;
+use crate::operation_row::PROJECTION_COLUMNS;
 use crate::spec::OperationSpec;
 use proptest::prelude::*;
 
@@ -215,6 +216,10 @@ proptest! {
                 prop_assert!(table_allows(state.status, event.kind()), "accepted {} from {:?}", event.kind(), state.status);
                 prop_assert_eq!(next.last_seq, state.last_seq + 1);
                 check_invariants(&next)?;
+                // An append writes only the columns an event can change.
+                for column in PROJECTION_COLUMNS.iter().filter(|c| !c.changes) {
+                    prop_assert_eq!((column.value)(&next), (column.value)(&state), "{} changed", column.name);
+                }
                 if let Event::BatchPlanned { end: Some(end), .. } = &event {
                     cursors.push(end.clone());
                 }
