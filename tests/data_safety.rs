@@ -21,6 +21,7 @@ for_each_backend!(
     generated_operations_change_exactly_the_rows_in_scope_each_once,
     a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared_key,
     identical_enqueues_from_ten_processes_at_once_make_one_operation,
+    a_time_bound_deletes_exactly_the_older_rows_or_is_refused,
 );
 
 postgres_only!(
@@ -473,4 +474,123 @@ async fn lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables(db: &Test
         waiter.await.unwrap().unwrap();
     }
     db.execute(&format!("DROP SCHEMA {other} CASCADE")).await;
+}
+
+/// Deletes the done todos of before a time: a scope on a time column, as an
+/// application writes it.
+struct DeleteDoneBefore;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct DoneBefore {
+    before: chrono::DateTime<chrono::Utc>,
+}
+
+#[async_trait::async_trait]
+impl sluice_operations::Operation for DeleteDoneBefore {
+    type Arguments = DoneBefore;
+
+    fn kind(&self) -> &'static str {
+        "delete-done-before"
+    }
+
+    fn shape(&self, args: &DoneBefore) -> Result<Shape, sluice_operations::OperationError> {
+        Shape::range("done_todos", "id")?.scope(Filter::new().lt("done_at", args.before))
+    }
+
+    async fn run(
+        &self,
+        _: &DoneBefore,
+        batch: &mut sluice_operations::SubBatch<'_>,
+    ) -> Result<u64, sluice_operations::OperationError> {
+        batch.delete().await
+    }
+}
+
+/// A time bound on a time column: rows one second, one hour and one day on
+/// each side of it, and exactly the older ones go. On SQLite, a TEXT column
+/// in SQLite's own format (`2025-07-01 12:00:00`, which sorts before every
+/// `2025-07-01T…` bound as text) is refused at enqueue, naming the column
+/// and a value, and nothing changes; in ISO-8601 with `T` it is compared
+/// correctly. On PostgreSQL the column is a `timestamptz`.
+async fn a_time_bound_deletes_exactly_the_older_rows_or_is_refused(db: &TestDb) {
+    let sqlite = db.backend != "postgres";
+    let column_type = if sqlite { "TEXT" } else { "TIMESTAMPTZ" };
+    db.execute(&format!(
+        "CREATE TABLE done_todos (id BIGINT PRIMARY KEY, done_at {column_type} NOT NULL)"
+    ))
+    .await;
+    db.execute("CREATE INDEX done_todos_done_at ON done_todos (done_at)")
+        .await;
+    // Older: ids 1-3; younger: ids 4-6.
+    let offsets = [-86_400, -3_600, -1, 1, 3_600, 86_400];
+    let cutoff = chrono::DateTime::parse_from_rfc3339("2025-07-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    for (id, offset) in (1..).zip(offsets) {
+        let at = cutoff + chrono::Duration::seconds(offset);
+        let value = if sqlite {
+            at.format("%Y-%m-%d %H:%M:%S").to_string()
+        } else {
+            at.to_rfc3339()
+        };
+        let cast = if sqlite { "" } else { "::timestamptz" };
+        db.execute(&format!(
+            "INSERT INTO done_todos (id, done_at) VALUES ({id}, '{value}'{cast})"
+        ))
+        .await;
+    }
+    let mut registry = Registry::with_builtins();
+    registry.register(DeleteDoneBefore);
+    let arguments = json!({ "before": cutoff });
+    let options = EnqueueOptions {
+        batch_size: 2,
+        sub_batch_size: 1,
+        pause: Duration::ZERO,
+        ..EnqueueOptions::default()
+    };
+    let enqueue = || {
+        sluice_operations::enqueue(
+            &db.store,
+            &registry,
+            "delete-done-before",
+            &arguments,
+            &options,
+        )
+    };
+    if sqlite {
+        let refused = enqueue().await.unwrap_err().to_string();
+        assert!(
+            refused.contains("column `done_at` of `done_todos`"),
+            "{refused}"
+        );
+        assert!(refused.contains("2025-06-30 00:00:00"), "{refused}");
+        assert_eq!(db.scalar("SELECT COUNT(*) FROM done_todos").await, 6);
+        assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+        db.execute("UPDATE done_todos SET done_at = replace(done_at, ' ', 'T') || 'Z'")
+            .await;
+    }
+    let enqueued = enqueue().await.unwrap();
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+        .register(DeleteDoneBefore)
+        .start()
+        .await
+        .unwrap();
+    runtime.run_until_idle().await.unwrap();
+    let record = db.store.operation(enqueued.id).await.unwrap();
+    assert_eq!(record.state.status.as_str(), "finished");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM done_todos WHERE id <= 3")
+            .await,
+        0,
+        "every older row went"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM done_todos WHERE id > 3")
+            .await,
+        3,
+        "every younger row stayed"
+    );
+    runtime.shutdown().await.unwrap();
 }

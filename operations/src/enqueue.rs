@@ -23,7 +23,7 @@ use crate::error::OperationError;
 use crate::operation::{PreparedOperation, Registry};
 use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
-use crate::target::{check_key, check_target, refuse_full_scan};
+use crate::target::{check_key, check_target, refuse_full_scan, refuse_misordered_time};
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -222,6 +222,9 @@ async fn checked_spec(
     );
     if !checked.targets.contains_key(&key) {
         check_target(store, &shape.table().to_string(), &names).await?;
+        for (column, bound) in shape.filter().time_bounds() {
+            refuse_misordered_time(store, shape.table(), column, bound).await?;
+        }
         let batching_key = match shape.strategy() {
             Strategy::Keyset(columns) => columns.as_slice(),
             Strategy::Loop { key } => std::slice::from_ref(key),

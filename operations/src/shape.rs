@@ -283,6 +283,18 @@ impl Filter {
         self
     }
 
+    /// The columns this filter compares with a time, and the time.
+    pub fn time_bounds(&self) -> impl Iterator<Item = (&Ident, &chrono::DateTime<chrono::Utc>)> {
+        self.clauses.iter().filter_map(|clause| match clause {
+            Clause::Compare {
+                column,
+                value: SqlValue::Timestamp(at),
+                ..
+            } => Some((column, at)),
+            _ => None,
+        })
+    }
+
     /// Appends ` AND <clause>` for every clause to `statement`.
     pub fn and_to(&self, mut statement: Statement) -> Statement {
         for clause in &self.clauses {

@@ -5,7 +5,8 @@
 //! Every refusal is a [`TargetError`] whose message names the table, the
 //! column and what to do; nothing is written by any check here.
 
-use sluice_store::{Backend, Ident, IdentError, Statement, Store, StoreError};
+use chrono::{DateTime, Utc};
+use sluice_store::{Backend, CursorValue, Ident, IdentError, Statement, Store, StoreError};
 
 /// A table and batching columns, validated against the catalogue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +70,26 @@ pub enum TargetError {
         /// The table's indexes, as `name (columns) unique|not unique`.
         indexes: Vec<String>,
     },
+    /// A time bound compared with a column whose stored values do not sort
+    /// as the bound is written (SQLite compares text character by character).
+    #[error(
+        "refusing to compare column `{column}` of `{table}` with a time: it holds `{found}`, \
+         but the bound is written `{bound}`, and text compares character by character (a space \
+         sorts before `T`, a number before any text), so rows on the wrong side of the bound \
+         would match; compare with a text value in the column's own format (e.g. \
+         `cutoff.format(\"%Y-%m-%d %H:%M:%S\").to_string()`), or store every value as \
+         ISO-8601 text with `T` first"
+    )]
+    MisorderedTime {
+        /// The table.
+        table: String,
+        /// The column compared.
+        column: String,
+        /// A stored value in another format (or of another type).
+        found: String,
+        /// The bound as it would be bound.
+        bound: String,
+    },
     /// The database could not be asked.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -112,6 +133,53 @@ pub async fn check_target(
         table: table_ident,
         columns: column_idents,
     })
+}
+
+/// Refuses, on SQLite, comparing `column` with the time `bound` when a
+/// stored value of `column` is not ISO-8601 text with a `T` (as sqlx writes
+/// the bound: `2025-07-01T00:00:00+00:00`): SQLite compares a text column
+/// with a text bound character by character, so SQLite's own
+/// `2025-07-01 12:00:00` sorts before every bound of that day, and any
+/// number before any text. Values in the bound's style compare in time
+/// order to the second (a value at the bound's second with another suffix
+/// may fall on either side). PostgreSQL compares in the column's type.
+pub async fn refuse_misordered_time(
+    store: &Store,
+    table: &Ident,
+    column: &Ident,
+    bound: &DateTime<Utc>,
+) -> Result<(), TargetError> {
+    let Backend::Sqlite(_) = store.backend() else {
+        return Ok(());
+    };
+    let other = Statement::new("SELECT CAST(")
+        .ident(column)
+        .push(" AS TEXT) || ' (' || typeof(")
+        .ident(column)
+        .push(") || ')' FROM ")
+        .ident(table)
+        .push(" WHERE ")
+        .ident(column)
+        .push(" IS NOT NULL AND (typeof(")
+        .ident(column)
+        .push(") <> 'text' OR length(")
+        .ident(column)
+        .push(") < 19 OR substr(")
+        .ident(column)
+        .push(", 11, 1) <> 'T') LIMIT 1");
+    match store
+        .fetch_cursor(&other, 1)
+        .await?
+        .and_then(|c| c.0.into_iter().next())
+    {
+        Some(CursorValue::Text(found)) => Err(TargetError::MisorderedTime {
+            table: table.to_string(),
+            column: column.to_string(),
+            found,
+            bound: bound.to_rfc3339(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses a batching key (the keyset's columns, or a loop's key) that the
