@@ -351,36 +351,22 @@ fn cursor_may_not_go_back_or_skip() {
         size: 10,
     };
     let (p, _) = apply(Some(&p), &first, 2).unwrap();
-    let gap = Event::BatchPlanned {
-        ordinal: 2,
-        start: Some(Cursor::int(12)),
-        end: Some(Cursor::int(20)),
-        size: 10,
-    };
-    assert!(matches!(
-        apply(Some(&p), &gap, 3),
-        Err(IllegalTransition::CursorOrder { .. })
-    ));
-    let back = Event::BatchPlanned {
-        ordinal: 2,
-        start: Some(Cursor::int(10)),
-        end: Some(Cursor::int(5)),
-        size: 10,
-    };
-    assert!(matches!(
-        apply(Some(&p), &back, 3),
-        Err(IllegalTransition::CursorOrder { .. })
-    ));
-    let past = Event::BatchPlanned {
-        ordinal: 2,
-        start: Some(Cursor::int(10)),
-        end: Some(Cursor::int(101)),
-        size: 10,
-    };
-    assert!(matches!(
-        apply(Some(&p), &past, 3),
-        Err(IllegalTransition::CursorOrder { .. })
-    ));
+    // A gap after the cursor, an end before it, an end past the maximum.
+    for (start, end) in [(12, 20), (10, 5), (10, 101)] {
+        let planned = Event::BatchPlanned {
+            ordinal: 2,
+            start: Some(Cursor::int(start)),
+            end: Some(Cursor::int(end)),
+            size: 10,
+        };
+        assert!(
+            matches!(
+                apply(Some(&p), &planned, 3),
+                Err(IllegalTransition::CursorOrder { .. })
+            ),
+            "({start}, {end}] was accepted"
+        );
+    }
 }
 
 #[test]
