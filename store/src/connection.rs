@@ -25,7 +25,7 @@ pub enum Backend {
     Postgres(PgPool),
 }
 
-/// Connection settings for [`Store::connect_with`].
+/// Connection settings for [`crate::Store::connect_with`].
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// Most connections in the pool.

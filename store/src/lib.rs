@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod batch_machine;
+mod batch_queries;
 mod bulk_enqueue;
 pub mod clock;
 pub mod connection;
@@ -25,6 +26,7 @@ pub mod sql;
 mod statements;
 mod store;
 mod sub_batch;
+mod sub_batch_session;
 pub mod target_table;
 
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
@@ -41,5 +43,6 @@ pub use schedule::{FireOutcome, Schedule, ScheduleFire, Switch};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use store::{Enqueued, ListFilter, Store};
-pub use sub_batch::{SessionConnection, SubBatchSession, SubBatchTx};
+pub use sub_batch::SubBatchTx;
+pub use sub_batch_session::{SessionConnection, SubBatchSession};
 pub use target_table::{Index, TableKeys};

@@ -1,5 +1,6 @@
-//! The store's core operations (operations, events, batches, leases) as
-//! transactions over the named statements of [`crate::statements`],
+//! The store's operation transactions (enqueue, read, append, claim, renew)
+//! over the named statements of [`crate::statements`] (the batches' are
+//! [`crate::batch_queries`], built on this module's `append_loaded`),
 //! compiled for each backend (`sqlite`, `postgres`) by the [`backend!`]
 //! macro, so the two cannot drift apart: each backend module differs only
 //! in its sqlx database type and its dialect's statements. (Statements
@@ -15,15 +16,11 @@
 use sqlx::{AssertSqlSafe, Row as _};
 
 use crate::batch_machine::{BatchChange, next_status};
-use crate::clock::millis;
-use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::{self, Event, FORMAT_VERSION};
 use crate::machine::{self, Effect, OperationStatus};
 use crate::operation_row::{self, OperationRow, PROJECTION_COLUMNS, bind_columns};
-use crate::record::{
-    Batch, BatchLease, BatchRow, BatchStatus, EventRow, Lease, NextBatch, OperationRecord,
-};
+use crate::record::{BatchStatus, EventRow, Lease, OperationRecord};
 use crate::spec::OperationSpec;
 use crate::statements::{self, Statements};
 
@@ -68,7 +65,7 @@ macro_rules! backend {
             use super::*;
 
             pub(crate) type Pool = sqlx::Pool<$db>;
-            type Tx = sqlx::Transaction<'static, $db>;
+            pub(crate) type Tx = sqlx::Transaction<'static, $db>;
             /// This backend's statements.
             const S: Statements = $statements;
 
@@ -272,335 +269,10 @@ macro_rules! backend {
                 })
             }
 
-            pub(crate) async fn plan_batch(
-                pool: &Pool,
-                lease: &Lease,
-                end: Option<Cursor>,
-                size: i64,
-                claim_ttl: Option<std::time::Duration>,
-                now: i64,
-            ) -> Result<(Batch, Appended), StoreError> {
-                let mut tx = begin_write(pool).await?;
-                let record = load_locked(&mut tx, lease.operation_id).await?;
-                let planned = PlannedBatch::after(&record, end, size);
-                // The row is locked and was read just now: the lease fence is the guard.
-                let appended = append_loaded(
-                    &mut tx,
-                    record,
-                    Expected::Any,
-                    Some(lease),
-                    None,
-                    &[planned.event()],
-                    now,
-                )
-                .await?;
-                let claim = claim_ttl.map(|ttl| (lease.node.as_str(), now + millis(ttl)));
-                let batch = insert_batch(&mut tx, lease.operation_id, &planned, claim, now).await?;
-                tx.commit().await?;
-                Ok((batch, appended))
-            }
-
-            pub(crate) async fn claim_batches(
-                pool: &Pool,
-                node: &str,
-                operation_id: Option<i64>,
-                limit: i64,
-                ttl_ms: i64,
-                now: i64,
-            ) -> Result<Vec<Batch>, StoreError> {
-                let rows: Vec<BatchRow> = sqlx::query_as(S.claim_batches)
-                    .bind(node)
-                    .bind(now + ttl_ms)
-                    .bind(operation_id)
-                    .bind(now)
-                    .bind(limit)
-                    .bind(
-                        next_status(
-                            Some(BatchStatus::Pending),
-                            BatchChange::Claimed {
-                                lease_lapsed: false,
-                            },
-                        )?
-                        .as_str(),
-                    )
-                    .fetch_all(pool)
-                    .await?;
-                let mut batches = rows
-                    .into_iter()
-                    .map(Batch::try_from)
-                    .collect::<Result<Vec<_>, _>>()?;
-                batches.sort_by_key(|b| (b.operation_id, b.ordinal));
-                Ok(batches)
-            }
-
-            pub(crate) async fn release_batch(
-                pool: &Pool,
-                lease: &BatchLease,
-            ) -> Result<(), StoreError> {
-                let released = sqlx::query(S.release_batch)
-                    .bind(lease.batch_id)
-                    .bind(lease.epoch)
-                    .bind(next_status(Some(BatchStatus::Running), BatchChange::Released)?.as_str())
-                    .execute(pool)
-                    .await?;
-                if released.rows_affected() == 0 {
-                    return Err(batch_lease_lost(lease));
-                }
-                Ok(())
-            }
-
-            pub(crate) async fn renew_batch_lease(
-                pool: &Pool,
-                lease: &BatchLease,
-                ttl_ms: i64,
-                now: i64,
-            ) -> Result<(), StoreError> {
-                let renewed = sqlx::query(S.renew_batch_lease)
-                    .bind(lease.batch_id)
-                    .bind(lease.epoch)
-                    .bind(now + ttl_ms)
-                    .execute(pool)
-                    .await?;
-                if renewed.rows_affected() == 0 {
-                    return Err(batch_lease_lost(lease));
-                }
-                Ok(())
-            }
-
-            pub(crate) async fn complete_batch(
-                pool: &Pool,
-                batch: &BatchLease,
-                done: &BatchDone,
-                then: Option<(&Lease, &NextBatch)>,
-                now: i64,
-            ) -> Result<(Appended, Option<Batch>), StoreError> {
-                let mut tx = begin_write(pool).await?;
-                let updated = sqlx::query(S.complete_batch)
-                    .bind(batch.batch_id)
-                    .bind(batch.epoch)
-                    .bind(done.rows)
-                    .bind(done.duration_ms)
-                    .bind(now)
-                    .bind(next_status(Some(BatchStatus::Running), BatchChange::Completed)?.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                if updated.rows_affected() == 0 {
-                    return Err(batch_lease_lost(batch));
-                }
-                let succeeded = Event::BatchSucceeded {
-                    ordinal: batch.ordinal,
-                    rows: done.rows,
-                    duration_ms: done.duration_ms,
-                    next_batch_size: done.next_batch_size,
-                };
-                let record = load_locked(&mut tx, batch.operation_id).await?;
-                // The next batch goes with it only while `lease` still holds the
-                // operation and its state machine takes the plan (not, say, once
-                // an operator paused it): otherwise the outcome is recorded alone.
-                let next = then
-                    .filter(|(lease, _)| holds(&record, lease))
-                    .map(|(lease, next)| {
-                        (
-                            lease,
-                            PlannedBatch::after(&record, next.end.clone(), next.size),
-                            next.ttl,
-                        )
-                    })
-                    .filter(|(_, planned, _)| {
-                        legal_after(&record.state, &succeeded, &planned.event(), now)
-                    });
-                let mut events = vec![succeeded];
-                events.extend(next.as_ref().map(|(_, planned, _)| planned.event()));
-                let appended =
-                    append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
-                let planned = match next {
-                    Some((lease, planned, ttl)) => {
-                        let claim = Some((lease.node.as_str(), now + millis(ttl)));
-                        Some(insert_batch(&mut tx, batch.operation_id, &planned, claim, now).await?)
-                    }
-                    None => None,
-                };
-                tx.commit().await?;
-                Ok((appended, planned))
-            }
-
-            pub(crate) async fn fail_batch(
-                pool: &Pool,
-                lease: &BatchLease,
-                error: &str,
-                retry: bool,
-                next_sub_batch_size: Option<i64>,
-                fail_operation: Option<&str>,
-                now: i64,
-            ) -> Result<Appended, StoreError> {
-                let mut tx = begin_write(pool).await?;
-                // Decided as if the operation went on; decided again below
-                // once its row is read (locked after the batch's, as every
-                // batch write does).
-                let attempt_failed = |operation| BatchChange::AttemptFailed {
-                    last: !retry,
-                    operation,
-                };
-                let written = next_status(
-                    Some(BatchStatus::Running),
-                    attempt_failed(OperationStatus::Running),
-                )?;
-                let failed = sqlx::query(S.fail_batch)
-                    .bind(lease.batch_id)
-                    .bind(lease.epoch)
-                    .bind(written.as_str())
-                    .bind(error)
-                    .bind(next_sub_batch_size)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                if failed.rows_affected() == 0 {
-                    return Err(batch_lease_lost(lease));
-                }
-                let event = Event::BatchFailed {
-                    ordinal: lease.ordinal,
-                    attempt: lease.attempt,
-                    error: error.to_owned(),
-                    next_sub_batch_size,
-                };
-                let record = load_locked(&mut tx, lease.operation_id).await?;
-                // The operation's failure goes with it while its state machine
-                // takes one (not once it failed already, say by another node's
-                // batch, or an operator paused or cancelled it).
-                let operation_failed = fail_operation
-                    .map(|error| Event::Failed {
-                        error: error.to_owned(),
-                    })
-                    .filter(|failed| legal_after(&record.state, &event, failed, now));
-                let decided = next_status(
-                    Some(BatchStatus::Running),
-                    attempt_failed(record.state.status),
-                )?;
-                if decided != written {
-                    sqlx::query(S.set_batch_status)
-                        .bind(lease.batch_id)
-                        .bind(decided.as_str())
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                let mut events = vec![event];
-                events.extend(operation_failed);
-                let appended =
-                    append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
-                tx.commit().await?;
-                Ok(appended)
-            }
-
-            pub(crate) async fn split_batch(
-                pool: &Pool,
-                lease: &BatchLease,
-                at: &Cursor,
-                error: &str,
-                next_sub_batch_size: Option<i64>,
-                now: i64,
-            ) -> Result<Appended, StoreError> {
-                let mut tx = begin_write(pool).await?;
-                let row: Option<BatchRow> = sqlx::query_as(S.held_batch_locked)
-                    .bind(lease.batch_id)
-                    .bind(lease.epoch)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let Some(row) = row else {
-                    return Err(batch_lease_lost(lease));
-                };
-                let batch = Batch::try_from(row)?;
-                let from = batch.progress.as_ref().or(batch.start.as_ref());
-                let Some(end) = batch
-                    .end
-                    .clone()
-                    .filter(|end| at < end && from.is_none_or(|f| at > f))
-                else {
-                    return Err(StoreError::Illegal {
-                        operation_id: lease.operation_id,
-                        source: machine::IllegalTransition::CursorOrder {
-                            ordinal: lease.ordinal,
-                            detail: format!(
-                                "split point {at} is not inside the batch's remaining range"
-                            ),
-                        },
-                    });
-                };
-                let record = load_locked(&mut tx, lease.operation_id).await?;
-                let new_ordinal = record.state.batches_planned + 1;
-                let events = [
-                    Event::BatchFailed {
-                        ordinal: lease.ordinal,
-                        attempt: lease.attempt,
-                        error: error.to_owned(),
-                        next_sub_batch_size,
-                    },
-                    Event::BatchSplit {
-                        ordinal: lease.ordinal,
-                        at: at.clone(),
-                        new_ordinal,
-                    },
-                ];
-                let appended =
-                    append_loaded(&mut tx, record, Expected::Any, None, None, &events, now).await?;
-                let remaining = (batch.batch_size - batch.rows_affected).max(2);
-                let sub_batch_size = next_sub_batch_size.unwrap_or(batch.sub_batch_size);
-                // The first half starts its attempts afresh; its committed progress stays.
-                sqlx::query(S.shorten_batch)
-                    .bind(lease.batch_id)
-                    .bind(at.to_json())
-                    .bind(batch.rows_affected + remaining / 2)
-                    .bind(sub_batch_size)
-                    .bind(error)
-                    .bind(next_status(Some(BatchStatus::Running), BatchChange::Split)?.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(S.insert_split_batch)
-                    .bind(lease.operation_id)
-                    .bind(new_ordinal)
-                    .bind(at.to_json())
-                    .bind(end.to_json())
-                    .bind(remaining - remaining / 2)
-                    .bind(sub_batch_size)
-                    .bind(now)
-                    .bind(next_status(None, BatchChange::PlannedAhead)?.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(appended)
-            }
-
-            pub(crate) async fn batches(
-                pool: &Pool,
-                operation_id: i64,
-            ) -> Result<Vec<Batch>, StoreError> {
-                let rows: Vec<BatchRow> = sqlx::query_as(S.batches)
-                    .bind(operation_id)
-                    .fetch_all(pool)
-                    .await?;
-                rows.into_iter().map(Batch::try_from).collect()
-            }
-
-            pub(crate) async fn prune_batches(
-                pool: &Pool,
-                cutoff: i64,
-                chunk: i64,
-            ) -> Result<u64, StoreError> {
-                let mut total = 0;
-                loop {
-                    let deleted = sqlx::query(S.prune_batches)
-                        .bind(cutoff)
-                        .bind(chunk)
-                        .execute(pool)
-                        .await?
-                        .rows_affected();
-                    total += deleted;
-                    if deleted < chunk as u64 {
-                        return Ok(total);
-                    }
-                }
-            }
-
-            async fn load_locked(tx: &mut Tx, id: i64) -> Result<OperationRecord, StoreError> {
+            pub(crate) async fn load_locked(
+                tx: &mut Tx,
+                id: i64,
+            ) -> Result<OperationRecord, StoreError> {
                 let row: Option<OperationRow> = sqlx::query_as(S.operation_locked)
                     .bind(id)
                     .fetch_optional(&mut **tx)
@@ -612,7 +284,7 @@ macro_rules! backend {
             /// events, and performs the effects that are the store's own.
             /// `take` installs a new lease (a claim); otherwise the lease is kept,
             /// or cleared when an event releases it.
-            async fn append_loaded(
+            pub(crate) async fn append_loaded(
                 tx: &mut Tx,
                 record: OperationRecord,
                 expected: Expected,
@@ -691,42 +363,6 @@ macro_rules! backend {
                 })
             }
 
-            /// Inserts a planned batch: pending, or running under a first claim by
-            /// `claim`'s node until its expiry (what [`claim_batches`] would make of it).
-            async fn insert_batch(
-                tx: &mut Tx,
-                operation_id: i64,
-                planned: &PlannedBatch,
-                claim: Option<(&str, i64)>,
-                now: i64,
-            ) -> Result<Batch, StoreError> {
-                let row: BatchRow = sqlx::query_as(S.insert_batch)
-                    .bind(operation_id)
-                    .bind(planned.ordinal)
-                    .bind(planned.start.as_ref().map(Cursor::to_json))
-                    .bind(planned.end.as_ref().map(Cursor::to_json))
-                    .bind(planned.size)
-                    .bind(planned.sub_batch_size)
-                    .bind(
-                        next_status(
-                            None,
-                            if claim.is_some() {
-                                BatchChange::PlannedClaimed
-                            } else {
-                                BatchChange::PlannedAhead
-                            },
-                        )?
-                        .as_str(),
-                    )
-                    .bind(now)
-                    .bind(claim.map(|(node, _)| node))
-                    .bind(i32::from(claim.is_some()))
-                    .bind(claim.map(|(_, expires_at)| expires_at))
-                    .fetch_one(&mut **tx)
-                    .await?;
-                row.try_into()
-            }
-
             async fn insert_events(
                 tx: &mut Tx,
                 id: i64,
@@ -754,82 +390,12 @@ macro_rules! backend {
 backend!(sqlite, sqlx::Sqlite, statements::SQLITE);
 backend!(postgres, sqlx::Postgres, statements::POSTGRES);
 
-/// What a batch that succeeded reports ([`Event::BatchSucceeded`]).
-pub(crate) struct BatchDone {
-    pub(crate) rows: i64,
-    pub(crate) duration_ms: i64,
-    pub(crate) next_batch_size: Option<i64>,
-}
-
-impl BatchDone {
-    /// `rows` changed in `duration`, setting the batch size to `next_batch_size`.
-    pub(crate) fn new(
-        rows: i64,
-        duration: std::time::Duration,
-        next_batch_size: Option<i64>,
-    ) -> Self {
-        BatchDone {
-            rows,
-            duration_ms: millis(duration),
-            next_batch_size,
-        }
-    }
-}
-
-/// The batch an owner plans next: from the operation's cursor to the end it
-/// asked for, numbered after the last one planned.
-struct PlannedBatch {
-    ordinal: i64,
-    start: Option<Cursor>,
-    end: Option<Cursor>,
-    size: i64,
-    sub_batch_size: i64,
-}
-
-impl PlannedBatch {
-    fn after(record: &OperationRecord, end: Option<Cursor>, size: i64) -> Self {
-        PlannedBatch {
-            ordinal: record.state.batches_planned + 1,
-            start: record.state.cursor.clone(),
-            end,
-            size,
-            sub_batch_size: record.state.sub_batch_size.min(size),
-        }
-    }
-
-    fn event(&self) -> Event {
-        Event::BatchPlanned {
-            ordinal: self.ordinal,
-            start: self.start.clone(),
-            end: self.end.clone(),
-            size: self.size,
-        }
-    }
-}
-
-/// Whether the state machine takes `then` right after `first` on `state`:
-/// the trial run before a second event is appended with the first, so a
-/// refused one is left out rather than refusing both.
-fn legal_after(state: &machine::Projection, first: &Event, then: &Event, now: i64) -> bool {
-    machine::apply(Some(state), first, now)
-        .and_then(|(state, _)| machine::apply(Some(&state), then, now))
-        .is_ok()
-}
-
 /// Whether `lease` is the lease `record` is held under.
-fn holds(record: &OperationRecord, lease: &Lease) -> bool {
+pub(crate) fn holds(record: &OperationRecord, lease: &Lease) -> bool {
     record
         .lease
         .as_ref()
         .is_some_and(|held| held.node == lease.node && held.epoch == lease.epoch)
-}
-
-/// The error for a write refused because `lease` no longer holds its batch.
-pub(crate) fn batch_lease_lost(lease: &BatchLease) -> StoreError {
-    StoreError::BatchLeaseLost {
-        batch_id: lease.batch_id,
-        epoch: lease.epoch,
-    }
 }
 
 fn lease_lost(lease: &Lease) -> StoreError {

@@ -17,6 +17,7 @@ use std::time::Duration;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 
+use crate::batch_queries::{self, BatchDone};
 use crate::bulk_enqueue;
 use crate::clock::{Clock, SystemClock, millis};
 use crate::connection::{Backend, ConnectOptions, Connections, on_pool};
@@ -24,7 +25,7 @@ use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::{self, Event, RecordedEvent};
 use crate::machine::{self, OperationStatus, Projection};
-use crate::queries::{self, Appended, BatchDone, Expected};
+use crate::queries::{self, Appended, Expected};
 use crate::record::{Batch, BatchLease, EventRow, Lease, NextBatch, OperationRecord};
 use crate::spec::OperationSpec;
 
@@ -59,12 +60,16 @@ pub struct ListFilter {
     pub limit: Option<i64>,
 }
 
-/// Calls the per-backend function of [`crate::queries`] for the store's pool.
+/// Calls the per-backend function of [`crate::queries`] (or of the module
+/// named first, such as [`crate::batch_queries`]) for the store's pool.
 macro_rules! dispatch {
     ($self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
+        dispatch!(queries, $self.$function($($arg),*))
+    };
+    ($module:ident, $self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
         match $self.connections.backend() {
-            Backend::Sqlite(pool) => queries::sqlite::$function(pool, $($arg),*).await,
-            Backend::Postgres(pool) => queries::postgres::$function(pool, $($arg),*).await,
+            Backend::Sqlite(pool) => $module::sqlite::$function(pool, $($arg),*).await,
+            Backend::Postgres(pool) => $module::postgres::$function(pool, $($arg),*).await,
         }
     };
 }
@@ -341,7 +346,7 @@ impl Store {
         size: i64,
     ) -> Result<(Batch, Appended), StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.plan_batch(lease, end, size, None, now))
+        dispatch!(batch_queries, self.plan_batch(lease, end, size, None, now))
     }
 
     /// [`Store::plan_batch`], and the batch claimed by `lease`'s node for
@@ -357,7 +362,10 @@ impl Store {
         next: &NextBatch,
     ) -> Result<(Batch, Appended), StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.plan_batch(lease, next.end.clone(), next.size, Some(next.ttl), now))
+        dispatch!(
+            batch_queries,
+            self.plan_batch(lease, next.end.clone(), next.size, Some(next.ttl), now)
+        )
     }
 
     /// Claims up to `limit` batches of running operations (of one operation
@@ -372,7 +380,10 @@ impl Store {
         ttl: Duration,
     ) -> Result<Vec<Batch>, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.claim_batches(node, operation_id, limit, millis(ttl), now))
+        dispatch!(
+            batch_queries,
+            self.claim_batches(node, operation_id, limit, millis(ttl), now)
+        )
     }
 
     /// Running operations with a batch another node could claim now (one
@@ -402,7 +413,7 @@ impl Store {
     /// progress is kept, and the claim given back does not count as one of
     /// its attempts. Errors: [`StoreError::BatchLeaseLost`].
     pub async fn release_batch(&self, lease: &BatchLease) -> Result<(), StoreError> {
-        dispatch!(self.release_batch(lease))
+        dispatch!(batch_queries, self.release_batch(lease))
     }
 
     /// Extends a batch lease. Errors: [`StoreError::BatchLeaseLost`].
@@ -412,7 +423,10 @@ impl Store {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.renew_batch_lease(lease, millis(ttl), now))
+        dispatch!(
+            batch_queries,
+            self.renew_batch_lease(lease, millis(ttl), now)
+        )
     }
 
     /// Marks a batch succeeded and appends `batch_succeeded`, in one transaction.
@@ -428,7 +442,7 @@ impl Store {
     ) -> Result<Appended, StoreError> {
         let now = self.clock.now_ms();
         let done = BatchDone::new(rows, duration, next_batch_size);
-        let (appended, _) = dispatch!(self.complete_batch(lease, &done, None, now))?;
+        let (appended, _) = dispatch!(batch_queries, self.complete_batch(lease, &done, None, now))?;
         Ok(appended)
     }
 
@@ -452,7 +466,10 @@ impl Store {
     ) -> Result<(Appended, Option<Batch>), StoreError> {
         let now = self.clock.now_ms();
         let done = BatchDone::new(rows, duration, next_batch_size);
-        dispatch!(self.complete_batch(lease, &done, Some((owner, next)), now))
+        dispatch!(
+            batch_queries,
+            self.complete_batch(lease, &done, Some((owner, next)), now)
+        )
     }
 
     /// Records a failed batch attempt: the batch goes back to pending when
@@ -467,7 +484,10 @@ impl Store {
         next_sub_batch_size: Option<i64>,
     ) -> Result<Appended, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.fail_batch(lease, error, retry, next_sub_batch_size, None, now))
+        dispatch!(
+            batch_queries,
+            self.fail_batch(lease, error, retry, next_sub_batch_size, None, now)
+        )
     }
 
     /// Records a batch's last failed attempt — the batch failed for good —
@@ -490,7 +510,10 @@ impl Store {
         operation_error: &str,
     ) -> Result<Appended, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.fail_batch(lease, error, false, None, Some(operation_error), now))
+        dispatch!(
+            batch_queries,
+            self.fail_batch(lease, error, false, None, Some(operation_error), now)
+        )
     }
 
     /// Records a running range batch's failed attempt and cuts the batch in
@@ -511,12 +534,15 @@ impl Store {
         next_sub_batch_size: Option<i64>,
     ) -> Result<Appended, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(self.split_batch(lease, at, error, next_sub_batch_size, now))
+        dispatch!(
+            batch_queries,
+            self.split_batch(lease, at, error, next_sub_batch_size, now)
+        )
     }
 
     /// The operation's batches, by ordinal.
     pub async fn batches(&self, operation_id: i64) -> Result<Vec<Batch>, StoreError> {
-        dispatch!(self.batches(operation_id))
+        dispatch!(batch_queries, self.batches(operation_id))
     }
 
     /// Deletes the batch records of operations that finished or were cancelled
@@ -525,7 +551,7 @@ impl Store {
     /// of batch records deleted.
     pub async fn prune(&self, older_than: Duration, chunk: i64) -> Result<u64, StoreError> {
         let cutoff = self.clock.now_ms() - millis(older_than);
-        dispatch!(self.prune_batches(cutoff, chunk.max(1)))
+        dispatch!(batch_queries, self.prune_batches(cutoff, chunk.max(1)))
     }
 }
 
