@@ -197,15 +197,18 @@ async fn summarise(
     let record = store.operation(id).await?;
     let events = store.events(id, 0).await?;
     let batches = store.batches(id).await?;
-    let sluice_operations::builtin::Cutoff::Text(cutoff) = cutoff else {
+    let sluice_operations::builtin::Cutoff::Timestamp(cutoff) = cutoff else {
         return Err(Failure::Runtime(anyhow::anyhow!("unexpected cutoff form")));
     };
     let count = |statement: Statement| async move {
         Ok::<i64, Failure>(store.fetch_int(&statement).await?.unwrap_or(0))
     };
     let aged_left = count(
-        Statement::new("SELECT COUNT(*) FROM demo_events WHERE created_at < ")
-            .value(SqlValue::Text(cutoff.clone())),
+        Statement::new("SELECT COUNT(*) FROM demo_events WHERE julianday(created_at) < julianday(")
+            .value(SqlValue::Text(
+                cutoff.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+            ))
+            .push(")"),
     )
     .await?;
     let kept = count(Statement::new("SELECT COUNT(*) FROM demo_events")).await?;

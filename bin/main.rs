@@ -34,6 +34,16 @@ struct Cli {
     )]
     database_url: String,
 
+    /// On PostgreSQL, the schema Sluice's own tables live in (created if
+    /// absent; target tables named without a schema are found as before).
+    #[arg(long, global = true, env = "SLUICE_SCHEMA")]
+    schema: Option<String>,
+
+    /// On PostgreSQL, the zone a `timestamp` without time zone is read in
+    /// when compared with a time (default UTC).
+    #[arg(long, global = true, env = "SLUICE_TIME_ZONE")]
+    time_zone: Option<String>,
+
     /// How log lines on stderr are written: text, or json (with the trace
     /// and span ids of the operation they belong to).
     #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
@@ -164,6 +174,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         // Workers (`run`, `demo`) send one-statement sub-batches on sessions
         // bounded by the sub-batch timeout (opened only when first used).
         sub_batch_timeout: Some(sluice_runtime::RuntimeConfig::default().sub_batch_timeout),
+        schema: cli.schema.clone(),
+        time_zone: cli.time_zone.clone(),
         ..ConnectOptions::default()
     };
     let store = Store::connect_with(&cli.database_url, &options)

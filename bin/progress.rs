@@ -43,9 +43,13 @@ impl ProgressDisplay {
 async fn bars(mut progress: broadcast::Receiver<Progress>, mut stopped: oneshot::Receiver<()>) {
     let multi = MultiProgress::new();
     let style = ProgressStyle::with_template(
-        "{prefix:.bold} [{bar:30.cyan/blue}] {human_pos}/{human_len} rows  {per_sec}  ETA {eta}  {msg}",
+        "{prefix:.bold} [{bar:30.cyan/blue}] {human_pos}/{human_len} rows  {rate}  ETA {eta}  {msg}",
     )
     .expect("a valid template")
+    // Whole rows per second (indicatif's own `{per_sec}` prints four decimals).
+    .with_key("rate", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+        let _ = write!(w, "{:.0} rows/s", state.per_sec());
+    })
     .progress_chars("=> ");
     let mut shown: BTreeMap<i64, ProgressBar> = BTreeMap::new();
     loop {

@@ -62,17 +62,28 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     let display = ProgressDisplay::start(runtime.subscribe());
     let outcome = if args.until_idle {
         tokio::select! {
-            idle = runtime.run_until_idle() => idle,
-            _ = shutdown_signal() => Ok(()),
+            idle = runtime.run_until_idle() => idle.map(Some),
+            _ = shutdown_signal() => Ok(None),
         }
     } else {
         shutdown_signal().await;
-        Ok(())
+        Ok(None)
     };
     let stopped = runtime.shutdown().await;
     display.stop().await;
-    outcome.and(stopped).map_err(Failure::from)?;
+    let idle = outcome
+        .and_then(|idle| stopped.map(|()| idle))
+        .map_err(Failure::from)?;
     eprintln!("worker {node} stopped");
+    // Paused work is the operator's to resume; say it is there.
+    for left in idle.iter().flat_map(|idle| &idle.left) {
+        if left.status == OperationStatus::Paused {
+            eprintln!(
+                "operation {} ({}) is paused with work left: `sluice resume {}` to go on",
+                left.id, left.kind, left.id
+            );
+        }
+    }
     if args.until_idle {
         failed_here(store, &node, started_at).await?;
     }

@@ -842,7 +842,11 @@ async fn a_pool_worker_runs_one_sub_batch_per_job_and_takes_queued_jobs_in_turn(
         .unwrap();
     let lease = claimed[0].record.lease.clone().expect("claimed");
     let operation = registry
-        .prepare("delete-aged-rows", &arguments.to_string())
+        .prepare(
+            "delete-aged-rows",
+            &arguments.to_string(),
+            db.store.backend().dialect(),
+        )
         .unwrap();
     let queue = SubBatchQueue::new(1);
     let (pool, _) = ractor::Actor::spawn(

@@ -129,6 +129,13 @@ impl DeleteAgedRows {
             let first = store.fetch_cursor(&sample, 1).await?;
             match first.and_then(|c| c.0.into_iter().next()) {
                 Some(CursorValue::Int(_)) => Cutoff::EpochSeconds(at.timestamp()),
+                // SQLite compares a time with text as the instant the text
+                // names, whatever its format ([`Filter`]).
+                Some(CursorValue::Timestamp(_)) | Some(CursorValue::Text(_)) | None
+                    if !postgres =>
+                {
+                    Cutoff::Timestamp(at)
+                }
                 Some(CursorValue::Timestamp(_)) => Cutoff::Timestamp(at),
                 Some(CursorValue::Text(example)) => {
                     refuse_mixed_formats(store, &table_ident, &column_ident, &example).await?;
@@ -272,10 +279,11 @@ fn iso_like(example: &str, at: DateTime<Utc>) -> String {
     )
 }
 
-/// Refuses a text time column whose values do not all share `example`'s
-/// style (its date–time separator, and on SQLite its storage as text): a
-/// text cutoff in one style misjudges values in another, since a space
-/// sorts before `T` and a number before any text.
+/// Refuses a PostgreSQL text time column whose values do not all share
+/// `example`'s date–time separator, or carry an offset other than UTC's: a
+/// text cutoff in one style misjudges values in another (a space sorts
+/// before `T`), and `10:00-05:00` sorts before a `12:00` cutoff though it
+/// is three hours after it.
 async fn refuse_mixed_formats(
     store: &Store,
     table: &Ident,
@@ -283,34 +291,32 @@ async fn refuse_mixed_formats(
     example: &str,
 ) -> Result<(), OperationError> {
     let separator = separator_of(example).to_string();
-    let mut other = Statement::new("SELECT CAST(")
+    let other = Statement::new("SELECT ")
         .ident(column)
-        .push(" AS TEXT) FROM ")
+        .push(" FROM ")
         .ident(table)
-        .push(" WHERE ")
+        .push(" WHERE length(")
         .ident(column)
-        .push(" IS NOT NULL AND ((length(")
-        .ident(column)
-        .push(") > 10 AND substr(")
+        .push(") > 10 AND (substr(")
         .ident(column)
         .push(", 11, 1) <> ")
         .value(separator.into())
-        .push(")");
-    if let Backend::Sqlite(_) = store.backend() {
-        other = other.push(" OR typeof(").ident(column).push(") <> 'text'");
-    }
-    let other = other.push(") LIMIT 1");
+        .push(" OR (")
+        .ident(column)
+        .push(" ~ '[+-][0-9]{2}:?[0-9]{2}$' AND ")
+        .ident(column)
+        .push(" !~ '[+-]00:?00$')) LIMIT 1");
     match store
         .fetch_cursor(&other, 1)
         .await?
         .and_then(|c| c.0.into_iter().next())
     {
         Some(CursorValue::Text(found)) => Err(OperationError::Arguments(format!(
-            "column `{column}` of `{table}` mixes time formats (`{example}` and `{found}`): text \
-             compares character by character, so a cutoff written one way misjudges values \
-             written the other; store every value in one ISO-8601 style first"
+            "column `{column}` of `{table}` holds `{found}`, in another style than `{example}` \
+             or with an offset other than UTC's: text compares character by character, so a \
+             cutoff written one way misjudges it; store every value in one ISO-8601 style in \
+             UTC first, or make the column a timestamptz"
         ))),
-        // The value is cast to text; nothing else comes back.
         _ => Ok(()),
     }
 }

@@ -23,7 +23,7 @@ use crate::error::OperationError;
 use crate::operation::{PreparedOperation, Registry};
 use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
-use crate::target::{check_key, check_target, refuse_full_scan, refuse_misordered_time};
+use crate::target::{check_key, check_target, check_time_column, refuse_full_scan};
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -211,7 +211,7 @@ async fn checked_spec(
     checked: &mut Checked,
 ) -> Result<(OperationSpec, ScopeRows), OperationError> {
     let canonical = canonical_json(arguments);
-    let prepared = registry.prepare(kind, &canonical)?;
+    let prepared = registry.prepare(kind, &canonical, store.backend().dialect())?;
     let shape = prepared.shape();
     let names: Vec<String> = shape.columns().iter().map(|c| c.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -222,8 +222,8 @@ async fn checked_spec(
     );
     if !checked.targets.contains_key(&key) {
         check_target(store, &shape.table().to_string(), &names).await?;
-        for (column, bound) in shape.filter().time_bounds() {
-            refuse_misordered_time(store, shape.table(), column, bound).await?;
+        for column in shape.filter().time_bounds() {
+            check_time_column(store, shape.table(), column).await?;
         }
         let batching_key = match shape.strategy() {
             Strategy::Keyset(columns) => columns.as_slice(),

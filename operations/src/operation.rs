@@ -53,7 +53,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sluice_store::{Statement, Store};
+use sluice_store::{Dialect, Statement, Store};
 
 use crate::error::OperationError;
 use crate::shape::Shape;
@@ -183,7 +183,8 @@ impl Registry {
         self.kinds.keys().copied().collect()
     }
 
-    /// Binds the kind named `kind` to `arguments` (JSON).
+    /// Binds the kind named `kind` to `arguments` (JSON), its shape writing
+    /// SQL for `dialect` (the store's: [`sluice_store::Backend::dialect`]).
     ///
     /// Errors: [`OperationError::UnknownKind`], or
     /// [`OperationError::Arguments`] when the JSON does not fit the kind.
@@ -191,9 +192,10 @@ impl Registry {
         &self,
         kind: &str,
         arguments: &str,
+        dialect: Dialect,
     ) -> Result<Arc<dyn PreparedOperation>, OperationError> {
         let operation = self.lookup(kind)?;
-        operation.prepare(arguments)
+        operation.prepare(arguments, dialect)
     }
 
     /// The arguments a fire of a schedule of `kind` enqueues at `now`
@@ -232,7 +234,11 @@ impl std::fmt::Debug for Registry {
 /// argument types live in one registry.
 #[async_trait]
 trait ErasedOperation: Send + Sync {
-    fn prepare(&self, arguments: &str) -> Result<Arc<dyn PreparedOperation>, OperationError>;
+    fn prepare(
+        &self,
+        arguments: &str,
+        dialect: Dialect,
+    ) -> Result<Arc<dyn PreparedOperation>, OperationError>;
 
     async fn arguments_at(
         &self,
@@ -261,10 +267,14 @@ impl<O: Operation> ErasedOperation for Typed<O> {
         self.0.arguments_at(store, stored, now).await
     }
 
-    fn prepare(&self, arguments: &str) -> Result<Arc<dyn PreparedOperation>, OperationError> {
+    fn prepare(
+        &self,
+        arguments: &str,
+        dialect: Dialect,
+    ) -> Result<Arc<dyn PreparedOperation>, OperationError> {
         let arguments: O::Arguments = serde_json::from_str(arguments)
             .map_err(|e| OperationError::Arguments(format!("for `{}`: {e}", self.0.kind())))?;
-        let shape = self.0.shape(&arguments)?;
+        let shape = self.0.shape(&arguments)?.for_dialect(dialect);
         Ok(Arc::new(Prepared {
             operation: Arc::clone(&self.0),
             arguments,

@@ -7,8 +7,9 @@
 //! operator's own SQL (the `update-in-batches --where` text), which is
 //! parsed as exactly one expression ([`Condition`]) and parenthesised.
 
+use chrono::{DateTime, Days, Duration, Utc};
 use sluice_store::{
-    Assignments, Condition, Ident, IdentError, OperatorSqlError, SqlValue, Statement,
+    Assignments, Condition, Dialect, Ident, IdentError, OperatorSqlError, SqlValue, Statement,
 };
 
 use crate::error::OperationError;
@@ -42,10 +43,19 @@ pub enum Strategy {
 /// values. Build it with [`Filter::new`] and the comparison methods; a
 /// column name that is not a plain identifier is reported when the filter
 /// is put into a shape.
+///
+/// A time (`chrono::DateTime<Utc>`) is compared in the column's own type:
+/// on PostgreSQL by the server (a `timestamp` without time zone is read in
+/// the session's `TimeZone`, UTC unless the store's
+/// [`sluice_store::ConnectOptions::time_zone`] says otherwise); on SQLite,
+/// whose time columns hold text, as the instant the text names, whatever
+/// its separator, fraction or offset ([`Dialect::Sqlite`] below), still
+/// walking an index on the column.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
     clauses: Vec<Clause>,
     error: Option<FilterError>,
+    dialect: Dialect,
 }
 
 /// The first bad input a filter was given, reported by [`Shape::scope`].
@@ -68,7 +78,7 @@ impl From<FilterError> for OperationError {
 enum Clause {
     Compare {
         column: Ident,
-        operator: &'static str,
+        operator: Comparison,
         value: SqlValue,
     },
     Null {
@@ -141,6 +151,13 @@ impl Shape {
     /// The scope filter.
     pub fn filter(&self) -> &Filter {
         &self.scope
+    }
+
+    /// The same shape writing its SQL for `dialect` (the runtime and
+    /// enqueue set the store's; PostgreSQL's by default).
+    pub fn for_dialect(mut self, dialect: Dialect) -> Self {
+        self.scope.dialect = dialect;
+        self
     }
 
     /// The columns a batch cursor spans (none for a loop).
@@ -232,32 +249,32 @@ impl Filter {
 
     /// `column = value`.
     pub fn eq(self, column: &str, value: impl Into<SqlValue>) -> Self {
-        self.compare(column, " = ", value.into())
+        self.compare(column, Comparison::Eq, value.into())
     }
 
     /// `column <> value`.
     pub fn ne(self, column: &str, value: impl Into<SqlValue>) -> Self {
-        self.compare(column, " <> ", value.into())
+        self.compare(column, Comparison::Ne, value.into())
     }
 
     /// `column < value`.
     pub fn lt(self, column: &str, value: impl Into<SqlValue>) -> Self {
-        self.compare(column, " < ", value.into())
+        self.compare(column, Comparison::Lt, value.into())
     }
 
     /// `column <= value`.
     pub fn le(self, column: &str, value: impl Into<SqlValue>) -> Self {
-        self.compare(column, " <= ", value.into())
+        self.compare(column, Comparison::Le, value.into())
     }
 
     /// `column > value`.
     pub fn gt(self, column: &str, value: impl Into<SqlValue>) -> Self {
-        self.compare(column, " > ", value.into())
+        self.compare(column, Comparison::Gt, value.into())
     }
 
     /// `column >= value`.
     pub fn ge(self, column: &str, value: impl Into<SqlValue>) -> Self {
-        self.compare(column, " >= ", value.into())
+        self.compare(column, Comparison::Ge, value.into())
     }
 
     /// `column IS NULL`.
@@ -283,14 +300,14 @@ impl Filter {
         self
     }
 
-    /// The columns this filter compares with a time, and the time.
-    pub fn time_bounds(&self) -> impl Iterator<Item = (&Ident, &chrono::DateTime<chrono::Utc>)> {
+    /// The columns this filter compares with a time.
+    pub fn time_bounds(&self) -> impl Iterator<Item = &Ident> {
         self.clauses.iter().filter_map(|clause| match clause {
             Clause::Compare {
                 column,
-                value: SqlValue::Timestamp(at),
+                value: SqlValue::Timestamp(_),
                 ..
-            } => Some((column, at)),
+            } => Some(column),
             _ => None,
         })
     }
@@ -303,8 +320,18 @@ impl Filter {
                 Clause::Compare {
                     column,
                     operator,
+                    value: SqlValue::Timestamp(at),
+                } if self.dialect == Dialect::Sqlite => {
+                    sqlite_time_compare(statement, column, *operator, *at)
+                }
+                Clause::Compare {
+                    column,
+                    operator,
                     value,
-                } => statement.ident(column).push(operator).value(value.clone()),
+                } => statement
+                    .ident(column)
+                    .push(operator.sql())
+                    .value(value.clone()),
                 Clause::Null { column, negated } => {
                     statement
                         .ident(column)
@@ -323,7 +350,7 @@ impl Filter {
         })
     }
 
-    fn compare(mut self, column: &str, operator: &'static str, value: SqlValue) -> Self {
+    fn compare(mut self, column: &str, operator: Comparison, value: SqlValue) -> Self {
         match Ident::parse(column) {
             Ok(column) => self.clauses.push(Clause::Compare {
                 column,
@@ -346,6 +373,103 @@ impl Filter {
         }
         self
     }
+}
+
+/// A comparison operator of a [`Filter`] clause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Comparison {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Comparison {
+    fn sql(self) -> &'static str {
+        match self {
+            Comparison::Eq => " = ",
+            Comparison::Ne => " <> ",
+            Comparison::Lt => " < ",
+            Comparison::Le => " <= ",
+            Comparison::Gt => " > ",
+            Comparison::Ge => " >= ",
+        }
+    }
+}
+
+/// What a text value must start with to be compared as a time on SQLite: a
+/// `YYYY-MM-DD` date (so neither a number, which SQLite would read as a
+/// Julian day, nor `now`).
+const SQLITE_DATE_PREFIX: &str = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*";
+
+/// Appends `column <operator> at` for SQLite, where a time column holds
+/// text in one of several formats (`2025-07-01 12:00:00`,
+/// `2025-07-01T12:00:00.250+02:00`, …) that text order does not rank as
+/// time. Three conditions, all needed:
+///
+/// - a text range on the column that holds every value that could match
+///   (its date within two days of `at`'s on the matching side; no offset
+///   moves a time by more), so an index on the column is walked;
+/// - the value starts with a `YYYY-MM-DD` date ([`SQLITE_DATE_PREFIX`]);
+/// - `julianday(column)` compared with `at`'s, exactly to the millisecond
+///   (SQLite's own precision), whatever the value's separator, fraction or
+///   offset. A value SQLite cannot read as a time never matches.
+fn sqlite_time_compare(
+    statement: Statement,
+    column: &Ident,
+    operator: Comparison,
+    at: DateTime<Utc>,
+) -> Statement {
+    let statement = match operator {
+        Comparison::Lt | Comparison::Le => statement
+            .ident(column)
+            .push(" < ")
+            .value(date_text(at.checked_add_days(Days::new(2)), "A").into())
+            .push(" AND "),
+        Comparison::Gt | Comparison::Ge => statement
+            .ident(column)
+            .push(" >= ")
+            .value(date_text(at.checked_sub_days(Days::new(2)), "").into())
+            .push(" AND "),
+        Comparison::Eq | Comparison::Ne => statement,
+    };
+    statement
+        .ident(column)
+        .push(" GLOB '")
+        .push(SQLITE_DATE_PREFIX)
+        .push("' AND julianday(")
+        .ident(column)
+        .push(")")
+        .push(operator.sql())
+        .push("julianday(")
+        .value(sqlite_millis(at, operator).into())
+        .push(")")
+}
+
+/// `at`'s date as `YYYY-MM-DD`, or `beyond` when it is outside the years
+/// SQLite reads (0000–9999) or not representable.
+fn date_text(at: Option<DateTime<Utc>>, beyond: &str) -> String {
+    match at {
+        Some(at) if (0..=9999).contains(&chrono::Datelike::year(&at)) => {
+            at.format("%Y-%m-%d").to_string()
+        }
+        _ => beyond.to_owned(),
+    }
+}
+
+/// `at` as SQLite reads a time, to the millisecond: rounded up for `<` and
+/// `>=` and down for `<=` and `>`, so that a stored time (which SQLite
+/// rounds to the millisecond) compares with it as with `at` itself.
+fn sqlite_millis(at: DateTime<Utc>, operator: Comparison) -> String {
+    let below = at.timestamp_subsec_nanos() % 1_000_000;
+    let floor = at - Duration::nanoseconds(i64::from(below));
+    let at = match operator {
+        Comparison::Lt | Comparison::Ge if below > 0 => floor + Duration::milliseconds(1),
+        _ => floor,
+    };
+    at.format("%Y-%m-%d %H:%M:%S%.3f").to_string()
 }
 
 #[cfg(test)]
@@ -403,5 +527,52 @@ mod tests {
         let keyset = Shape::keyset("events", &["created_at", "id"]).unwrap();
         assert_eq!(keyset.batching_columns().len(), 2);
         assert_eq!(keyset.indexed_column().name(), "created_at");
+    }
+
+    #[test]
+    fn on_sqlite_a_time_is_compared_as_an_instant_within_an_index_range() {
+        let at = DateTime::parse_from_rfc3339("2025-07-01T00:00:00.000400Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let render = |filter: Filter| {
+            Shape::range("todos", "id")
+                .unwrap()
+                .scope(filter)
+                .unwrap()
+                .for_dialect(Dialect::Sqlite)
+                .filter()
+                .and_to(Statement::new("SELECT 1 WHERE 1 = 1"))
+        };
+        let below = render(Filter::new().lt("done_at", at));
+        assert_eq!(
+            below.text().as_str(),
+            "SELECT 1 WHERE 1 = 1 AND \"done_at\" < $1 AND \"done_at\" GLOB \
+             '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' AND julianday(\"done_at\") < julianday($2)"
+        );
+        assert_eq!(
+            below.params(),
+            &[
+                SqlValue::Text("2025-07-03".into()),
+                SqlValue::Text("2025-07-01 00:00:00.001".into())
+            ]
+        );
+        let above = render(Filter::new().gt("done_at", at));
+        assert!(above.text().as_str().contains("\"done_at\" >= $1"));
+        assert_eq!(
+            above.params(),
+            &[
+                SqlValue::Text("2025-06-29".into()),
+                SqlValue::Text("2025-07-01 00:00:00.000".into())
+            ]
+        );
+        // PostgreSQL compares in the column's type: the time is bound as it is.
+        let plain = Shape::range("todos", "id")
+            .unwrap()
+            .scope(Filter::new().lt("done_at", at))
+            .unwrap();
+        let plain = plain
+            .filter()
+            .and_to(Statement::new("SELECT 1 WHERE 1 = 1"));
+        assert_eq!(plain.params(), &[SqlValue::Timestamp(at)]);
     }
 }

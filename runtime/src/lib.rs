@@ -36,6 +36,6 @@ pub use config::RuntimeConfig;
 pub use context::Progress;
 pub use control::{Action, ControlError, Controlled, Selection, control};
 pub use health::{HealthIndicator, Signal, indicator_fn};
-pub use runtime::{Runtime, RuntimeBuilder, RuntimeError};
+pub use runtime::{Idle, Left, Runtime, RuntimeBuilder, RuntimeError};
 pub use schedule::{Fired, ScheduleError, ScheduleSpec};
 pub use sluice_operations::{EnqueueOptions, NewOperation, Operation};

@@ -39,6 +39,9 @@ pub struct RuntimeBuilder {
     config: RuntimeConfig,
     indicators: Vec<Arc<dyn HealthIndicator>>,
     builtin_indicators: bool,
+    /// Connection settings for a runtime built from a URL (its pool size and
+    /// sub-batch sessions are the runtime's own).
+    connect: ConnectOptions,
 }
 
 enum Source {
@@ -83,6 +86,44 @@ pub enum RuntimeError {
     },
 }
 
+/// What [`Runtime::run_until_idle`] left undone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idle {
+    /// Operations with work left, by id: paused and failed ones, and when
+    /// the wait ran out of time, pending and running ones too.
+    pub left: Vec<Left>,
+    /// True when the wait's deadline passed before the runtime was idle.
+    pub timed_out: bool,
+}
+
+impl Idle {
+    /// True when every operation ended with its work done (finished or
+    /// cancelled) and the wait did not run out of time.
+    pub fn is_empty(&self) -> bool {
+        self.left.is_empty() && !self.timed_out
+    }
+}
+
+/// One operation with work left ([`Idle::left`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    /// Its id.
+    pub id: i64,
+    /// Its kind.
+    pub kind: String,
+    /// Its status: paused or failed (waiting for an operator), or pending or
+    /// running when the wait ran out of time.
+    pub status: OperationStatus,
+    /// The node holding its lease (this one or another), if any.
+    pub held_by: Option<String>,
+    /// Rows changed so far (committed).
+    pub rows_done: i64,
+    /// Rows in scope at enqueue, when counted or estimated.
+    pub estimated_rows: Option<i64>,
+    /// Why it last failed, if it did.
+    pub last_error: Option<String>,
+}
+
 impl RuntimeBuilder {
     /// A runtime on the database at `url` (`sqlite:PATH`, `postgres://…`),
     /// with the built-in operation kinds and health indicators.
@@ -103,6 +144,7 @@ impl RuntimeBuilder {
             config: RuntimeConfig::default(),
             indicators: Vec::new(),
             builtin_indicators: true,
+            connect: ConnectOptions::default(),
         }
     }
 
@@ -149,6 +191,21 @@ impl RuntimeBuilder {
         self
     }
 
+    /// On PostgreSQL, keeps Sluice's tables in `schema`, created if absent
+    /// ([`ConnectOptions::schema`]); for a runtime built from a URL.
+    pub fn schema(mut self, schema: &str) -> Self {
+        self.connect.schema = Some(schema.to_owned());
+        self
+    }
+
+    /// On PostgreSQL, the zone a `timestamp` without time zone is read in
+    /// ([`ConnectOptions::time_zone`]; UTC by default); for a runtime built
+    /// from a URL.
+    pub fn time_zone(mut self, zone: &str) -> Self {
+        self.connect.time_zone = Some(zone.to_owned());
+        self
+    }
+
     /// Leaves out the built-in indicators for the store's backend.
     pub fn without_builtin_indicators(mut self) -> Self {
         self.builtin_indicators = false;
@@ -166,7 +223,7 @@ impl RuntimeBuilder {
                     // Sessions of its own bounded by the sub-batch timeout:
                     // a one-statement sub-batch is then one round trip.
                     sub_batch_timeout: Some(self.config.sub_batch_timeout),
-                    ..ConnectOptions::default()
+                    ..self.connect
                 };
                 Store::connect_with(&url, &options).await?
             }
@@ -383,30 +440,74 @@ impl Runtime {
     }
 
     /// Runs until no operation is pending or running anywhere (work held by
-    /// another node's live or lapsed lease counts as not done), then returns.
-    pub async fn run_until_idle(&self) -> Result<(), RuntimeError> {
+    /// another node's live or lapsed lease counts as not done), then says
+    /// what is left undone: paused and failed operations, which no runtime
+    /// runs until an operator resumes or retries them. A runtime that is
+    /// idle with nothing left returns [`Idle::is_empty`].
+    pub async fn run_until_idle(&self) -> Result<Idle, RuntimeError> {
+        self.wait_idle(None).await
+    }
+
+    /// [`Runtime::run_until_idle`], returning after `deadline` at the latest:
+    /// then [`Idle::timed_out`] is true and the operations still pending or
+    /// running are among those left, each with the node holding it.
+    pub async fn run_until_idle_within(&self, deadline: Duration) -> Result<Idle, RuntimeError> {
+        self.wait_idle(Some(tokio::time::Instant::now() + deadline))
+            .await
+    }
+
+    async fn wait_idle(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Idle, RuntimeError> {
         loop {
             let running = call_t!(self.supervisor, SupervisorMessage::Running, 5_000)
                 .map_err(|e| RuntimeError::Actors(e.to_string()))?;
-            if running.is_empty() && !self.work_left().await? {
-                return Ok(());
+            let active = self
+                .operations_in(&[OperationStatus::Pending, OperationStatus::Running])
+                .await?;
+            let timed_out = deadline.is_some_and(|at| tokio::time::Instant::now() >= at);
+            if (running.is_empty() && active.is_empty()) || timed_out {
+                let mut left = self
+                    .operations_in(&[OperationStatus::Paused, OperationStatus::Failed])
+                    .await?;
+                if timed_out {
+                    left.extend(active);
+                }
+                left.sort_by_key(|l| l.id);
+                return Ok(Idle { left, timed_out });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
-    async fn work_left(&self) -> Result<bool, RuntimeError> {
-        for status in [OperationStatus::Pending, OperationStatus::Running] {
+    /// The operations in any of `statuses` (at most 1,000 each), as left work.
+    async fn operations_in(&self, statuses: &[OperationStatus]) -> Result<Vec<Left>, RuntimeError> {
+        let mut left = Vec::new();
+        for status in statuses {
             let filter = ListFilter {
-                status: Some(status),
+                status: Some(*status),
                 kind: None,
-                limit: Some(1),
+                limit: Some(1_000),
             };
-            if !self.context.store.list(&filter).await?.is_empty() {
-                return Ok(true);
-            }
+            left.extend(
+                self.context
+                    .store
+                    .list(&filter)
+                    .await?
+                    .into_iter()
+                    .map(|record| Left {
+                        id: record.id,
+                        kind: record.state.kind.clone(),
+                        status: record.state.status,
+                        held_by: record.lease.map(|lease| lease.node),
+                        rows_done: record.state.rows_done,
+                        estimated_rows: record.state.estimated_rows,
+                        last_error: record.state.last_error.clone(),
+                    }),
+            );
         }
-        Ok(false)
+        Ok(left)
     }
 
     /// Stops claiming, lets every sub-batch in flight finish, gives running

@@ -25,6 +25,27 @@ pub enum Backend {
     Postgres(PgPool),
 }
 
+/// Which SQL a store's database speaks, for code that writes SQL of its
+/// own where the two differ (how a time is compared with a text column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// SQLite.
+    Sqlite,
+    /// PostgreSQL.
+    #[default]
+    Postgres,
+}
+
+impl Backend {
+    /// The SQL this backend's database speaks.
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Backend::Sqlite(_) => Dialect::Sqlite,
+            Backend::Postgres(_) => Dialect::Postgres,
+        }
+    }
+}
+
 /// Connection settings for [`crate::Store::connect_with`].
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
@@ -47,6 +68,20 @@ pub struct ConnectOptions {
     /// Not for an in-memory SQLite database, whose one connection is the
     /// database and is never renewed.
     pub max_lifetime: Option<Duration>,
+    /// On PostgreSQL, the schema Sluice's own tables live in (created if
+    /// absent): it is put first on every session's `search_path`, before
+    /// the role's default (`"$user", public`), so `sluice_*` and the
+    /// migrations' record are created there and nowhere else, while a
+    /// target table named without a schema is found as the application
+    /// finds it. `None`: the first schema of the default `search_path`
+    /// (usually `public`). Refused on SQLite, whose state is a file of its own.
+    pub schema: Option<String>,
+    /// On PostgreSQL, the session `TimeZone`: the zone a `timestamp`
+    /// without time zone is read in when compared with a time bound
+    /// (`None`: UTC, which sqlx sets on every connection). A zone the server
+    /// does not know fails the connection. Refused on SQLite, whose text
+    /// times without an offset are read as UTC.
+    pub time_zone: Option<String>,
 }
 
 impl Default for ConnectOptions {
@@ -57,7 +92,120 @@ impl Default for ConnectOptions {
             acquire_timeout: Duration::from_secs(10),
             sub_batch_timeout: None,
             max_lifetime: Some(Duration::from_secs(30 * 60)),
+            schema: None,
+            time_zone: None,
         }
+    }
+}
+
+/// What every PostgreSQL session of a store sets when it connects
+/// ([`ConnectOptions::schema`], [`ConnectOptions::time_zone`]).
+#[derive(Debug, Clone, Default)]
+struct SessionSettings {
+    /// The schema asked for.
+    schema: Option<crate::sql::Ident>,
+    /// `search_path`, when a schema is asked for.
+    search_path: Option<String>,
+    /// `TimeZone`, when one is asked for.
+    time_zone: Option<String>,
+}
+
+impl SessionSettings {
+    /// The settings `options` asks for; an unsafe schema name is refused.
+    fn of(options: &ConnectOptions) -> Result<Self, StoreError> {
+        let schema = match &options.schema {
+            Some(schema) => Some(
+                crate::sql::Ident::parse(schema)
+                    .ok()
+                    .filter(|i| i.schema().is_none())
+                    .ok_or_else(|| {
+                        StoreError::BadSetting(format!(
+                            "schema `{schema}` is not a plain identifier (letters, digits, `_`)"
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        Ok(SessionSettings {
+            search_path: schema
+                .as_ref()
+                .map(|name| format!("{}, \"$user\", public", name.quoted())),
+            schema,
+            time_zone: options.time_zone.clone(),
+        })
+    }
+
+    /// `pool` setting these on each connection it opens.
+    fn apply(&self, pool: PgPoolOptions) -> PgPoolOptions {
+        if self.search_path.is_none() && self.time_zone.is_none() {
+            return pool;
+        }
+        let settings = self.clone();
+        pool.after_connect(move |connection, _| {
+            let settings = settings.clone();
+            Box::pin(async move { settings.set(connection).await })
+        })
+    }
+}
+
+impl SessionSettings {
+    /// On one connection of its own, before any pool opens: creates the
+    /// schema if it does not exist (a role that may not create schemas can
+    /// still use one made for it; two processes creating it at once both go
+    /// on), then applies the settings, so a zone the server does not know
+    /// fails here, naming it, rather than as a pool that never connects.
+    async fn prepare(&self, connect: &PgConnectOptions) -> Result<(), StoreError> {
+        use sqlx::{ConnectOptions as _, Connection as _};
+        if self.search_path.is_none() && self.time_zone.is_none() {
+            return Ok(());
+        }
+        let mut connection = connect.connect().await?;
+        let prepared = async {
+            if let Some(schema) = &self.schema {
+                let exists: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)",
+                )
+                .bind(schema.name())
+                .fetch_one(&mut connection)
+                .await?;
+                if !exists {
+                    let create = format!("CREATE SCHEMA IF NOT EXISTS {}", schema.quoted());
+                    if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+                        .execute(&mut connection)
+                        .await
+                        && e.as_database_error().and_then(|d| d.code()).as_deref() != Some("23505")
+                    {
+                        return Err(StoreError::from(e));
+                    }
+                }
+            }
+            self.set(&mut connection)
+                .await
+                .map_err(|e| match e.as_database_error() {
+                    Some(db) => StoreError::BadSetting(db.message().to_owned()),
+                    None => StoreError::Database(e),
+                })
+        }
+        .await;
+        connection.close().await?;
+        prepared
+    }
+
+    /// Sets the session settings on `connection`.
+    async fn set(&self, connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+        for (name, value) in [
+            ("search_path", &self.search_path),
+            ("TimeZone", &self.time_zone),
+        ] {
+            if let Some(value) = value {
+                sqlx::query("SELECT set_config($1, $2, false)")
+                    .bind(name)
+                    .bind(value)
+                    .execute(&mut *connection)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -129,6 +277,13 @@ impl Connections {
     /// Opens the pools `url` names with `options` (not migrated).
     pub(crate) async fn open(url: &str, options: &ConnectOptions) -> Result<Self, StoreError> {
         if url.starts_with("sqlite:") {
+            if options.schema.is_some() || options.time_zone.is_some() {
+                return Err(StoreError::BadSetting(
+                    "a schema and a time zone are PostgreSQL settings: an SQLite store is a \
+                     file of its own, and its text times without an offset are read as UTC"
+                        .into(),
+                ));
+            }
             let in_memory = url.contains(":memory:") || url.contains("mode=memory");
             let connect = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -176,16 +331,31 @@ impl Connections {
             Ok(Connections::of(Backend::Sqlite(pool)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let connect = PgConnectOptions::from_str(url)?;
-            let pool = PgPoolOptions::new()
+            let session = SessionSettings::of(options)?;
+            session.prepare(&connect).await?;
+            let pool = session
+                .apply(PgPoolOptions::new())
                 .max_connections(options.max_connections)
                 .acquire_timeout(options.acquire_timeout)
                 .max_lifetime(options.max_lifetime)
                 .connect_with(connect.clone())
                 .await?;
+            if let Some(schema) = &options.schema {
+                let current: String = sqlx::query_scalar("SELECT current_schema()::text")
+                    .fetch_one(&pool)
+                    .await?;
+                if &current != schema {
+                    return Err(StoreError::BadSetting(format!(
+                        "the sessions' current schema is `{current}`, not `{schema}`: \
+                         the role may not use schema `{schema}`"
+                    )));
+                }
+            }
             let mut connections = Connections::of(Backend::Postgres(pool));
             if let Some(timeout) = options.sub_batch_timeout {
                 let ms = statement_timeout_ms(timeout).to_string();
-                let bounded = PgPoolOptions::new()
+                let bounded = session
+                    .apply(PgPoolOptions::new())
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
                     .max_lifetime(options.max_lifetime)

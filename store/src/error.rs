@@ -115,6 +115,10 @@ pub enum StoreError {
         /// The database's name for its type.
         type_name: String,
     },
+    /// A connection setting that the database cannot honour (an unsafe schema
+    /// name, a setting another backend's).
+    #[error("{0}")]
+    BadSetting(String),
     /// Replaying the event log does not give the stored projection.
     #[error(
         "operation {operation_id}: replaying its {events} events does not reproduce the stored state"
@@ -145,6 +149,7 @@ impl StoreError {
                 | StoreError::InvalidSpec(_)
                 | StoreError::Illegal { .. }
                 | StoreError::UnsupportedCursorType { .. }
+                | StoreError::BadSetting(_)
         )
     }
 

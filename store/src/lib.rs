@@ -31,7 +31,7 @@ pub mod target_table;
 
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use connection::{Backend, ConnectOptions, redact_url};
+pub use connection::{Backend, ConnectOptions, Dialect, redact_url};
 pub use cursor::{Cursor, CursorValue};
 pub use error::StoreError;
 pub use event::{Event, RecordedEvent};

@@ -12,7 +12,8 @@ use crate::error::StoreError;
 use crate::sql::{Ident, SqlText, Statement, bind_values};
 use crate::store::Store;
 
-/// The columns of table `$2` in schema `$1` (the current schema when NULL)
+/// The columns of table `$2` in schema `$1` (when NULL, the table the
+/// `search_path` finds, as a statement naming it would)
 /// that the current role may use, as `information_schema.columns` lists
 /// them (tables, partitioned tables, views, foreign tables) — `a` the
 /// column, `b` its type or, for a domain, the domain's base type. Read
@@ -25,7 +26,7 @@ macro_rules! postgres_columns {
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
          JOIN pg_catalog.pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
-         WHERE n.nspname = COALESCE($1, current_schema()) AND c.relname = $2 \
+         WHERE c.oid = to_regclass(concat_ws('.', quote_ident($1), quote_ident($2))) \
          AND c.relkind IN ('r', 'p', 'v', 'f') AND a.attnum > 0 AND NOT a.attisdropped \
          AND (pg_has_role(c.relowner, 'USAGE') \
               OR has_column_privilege(c.oid, a.attnum, 'SELECT, INSERT, UPDATE, REFERENCES'))"
@@ -210,7 +211,7 @@ impl Store {
                      JOIN pg_catalog.pg_class c ON c.oid = x.indrelid \
                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                      JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid \
-                     WHERE n.nspname = COALESCE($1, current_schema()) AND c.relname = $2 \
+                     WHERE c.oid = to_regclass(concat_ws('.', quote_ident($1), quote_ident($2))) \
                      ORDER BY x.indisprimary DESC, i.relname",
                 )
                 .bind(table.schema())
@@ -221,7 +222,7 @@ impl Store {
                     "SELECT a.attname::text FROM pg_catalog.pg_attribute a \
                      JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                     WHERE n.nspname = COALESCE($1, current_schema()) AND c.relname = $2 \
+                     WHERE c.oid = to_regclass(concat_ws('.', quote_ident($1), quote_ident($2))) \
                      AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull ORDER BY a.attnum",
                 )
                 .bind(table.schema())

@@ -152,10 +152,11 @@ impl Actor for OperationActor {
                 .ok_or_else(|| format!("operation {} is not held by node {node}", record.id))?;
             Role::Owner { lease }
         };
-        let operation = match context
-            .registry
-            .prepare(&record.state.kind, &record.state.arguments)
-        {
+        let operation = match context.registry.prepare(
+            &record.state.kind,
+            &record.state.arguments,
+            store.backend().dialect(),
+        ) {
             Ok(operation) => operation,
             // A helper leaves the verdict to the owner.
             Err(error) if args.helper => return Err(error.into()),

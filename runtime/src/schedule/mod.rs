@@ -145,7 +145,7 @@ pub async fn add_schedule(
     let resolved = registry
         .arguments_at(&spec.kind, store, spec.arguments.clone(), at(now))
         .await?;
-    registry.prepare(&spec.kind, &resolved.to_string())?;
+    registry.prepare(&spec.kind, &resolved.to_string(), store.backend().dialect())?;
     let due_at = when.next_after(now)?;
     let schedule = Schedule {
         name: spec.name.clone(),
