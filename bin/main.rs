@@ -41,8 +41,8 @@ struct Cli {
 
     /// On PostgreSQL, the zone a `timestamp` without time zone is read in
     /// when compared with a time (default UTC).
-    #[arg(long, global = true, env = "SLUICE_TIME_ZONE")]
-    time_zone: Option<String>,
+    #[arg(long, global = true, env = "SLUICE_DB_TIME_ZONE")]
+    db_time_zone: Option<String>,
 
     /// How log lines on stderr are written: text, or json (with the trace
     /// and span ids of the operation they belong to).
@@ -175,7 +175,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         // bounded by the sub-batch timeout (opened only when first used).
         sub_batch_timeout: Some(sluice_runtime::RuntimeConfig::default().sub_batch_timeout),
         schema: cli.schema.clone(),
-        time_zone: cli.time_zone.clone(),
+        time_zone: cli.db_time_zone.clone(),
         ..ConnectOptions::default()
     };
     let store = Store::connect_with(&cli.database_url, &options)

@@ -1,19 +1,40 @@
-//! The embedding example in `examples/` runs as a test, so it keeps working.
+//! The embedding example in `examples/` runs as a test on SQLite and
+//! PostgreSQL, and the README shows its operation exactly as it is written.
+
+mod common;
+
+use common::TestDb;
 
 #[allow(dead_code)]
-#[path = "../examples/delete_done_todos.rs"]
+#[path = "../examples/delete_done_todos/main.rs"]
 mod delete_done_todos;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_delete_done_todos_example_deletes_exactly_its_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("todos.sqlite").display());
-    let (deleted, left) = delete_done_todos::run(&url).await.unwrap();
-    // User 7 owns ids ≡ 2 (mod 3); done ones are odd; 2025 ones have v % 4 in {1}.
-    let expected = (1..=30_000)
-        .filter(|v| 5 + v % 3 == 7 && v % 2 == 1 && 2025 + v % 4 / 2 == 2025)
+for_each_backend!(the_delete_done_todos_example_deletes_exactly_its_rows,);
+
+/// User 7's done todos completed before 2026 go; nothing else does.
+async fn the_delete_done_todos_example_deletes_exactly_its_rows(db: &TestDb) {
+    let (deleted, left) = delete_done_todos::run(&db.url).await.unwrap();
+    // Todo v: user 5 + v % 3, done when odd, completed 2025-01-01 + v × 2103 s.
+    let new_year = 1_767_225_600 - 1_735_689_600;
+    let expected = (1..=30_000i64)
+        .filter(|v| 5 + v % 3 == 7 && v % 2 == 1 && v * 2_103 < new_year)
         .count() as i64;
-    assert!(expected > 0);
+    assert!(expected > 1_000 && expected < 5_000, "{expected}");
     assert_eq!(deleted, expected);
     assert_eq!(left, 30_000 - expected);
+}
+
+#[test]
+fn the_readme_shows_the_example_operation_as_it_is_written() {
+    let readme = include_str!("../README.md");
+    let operation = include_str!("../examples/delete_done_todos/operation.rs");
+    assert!(
+        readme.contains(&format!("```rust\n{operation}```")),
+        "README.md must show examples/delete_done_todos/operation.rs verbatim"
+    );
+    let lines = operation
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+        .count();
+    assert!(lines <= 15, "the README's operation is {lines} lines");
 }

@@ -17,7 +17,7 @@ use sluice_store::{Backend, CursorValue, Ident, SqlValue, Statement, Store};
 use crate::error::OperationError;
 use crate::operation::Operation;
 use crate::shape::{Filter, Shape};
-use crate::sub_batch::{SubBatch, SubBatchRows};
+use crate::sub_batch::SubBatchRows;
 
 /// `delete-aged-rows`: deletes the rows of `table` whose `column` is older
 /// than the cutoff fixed when the operation was enqueued.
@@ -172,14 +172,6 @@ impl Operation for DeleteAgedRows {
             .scope(Filter::new().lt(&arguments.column, cutoff))
     }
 
-    async fn run(
-        &self,
-        _: &Self::Arguments,
-        sub_batch: &mut SubBatch<'_>,
-    ) -> Result<u64, OperationError> {
-        sub_batch.delete().await
-    }
-
     /// With an `older_than`, the request as asked (table, column, key and
     /// age), not the cutoff resolved from it to the nanosecond.
     fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
@@ -247,14 +239,6 @@ impl Operation for UpdateInBatches {
             Some(condition) => shape.scope(Filter::new().expression(condition)),
             None => Ok(shape),
         }
-    }
-
-    async fn run(
-        &self,
-        arguments: &Self::Arguments,
-        sub_batch: &mut SubBatch<'_>,
-    ) -> Result<u64, OperationError> {
-        sub_batch.update_expression(&arguments.set).await
     }
 
     fn sub_batch_statement(

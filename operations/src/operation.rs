@@ -82,12 +82,22 @@ pub trait Operation: Send + Sync + 'static {
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError>;
 
     /// Does the work for one sub-batch inside its transaction; returns the
-    /// rows changed.
+    /// rows changed. By default it runs [`Operation::sub_batch_statement`]'s
+    /// statement, so an operation that gives one need not write `run`; one
+    /// that gives neither fails its first sub-batch, naming its kind.
     async fn run(
         &self,
         arguments: &Self::Arguments,
         sub_batch: &mut SubBatch<'_>,
-    ) -> Result<u64, OperationError>;
+    ) -> Result<u64, OperationError> {
+        match self.sub_batch_statement(arguments, sub_batch.rows())? {
+            Some(statement) => sub_batch.execute(&statement).await,
+            None => Err(OperationError::Arguments(format!(
+                "operation kind `{}` gives neither `run` nor `sub_batch_statement`",
+                self.kind()
+            ))),
+        }
+    }
 
     /// The one statement a sub-batch runs, when the whole of
     /// [`Operation::run`] is that statement (built from `rows`, e.g.

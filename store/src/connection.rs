@@ -70,10 +70,10 @@ pub struct ConnectOptions {
     pub max_lifetime: Option<Duration>,
     /// On PostgreSQL, the schema Sluice's own tables live in (created if
     /// absent): it is put first on every session's `search_path`, before
-    /// the role's default (`"$user", public`), so `sluice_*` and the
-    /// migrations' record are created there and nowhere else, while a
-    /// target table named without a schema is found as the application
-    /// finds it. `None`: the first schema of the default `search_path`
+    /// the sessions' own (the role's default, `"$user", public`, unless the
+    /// URL or the server says otherwise), so `sluice_*` and the migrations'
+    /// record are created there and nowhere else, while a target table
+    /// named without a schema is found as the application finds it. `None`: the first schema of the default `search_path`
     /// (usually `public`). Refused on SQLite, whose state is a file of its own.
     pub schema: Option<String>,
     /// On PostgreSQL, the session `TimeZone`: the zone a `timestamp`
@@ -104,7 +104,8 @@ impl Default for ConnectOptions {
 struct SessionSettings {
     /// The schema asked for.
     schema: Option<crate::sql::Ident>,
-    /// `search_path`, when a schema is asked for.
+    /// `search_path`, when a schema is asked for: it first, then the
+    /// sessions' own (known once [`SessionSettings::prepare`] has run).
     search_path: Option<String>,
     /// `TimeZone`, when one is asked for.
     time_zone: Option<String>,
@@ -127,9 +128,8 @@ impl SessionSettings {
             None => None,
         };
         Ok(SessionSettings {
-            search_path: schema
-                .as_ref()
-                .map(|name| format!("{}, \"$user\", public", name.quoted())),
+            // Completed by `prepare` with the sessions' own search_path.
+            search_path: None,
             schema,
             time_zone: options.time_zone.clone(),
         })
@@ -154,14 +154,18 @@ impl SessionSettings {
     /// still use one made for it; two processes creating it at once both go
     /// on), then applies the settings, so a zone the server does not know
     /// fails here, naming it, rather than as a pool that never connects.
-    async fn prepare(&self, connect: &PgConnectOptions) -> Result<(), StoreError> {
+    async fn prepare(&mut self, connect: &PgConnectOptions) -> Result<(), StoreError> {
         use sqlx::{ConnectOptions as _, Connection as _};
-        if self.search_path.is_none() && self.time_zone.is_none() {
+        if self.schema.is_none() && self.time_zone.is_none() {
             return Ok(());
         }
         let mut connection = connect.connect().await?;
         let prepared = async {
             if let Some(schema) = &self.schema {
+                let own: String = sqlx::query_scalar("SELECT current_setting('search_path')")
+                    .fetch_one(&mut connection)
+                    .await?;
+                self.search_path = Some(format!("{}, {own}", schema.quoted()));
                 let exists: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)",
                 )
@@ -331,7 +335,7 @@ impl Connections {
             Ok(Connections::of(Backend::Sqlite(pool)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let connect = PgConnectOptions::from_str(url)?;
-            let session = SessionSettings::of(options)?;
+            let mut session = SessionSettings::of(options)?;
             session.prepare(&connect).await?;
             let pool = session
                 .apply(PgPoolOptions::new())

@@ -126,6 +126,17 @@ macro_rules! backend {
                 let (projection, _) =
                     machine::apply(None, &created, now).expect("created is legal on nothing");
                 let unique_key = spec.unique_key();
+                // Looked up first, so a repeated enqueue takes no id from
+                // PostgreSQL's sequence (an insert that conflicts would); two
+                // enqueues racing past the look-up are still made one by the
+                // unique index below.
+                let existing: Option<i64> = sqlx::query_scalar(S.active_operation)
+                    .bind(&unique_key)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                if let Some(id) = existing {
+                    return Ok(Some((id, false)));
+                }
                 let insert =
                     sqlx::query(AssertSqlSafe(operation_row::insert_operation())).bind(&unique_key);
                 let inserted = bind_columns!(insert, &PROJECTION_COLUMNS, &projection)
