@@ -186,7 +186,7 @@ async fn hand_written_loop(
     const SQLITE: &str = "DELETE FROM bench_events WHERE id IN (\
          SELECT id FROM bench_events WHERE created_at < $1 \
          AND created_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' \
-         AND julianday(created_at) < julianday($1) LIMIT $2)";
+         AND (created_at < $1 OR julianday(created_at) < julianday($1)) LIMIT $2)";
     let (deleted, took) = match (store.backend(), connection) {
         (Backend::Postgres(pool), Held) => {
             let cutoff = postgres_cutoff();

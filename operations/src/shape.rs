@@ -407,45 +407,65 @@ const SQLITE_DATE_PREFIX: &str = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*";
 /// Appends `column <operator> at` for SQLite, where a time column holds
 /// text in one of several formats (`2025-07-01 12:00:00`,
 /// `2025-07-01T12:00:00.250+02:00`, …) that text order does not rank as
-/// time. Three conditions, all needed:
+/// time. For `<` (the others alike):
 ///
-/// - a text range on the column that holds every value that could match
-///   (its date within two days of `at`'s on the matching side; no offset
-///   moves a time by more), so an index on the column is walked;
-/// - the value starts with a `YYYY-MM-DD` date ([`SQLITE_DATE_PREFIX`]);
-/// - `julianday(column)` compared with `at`'s, exactly to the millisecond
-///   (SQLite's own precision), whatever the value's separator, fraction or
-///   offset. A value SQLite cannot read as a time never matches.
+/// - `column < $day_after_next`: a text range holding every value that
+///   could match (no offset moves a time by more than 14 hours), so an
+///   index on the column is walked;
+/// - the value starts with a `YYYY-MM-DD` date ([`SQLITE_DATE_PREFIX`]):
+///   neither a number, which SQLite would read as a Julian day, nor `now`;
+/// - `column < $day_before` (a date two days or more before `at`'s is
+///   older whatever its offset; most rows of a large delete are decided
+///   here, by one text comparison) or else `julianday(column)` compared
+///   with `at`'s, exactly to the millisecond (SQLite's own precision),
+///   whatever the value's separator, fraction or offset. A value near the
+///   bound that SQLite cannot read as a time never matches.
 fn sqlite_time_compare(
     statement: Statement,
     column: &Ident,
     operator: Comparison,
     at: DateTime<Utc>,
 ) -> Statement {
-    let statement = match operator {
-        Comparison::Lt | Comparison::Le => statement
-            .ident(column)
-            .push(" < ")
-            .value(date_text(at.checked_add_days(Days::new(2)), "A").into())
-            .push(" AND "),
-        Comparison::Gt | Comparison::Ge => statement
-            .ident(column)
-            .push(" >= ")
-            .value(date_text(at.checked_sub_days(Days::new(2)), "").into())
-            .push(" AND "),
-        Comparison::Eq | Comparison::Ne => statement,
+    let (range, sure) = match operator {
+        Comparison::Lt | Comparison::Le => (
+            Some((" < ", date_text(at.checked_add_days(Days::new(2)), "A"))),
+            Some((" < ", date_text(at.checked_sub_days(Days::new(1)), ""))),
+        ),
+        Comparison::Gt | Comparison::Ge => (
+            Some((" >= ", date_text(at.checked_sub_days(Days::new(2)), ""))),
+            Some((" >= ", date_text(at.checked_add_days(Days::new(2)), "A"))),
+        ),
+        Comparison::Eq | Comparison::Ne => (None, None),
     };
-    statement
+    let statement = match range {
+        Some((compare, bound)) => statement
+            .ident(column)
+            .push(compare)
+            .value(bound.into())
+            .push(" AND "),
+        None => statement,
+    };
+    let statement = statement
         .ident(column)
         .push(" GLOB '")
         .push(SQLITE_DATE_PREFIX)
-        .push("' AND julianday(")
+        .push("' AND (");
+    let statement = match sure {
+        Some((compare, bound)) => statement
+            .ident(column)
+            .push(compare)
+            .value(bound.into())
+            .push(" OR "),
+        None => statement,
+    };
+    statement
+        .push("julianday(")
         .ident(column)
         .push(")")
         .push(operator.sql())
         .push("julianday(")
         .value(sqlite_millis(at, operator).into())
-        .push(")")
+        .push("))")
 }
 
 /// `at`'s date as `YYYY-MM-DD`, or `beyond` when it is outside the years
@@ -547,12 +567,14 @@ mod tests {
         assert_eq!(
             below.text().as_str(),
             "SELECT 1 WHERE 1 = 1 AND \"done_at\" < $1 AND \"done_at\" GLOB \
-             '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' AND julianday(\"done_at\") < julianday($2)"
+             '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' AND (\"done_at\" < $2 OR \
+             julianday(\"done_at\") < julianday($3))"
         );
         assert_eq!(
             below.params(),
             &[
                 SqlValue::Text("2025-07-03".into()),
+                SqlValue::Text("2025-06-30".into()),
                 SqlValue::Text("2025-07-01 00:00:00.001".into())
             ]
         );
@@ -562,6 +584,7 @@ mod tests {
             above.params(),
             &[
                 SqlValue::Text("2025-06-29".into()),
+                SqlValue::Text("2025-07-03".into()),
                 SqlValue::Text("2025-07-01 00:00:00.000".into())
             ]
         );
