@@ -126,10 +126,28 @@ async fn waiting_until_idle_says_what_is_left_and_a_deadline_bounds_it(db: &Test
         100
     );
 
-    // Held by another node: not done, so waited for, until the deadline.
-    let held = runtime.enqueue(&DeleteGroup, &2, &options).await.unwrap();
+    runtime.shutdown().await.unwrap();
+
+    // Held by another node (claimed while no runtime of ours runs): not
+    // done, so waited for, until the deadline.
+    let held = sluice::operations::enqueue(
+        &db.store,
+        &registry,
+        "delete-group",
+        &serde_json::json!(2),
+        &options,
+    )
+    .await
+    .unwrap();
     let lease = common::claim_lease(&db.store, "elsewhere", Duration::from_secs(600)).await;
     assert_eq!(lease.operation_id, held.id);
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+        .register(DeleteGroup)
+        .start()
+        .await
+        .unwrap();
     let idle = runtime
         .run_until_idle_within(Duration::from_millis(300))
         .await
