@@ -17,6 +17,7 @@ mod enqueue;
 mod error;
 mod operation;
 mod shape;
+mod sqlite_time;
 mod sub_batch;
 pub mod target;
 
