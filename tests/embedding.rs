@@ -58,6 +58,36 @@ fn quick() -> RuntimeConfig {
     }
 }
 
+/// A runtime on `store` that runs [`DeleteGroup`].
+async fn start(store: &Store) -> Runtime {
+    RuntimeBuilder::with_store(store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+        .register(DeleteGroup)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Enqueues [`DeleteGroup`] of `group` without a runtime.
+async fn enqueue_group(
+    store: &Store,
+    group: i64,
+    options: &EnqueueOptions,
+) -> sluice::store::Enqueued {
+    let mut registry = Registry::new();
+    registry.register(DeleteGroup);
+    sluice::operations::enqueue(
+        store,
+        &registry,
+        "delete-group",
+        &serde_json::json!(group),
+        options,
+    )
+    .await
+    .unwrap()
+}
+
 async fn a_repeated_enqueue_returns_the_active_operation_and_takes_no_id(db: &TestDb) {
     let spec = |n: i64| {
         OperationSpec::new("delete-group", "items", vec!["id".to_owned()])
@@ -84,17 +114,7 @@ async fn waiting_until_idle_says_what_is_left_and_a_deadline_bounds_it(db: &Test
         ..EnqueueOptions::default()
     };
     // Enqueued and paused before any runtime runs, so it cannot finish first.
-    let mut registry = Registry::new();
-    registry.register(DeleteGroup);
-    let paused = sluice::operations::enqueue(
-        &db.store,
-        &registry,
-        "delete-group",
-        &serde_json::json!(1),
-        &options,
-    )
-    .await
-    .unwrap();
+    let paused = enqueue_group(&db.store, 1, &options).await;
     sluice::runtime::control(
         &db.store,
         sluice::runtime::Action::Pause,
@@ -103,13 +123,7 @@ async fn waiting_until_idle_says_what_is_left_and_a_deadline_bounds_it(db: &Test
     )
     .await
     .unwrap();
-    let runtime = RuntimeBuilder::with_store(db.store.clone())
-        .config(quick())
-        .without_builtin_indicators()
-        .register(DeleteGroup)
-        .start()
-        .await
-        .unwrap();
+    let runtime = start(&db.store).await;
     let done = runtime.enqueue(&DeleteGroup, &0, &options).await.unwrap();
     let idle = runtime.run_until_idle().await.unwrap();
     assert!(!idle.timed_out);
@@ -130,24 +144,10 @@ async fn waiting_until_idle_says_what_is_left_and_a_deadline_bounds_it(db: &Test
 
     // Held by another node (claimed while no runtime of ours runs): not
     // done, so waited for, until the deadline.
-    let held = sluice::operations::enqueue(
-        &db.store,
-        &registry,
-        "delete-group",
-        &serde_json::json!(2),
-        &options,
-    )
-    .await
-    .unwrap();
+    let held = enqueue_group(&db.store, 2, &options).await;
     let lease = common::claim_lease(&db.store, "elsewhere", Duration::from_secs(600)).await;
     assert_eq!(lease.operation_id, held.id);
-    let runtime = RuntimeBuilder::with_store(db.store.clone())
-        .config(quick())
-        .without_builtin_indicators()
-        .register(DeleteGroup)
-        .start()
-        .await
-        .unwrap();
+    let runtime = start(&db.store).await;
     let idle = runtime
         .run_until_idle_within(Duration::from_millis(300))
         .await
@@ -207,13 +207,7 @@ async fn sluice_tables_live_in_a_schema_of_their_own_and_targets_are_found_as_be
     };
     assert_eq!(in_own("sluice_operations").await, 1);
     assert_eq!(in_own("_sqlx_migrations").await, 1);
-    let runtime = RuntimeBuilder::with_store(store.clone())
-        .config(quick())
-        .without_builtin_indicators()
-        .register(DeleteGroup)
-        .start()
-        .await
-        .unwrap();
+    let runtime = start(&store).await;
     let enqueued = runtime
         .enqueue(&DeleteGroup, &2, &EnqueueOptions::default())
         .await

@@ -7,6 +7,7 @@
 //!
 //! ```
 //! use async_trait::async_trait;
+//! use chrono::{DateTime, Utc};
 //! use serde::{Deserialize, Serialize};
 //! use sluice_operations::{Filter, Operation, OperationError, Shape, SubBatch};
 //!
@@ -16,7 +17,7 @@
 //! #[derive(Serialize, Deserialize)]
 //! struct Args {
 //!     user_id: i64,
-//!     before: String,
+//!     before: DateTime<Utc>,
 //! }
 //!
 //! #[async_trait]
@@ -32,7 +33,7 @@
 //!             Filter::new()
 //!                 .eq("user_id", args.user_id)
 //!                 .eq("done", true)
-//!                 .lt("completed_at", args.before.as_str()),
+//!                 .lt("completed_at", args.before),
 //!         )
 //!     }
 //!
