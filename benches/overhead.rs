@@ -179,14 +179,22 @@ async fn hand_written_loop(
             }
         }};
     }
+    // The scope is tested again on each row reached by key, as the
+    // runtime's statement does: under READ COMMITTED a row changed out of
+    // the scope since the pick (its time made young) is then kept, where
+    // `id = ANY (…)` alone would still delete it.
     const POSTGRES: &str = "DELETE FROM bench_events WHERE id = ANY (ARRAY(\
-         SELECT id FROM bench_events WHERE created_at < $1 LIMIT $2))";
+         SELECT id FROM bench_events WHERE created_at < $1 LIMIT $2)) \
+         AND created_at < $1";
     // The time comparison the runtime makes on SQLite: a text range for the
     // index, then the instant each value names.
     const SQLITE: &str = "DELETE FROM bench_events WHERE id IN (\
          SELECT id FROM bench_events WHERE created_at < $1 \
          AND created_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' \
-         AND (created_at < $1 OR julianday(created_at) < julianday($1)) LIMIT $2)";
+         AND (created_at < $1 OR julianday(created_at) < julianday($1)) LIMIT $2) \
+         AND created_at < $1 \
+         AND created_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' \
+         AND (created_at < $1 OR julianday(created_at) < julianday($1))";
     let (deleted, took) = match (store.backend(), connection) {
         (Backend::Postgres(pool), Held) => {
             let cutoff = postgres_cutoff();
