@@ -80,10 +80,14 @@ async fn enqueue_once(store: &Store, n: usize) -> Duration {
             "CREATE TABLE bench_bulk (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL)",
             "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
         ),
+        Backend::MySql(_) => (
+            "CREATE TABLE bench_bulk (id BIGINT PRIMARY KEY, created_at DATETIME(6) NOT NULL)",
+            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
+        ),
     };
     store.execute(&Statement::new(create)).await.unwrap();
     store.execute(&Statement::new(index)).await.unwrap();
-    let postgres = matches!(store.backend(), Backend::Postgres(_));
+    let postgres = matches!(store.backend(), Backend::Postgres(_) | Backend::MySql(_));
     let batch: Vec<NewOperation> = (0..n)
         .map(|i| {
             let at = chrono::DateTime::from_timestamp(1_600_000_000 + i as i64, 0).unwrap();

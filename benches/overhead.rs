@@ -71,6 +71,7 @@ async fn main() {
         let name = match store.backend() {
             Backend::Sqlite(_) => "sqlite",
             Backend::Postgres(_) => "postgres",
+            Backend::MySql(_) => "mysql",
         };
         let (mut by_loop, mut by_pooled, mut by_runtime, mut by_one) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -195,6 +196,9 @@ async fn hand_written_loop(
          AND created_at < $1 \
          AND created_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' \
          AND (created_at < $1 OR julianday(created_at) < julianday($1))";
+    // MySQL's own limited DELETE, the scope tested on every row it deletes
+    // (`?` placeholders: MySQL's, taken in order).
+    const MYSQL: &str = "DELETE FROM bench_events WHERE created_at < ? ORDER BY id LIMIT ?";
     let (deleted, took) = match (store.backend(), connection) {
         (Backend::Postgres(pool), Held) => {
             let cutoff = postgres_cutoff();
@@ -218,6 +222,19 @@ async fn hand_written_loop(
         (Backend::Sqlite(pool), Pooled) => {
             let started = Instant::now();
             let deleted = delete_until_short!(pool, SQLITE, SQLITE_CUTOFF, sub_batch);
+            (deleted, started.elapsed())
+        }
+        (Backend::MySql(pool), Held) => {
+            let cutoff = postgres_cutoff().naive_utc();
+            let mut held = pool.acquire().await.unwrap();
+            let started = Instant::now();
+            let deleted = delete_until_short!(&mut *held, MYSQL, cutoff, sub_batch);
+            (deleted, started.elapsed())
+        }
+        (Backend::MySql(pool), Pooled) => {
+            let cutoff = postgres_cutoff().naive_utc();
+            let started = Instant::now();
+            let deleted = delete_until_short!(pool, MYSQL, cutoff, sub_batch);
             (deleted, started.elapsed())
         }
     };
@@ -265,11 +282,11 @@ const SQLITE_CUTOFF: &str = "2021-01-01T00:00:00Z";
 fn cutoff(store: &Store) -> SqlValue {
     match store.backend() {
         Backend::Sqlite(_) => SqlValue::Text(SQLITE_CUTOFF.into()),
-        Backend::Postgres(_) => SqlValue::Timestamp(postgres_cutoff()),
+        Backend::Postgres(_) | Backend::MySql(_) => SqlValue::Timestamp(postgres_cutoff()),
     }
 }
 
-/// A day ago: later than every row `fill` writes on PostgreSQL (all in 2020).
+/// A day ago: later than every row `fill` writes on PostgreSQL and MySQL (all in 2020).
 fn postgres_cutoff() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() - chrono::Duration::days(1)
 }

@@ -13,7 +13,7 @@ use sluice_operations::{EnqueueOptions, NewOperation, OperationError};
 use sluice_runtime::{RuntimeBuilder, RuntimeError, ScheduleError, ScheduleSpec, Selection};
 use sluice_store::{Store, StoreError};
 
-for_each_backend!(
+sqlite_and_postgres!(
     the_command_line_refuses_bad_input_and_changes_nothing,
     the_embedding_api_refuses_bad_input_and_changes_nothing,
 );

@@ -13,7 +13,7 @@ use common::{
 };
 use sluice_store::{ListFilter, OperationStatus};
 
-for_each_backend!(
+sqlite_and_postgres!(
     enqueue_run_until_idle_and_show_report_the_right_counts,
     a_second_process_pauses_and_resumes_a_running_worker,
     enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,

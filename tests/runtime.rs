@@ -21,7 +21,7 @@ use sluice_store::{Enqueued, Event, Health, OperationStatus, Store};
 
 use common::{TestDb, released, until};
 
-for_each_backend!(
+sqlite_and_postgres!(
     aged_rows_are_deleted_and_young_rows_kept,
     each_batch_boundary_is_one_commit,
     update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts,

@@ -1104,7 +1104,7 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
     let forms = stores.iter().flat_map(|(name, store)| {
         let guards: &[bool] = match store.backend() {
             sluice_store::Backend::Postgres(_) => &[false, true],
-            sluice_store::Backend::Sqlite(_) => &[false],
+            sluice_store::Backend::Sqlite(_) | sluice_store::Backend::MySql(_) => &[false],
         };
         guards.iter().map(move |guarded| (*name, store, *guarded))
     });
@@ -1842,7 +1842,11 @@ fn loop_delete_in(
         let pick = head.push(" WHERE id = ANY (CASE WHEN ").guard();
         (pick.push(" THEN ARRAY(SELECT id FROM "), ") END)")
     } else {
-        (head.push(" WHERE id IN (SELECT id FROM "), ")")
+        // The pick in a derived table, which MySQL accepts with a LIMIT.
+        (
+            head.push(" WHERE id IN (SELECT id FROM (SELECT id FROM "),
+            ") AS picked)",
+        )
     };
     head.ident(table)
         .push(scope_then_limit)

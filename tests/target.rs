@@ -12,7 +12,7 @@ use sluice_operations::{
 };
 use sluice_store::{Backend, Ident, SqlValue, Statement};
 
-for_each_backend!(
+sqlite_and_postgres!(
     unknown_names_are_refused_by_name,
     full_scans_are_refused_until_an_index_serves_them
 );

@@ -17,7 +17,7 @@ use sluice_operations::{EnqueueOptions, Filter, Operation, OperationError, Regis
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{ConnectOptions, Store};
 
-for_each_backend!(
+sqlite_and_postgres!(
     a_time_bound_deletes_exactly_the_older_rows_in_every_format,
     a_time_column_in_no_single_known_format_is_refused_and_nothing_changes,
 );

@@ -89,6 +89,12 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
              'payload ' || g FROM generate_series(1, ",
             ") g",
         ),
+        Backend::MySql(_) => (
+            "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at DATETIME(6) NOT NULL, payload TEXT NOT NULL) \
+             ENGINE = InnoDB",
+            "INSERT INTO bench_events WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < ",
+            ") SELECT v, TIMESTAMP '2020-01-01 00:00:00' + INTERVAL (v % 3600) SECOND, CONCAT('payload ', v) FROM n",
+        ),
     };
     store.execute(&Statement::new(create)).await.unwrap();
     let insert = Statement::new(head).value(SqlValue::Int(rows)).push(tail);
@@ -102,6 +108,7 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
     let settle = match store.backend() {
         Backend::Sqlite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
         Backend::Postgres(_) => "VACUUM ANALYZE bench_events",
+        Backend::MySql(_) => "ANALYZE TABLE bench_events",
     };
     store.execute(&Statement::new(settle)).await.unwrap();
     if let Backend::Postgres(_) = store.backend() {

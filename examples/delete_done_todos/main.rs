@@ -42,6 +42,13 @@ pub async fn run(url: &str) -> Result<(i64, i64), Box<dyn std::error::Error>> {
              CASE WHEN v % 2 = 1 THEN to_timestamp(1735689600 + v * 2103) AT TIME ZONE 'UTC' END, \
              'todo ' || v FROM generate_series(1, 30000) AS v",
         ),
+        Backend::MySql(_) => (
+            "CREATE TABLE todos (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, \
+             state VARCHAR(16) NOT NULL, completed_at DATETIME, title TEXT NOT NULL) ENGINE = InnoDB",
+            "INSERT INTO todos WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < 30000) \
+             SELECT v, 5 + v % 3, CASE v % 2 WHEN 1 THEN 'done' ELSE 'pending' END, \
+             CASE WHEN v % 2 = 1 THEN FROM_UNIXTIME(1735689600 + v * 2103) END, CONCAT('todo ', v) FROM n",
+        ),
     };
     store
         .execute(&Statement::new("DROP TABLE IF EXISTS todos"))

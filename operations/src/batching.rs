@@ -102,6 +102,11 @@ pub enum LoopPick {
     /// planner folds away; a one-statement sub-batch puts its fence there,
     /// tested once before the pick runs.
     KeyArray,
+    /// `WHERE scope ORDER BY key LIMIT n` (MySQL, MariaDB): their own form
+    /// of a limited `DELETE` or `UPDATE`, which refuse a `LIMIT` inside
+    /// `IN`; the scope is tested on every row the statement changes, and
+    /// the rows go in key order. Nothing can be appended to its `WHERE`.
+    OrderedLimit,
 }
 
 impl LoopPick {
@@ -110,6 +115,7 @@ impl LoopPick {
         match store.backend() {
             Backend::Postgres(_) => LoopPick::KeyArray,
             Backend::Sqlite(_) => LoopPick::InSubquery,
+            Backend::MySql(_) => LoopPick::OrderedLimit,
         }
     }
 }
@@ -124,11 +130,21 @@ pub fn loop_rows(
     pick: LoopPick,
     head: Statement,
 ) -> Statement {
-    let head = head.push(" WHERE ").ident(key);
     let (head, close) = match pick {
-        LoopPick::InSubquery => (head.push(" IN (SELECT "), ")"),
+        LoopPick::OrderedLimit => {
+            return shape
+                .filter()
+                .and_to(head.push(" WHERE 1 = 1"))
+                .push(" ORDER BY ")
+                .ident(key)
+                .push(" LIMIT ")
+                .value(limit.into());
+        }
+        LoopPick::InSubquery => (head.push(" WHERE ").ident(key).push(" IN (SELECT "), ")"),
         LoopPick::KeyArray => (
-            head.push(" = ANY (CASE WHEN ")
+            head.push(" WHERE ")
+                .ident(key)
+                .push(" = ANY (CASE WHEN ")
                 .guard()
                 .push(" THEN ARRAY(SELECT "),
             ") END)",

@@ -468,5 +468,6 @@ fn db_system(store: &Store) -> &'static str {
     match store.backend() {
         Backend::Postgres(_) => "postgresql",
         Backend::Sqlite(_) => "sqlite",
+        Backend::MySql(_) => "mysql",
     }
 }

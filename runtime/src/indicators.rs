@@ -4,6 +4,8 @@
 //! autovacuum on target tables, replication lag of connected replicas (none
 //! connected: silent), connection saturation. SQLite: the write-ahead log's
 //! un-checkpointed backlog (a growing WAL means writers outpace checkpoints).
+//! MySQL and MariaDB: long-running transactions, `Threads_running`, and
+//! InnoDB's history list length (purge lag).
 //! Each reads system views with static SQL; thresholds are plain fields.
 
 use std::sync::{Arc, Mutex};
@@ -17,14 +19,7 @@ use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thre
 pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
     match store.backend() {
         Backend::Postgres(_) => vec![
-            Arc::new(ValueIndicator::new(
-                Measure::LongestTransactionSeconds,
-                Thresholds {
-                    throttle_at: 60.0,
-                    stop_at: 300.0,
-                    release: 0.8,
-                },
-            )),
+            longest_transaction(),
             Arc::new(ValueIndicator::new(
                 Measure::ReplicationLagSeconds,
                 Thresholds {
@@ -43,6 +38,25 @@ pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
             )),
             Arc::new(TableActivity),
         ],
+        Backend::MySql(_) => vec![
+            longest_transaction(),
+            Arc::new(ValueIndicator::new(
+                Measure::MySqlThreadsRunning,
+                Thresholds {
+                    throttle_at: 25.0,
+                    stop_at: 50.0,
+                    release: 0.8,
+                },
+            )),
+            Arc::new(ValueIndicator::new(
+                Measure::MySqlHistoryListLength,
+                Thresholds {
+                    throttle_at: 1_000_000.0,
+                    stop_at: 5_000_000.0,
+                    release: 0.5,
+                },
+            )),
+        ],
         Backend::Sqlite(_) => vec![Arc::new(ValueIndicator::new(
             Measure::SqliteWalBacklogPages,
             Thresholds {
@@ -52,6 +66,18 @@ pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
             },
         ))],
     }
+}
+
+/// Long-running transactions: throttled past a minute, stopped past five.
+fn longest_transaction() -> Arc<dyn HealthIndicator> {
+    Arc::new(ValueIndicator::new(
+        Measure::LongestTransactionSeconds,
+        Thresholds {
+            throttle_at: 60.0,
+            stop_at: 300.0,
+            release: 0.8,
+        },
+    ))
 }
 
 /// What a [`ValueIndicator`] measures.
@@ -65,6 +91,12 @@ pub enum Measure {
     ConnectionsUsedPercent,
     /// SQLite: WAL frames not yet checkpointed (after a passive checkpoint).
     SqliteWalBacklogPages,
+    /// MySQL: threads executing a statement now (`Threads_running`, as
+    /// gh-ost's `--max-load` reads it).
+    MySqlThreadsRunning,
+    /// MySQL: InnoDB's history list length, the undo records purge has yet
+    /// to clean (a mass delete drives it up).
+    MySqlHistoryListLength,
 }
 
 /// A global indicator from one measured value and its thresholds.
@@ -110,6 +142,33 @@ impl ValueIndicator {
                 .fetch_one(pool)
                 .await?
             }
+            (Measure::LongestTransactionSeconds, Backend::MySql(pool)) => {
+                let seconds: i64 = sqlx::query_scalar(
+                    "SELECT CAST(COALESCE(MAX(TIMESTAMPDIFF(SECOND, trx_started, NOW())), 0) AS SIGNED) \
+                     FROM information_schema.innodb_trx WHERE trx_mysql_thread_id <> CONNECTION_ID()",
+                )
+                .fetch_one(pool)
+                .await?;
+                Some(seconds as f64)
+            }
+            (Measure::MySqlThreadsRunning, Backend::MySql(pool)) => {
+                let running: Option<String> = sqlx::query_scalar(
+                    "SELECT CAST(variable_value AS CHAR) FROM information_schema.global_status \
+                     WHERE variable_name = 'THREADS_RUNNING'",
+                )
+                .fetch_optional(pool)
+                .await?;
+                running.and_then(|v| v.parse().ok())
+            }
+            (Measure::MySqlHistoryListLength, Backend::MySql(pool)) => {
+                let length: Option<i64> = sqlx::query_scalar(
+                    "SELECT CAST(count AS SIGNED) FROM information_schema.innodb_metrics \
+                     WHERE name = 'trx_rseg_history_len'",
+                )
+                .fetch_optional(pool)
+                .await?;
+                length.map(|n| n as f64)
+            }
             (Measure::SqliteWalBacklogPages, Backend::Sqlite(pool)) => {
                 let (_busy, log, done): (i64, i64, i64) =
                     sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
@@ -130,6 +189,8 @@ impl HealthIndicator for ValueIndicator {
             Measure::ReplicationLagSeconds => "replication lag",
             Measure::ConnectionsUsedPercent => "connection saturation",
             Measure::SqliteWalBacklogPages => "WAL backlog",
+            Measure::MySqlThreadsRunning => "threads running",
+            Measure::MySqlHistoryListLength => "InnoDB history list length",
         }
     }
 

@@ -19,9 +19,14 @@ use crate::statements::{self, Statements};
 /// Defines one backend's batch module beside its [`crate::queries`] module.
 macro_rules! batch_backend {
     ($module:ident, $statements:expr) => {
+        batch_backend!($module, $statements, ::sqlx);
+    };
+    ($module:ident, $statements:expr, $sqlx:path) => {
         pub(crate) mod $module {
             use super::*;
             use crate::queries::$module::{Pool, Tx, append_loaded, begin_write, load_locked};
+            /// sqlx, or on MySQL its `$N`-placeholder front ([`crate::positional`]).
+            use $sqlx as sqlx;
 
             /// This backend's statements.
             const S: Statements = $statements;
@@ -62,23 +67,31 @@ macro_rules! batch_backend {
                 ttl_ms: i64,
                 now: i64,
             ) -> Result<Vec<Batch>, StoreError> {
-                let rows: Vec<BatchRow> = sqlx::query_as(S.claim_batches)
-                    .bind(node)
-                    .bind(now + ttl_ms)
+                let claimed = next_status(
+                    Some(BatchStatus::Pending),
+                    BatchChange::Claimed {
+                        lease_lapsed: false,
+                    },
+                )?;
+                let mut tx = begin_write(pool).await?;
+                let ids: Vec<i64> = sqlx::query_scalar(S.claimable_batches)
                     .bind(operation_id)
                     .bind(now)
                     .bind(limit)
-                    .bind(
-                        next_status(
-                            Some(BatchStatus::Pending),
-                            BatchChange::Claimed {
-                                lease_lapsed: false,
-                            },
-                        )?
-                        .as_str(),
-                    )
-                    .fetch_all(pool)
+                    .fetch_all(&mut *tx)
                     .await?;
+                let mut rows: Vec<BatchRow> = Vec::with_capacity(ids.len());
+                for id in ids {
+                    sqlx::query(S.claim_batch)
+                        .bind(id)
+                        .bind(claimed.as_str())
+                        .bind(node)
+                        .bind(now + ttl_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    rows.push(sqlx::query_as(S.batch).bind(id).fetch_one(&mut *tx).await?);
+                }
+                tx.commit().await?;
                 let mut batches = rows
                     .into_iter()
                     .map(Batch::try_from)
@@ -395,6 +408,7 @@ macro_rules! batch_backend {
 
 batch_backend!(sqlite, statements::SQLITE);
 batch_backend!(postgres, statements::POSTGRES);
+batch_backend!(mysql, statements::MYSQL, crate::positional);
 
 /// What a batch that succeeded reports ([`Event::BatchSucceeded`]).
 pub(crate) struct BatchDone {

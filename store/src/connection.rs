@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -23,6 +24,11 @@ pub enum Backend {
     Sqlite(SqlitePool),
     /// PostgreSQL: several worker processes on several machines.
     Postgres(PgPool),
+    /// MySQL or MariaDB (InnoDB): several worker processes on several
+    /// machines, as PostgreSQL. Every session quotes identifiers with `"`
+    /// (`ANSI_QUOTES`) and reads committed data (`READ COMMITTED`), as the
+    /// other dialects do.
+    MySql(MySqlPool),
 }
 
 /// Which SQL a store's database speaks, for code that writes SQL of its
@@ -34,6 +40,8 @@ pub enum Dialect {
     /// PostgreSQL.
     #[default]
     Postgres,
+    /// MySQL and MariaDB.
+    MySql,
 }
 
 impl Backend {
@@ -42,6 +50,7 @@ impl Backend {
         match self {
             Backend::Sqlite(_) => Dialect::Sqlite,
             Backend::Postgres(_) => Dialect::Postgres,
+            Backend::MySql(_) => Dialect::MySql,
         }
     }
 }
@@ -222,6 +231,11 @@ macro_rules! on_pool {
         match $store.backend() {
             $crate::connection::Backend::Sqlite($pool) => $body,
             $crate::connection::Backend::Postgres($pool) => $body,
+            $crate::connection::Backend::MySql($pool) => {
+                #[allow(unused_imports, reason = "when the body runs no query")]
+                use $crate::positional as sqlx;
+                $body
+            }
         }
     };
 }
@@ -370,6 +384,8 @@ impl Connections {
                 });
             }
             Ok(connections)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            Ok(Connections::of(Backend::MySql(open_mysql(url, options)?)))
         } else {
             Err(StoreError::UnsupportedUrl {
                 url: redact_url(url),
@@ -387,6 +403,7 @@ impl Connections {
         match &self.backend {
             Backend::Sqlite(pool) => pool.close().await,
             Backend::Postgres(pool) => pool.close().await,
+            Backend::MySql(pool) => pool.close().await,
         }
         if let Some(sessions) = &self.sub_batches {
             sessions.pool.close().await;
@@ -422,7 +439,7 @@ impl Connections {
                     .saturating_sub(1),
                 sessions.pool.options().get_max_lifetime(),
             ),
-            (Backend::Postgres(_), None) => return None,
+            (Backend::Postgres(_), None) | (Backend::MySql(_), _) => return None,
         };
         self.kept
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
@@ -434,6 +451,41 @@ impl Connections {
                 lifetime,
             })
     }
+}
+
+/// A MySQL or MariaDB pool for `url` (`mariadb://` is read as `mysql://`),
+/// opened lazily: every session quotes identifiers with `"` and reads
+/// committed data, as on the other dialects.
+fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPool, StoreError> {
+    if options.schema.is_some() || options.time_zone.is_some() {
+        return Err(StoreError::BadSetting(
+            "a schema and a time zone are PostgreSQL settings: on MySQL the database is \
+             the one the URL names, and sessions read times in UTC"
+                .into(),
+        ));
+    }
+    let url = match url.strip_prefix("mariadb://") {
+        Some(rest) => format!("mysql://{rest}"),
+        None => url.to_owned(),
+    };
+    let connect = MySqlConnectOptions::from_str(&url)?;
+    Ok(MySqlPoolOptions::new()
+        .max_connections(options.max_connections)
+        .acquire_timeout(options.acquire_timeout)
+        .max_lifetime(options.max_lifetime)
+        .after_connect(|connection, _| {
+            Box::pin(async move {
+                use sqlx::Executor as _;
+                connection
+                    .execute(
+                        "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES'); \
+                         SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect_lazy_with(connect))
 }
 
 /// `timeout` as PostgreSQL's `statement_timeout` takes it: whole

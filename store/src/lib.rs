@@ -18,6 +18,7 @@ pub mod event;
 pub mod machine;
 mod operation_row;
 pub mod operator_sql;
+mod positional;
 mod queries;
 pub mod record;
 pub mod schedule;

@@ -87,21 +87,23 @@ pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 32] = [
 ];
 
 /// `INSERT` of an operation: `$1` its unique key, then every projection
-/// column in [`PROJECTION_COLUMNS`] order; nothing is inserted (and no id
-/// returned) while an active operation has the same key.
-pub(crate) fn insert_operation() -> &'static str {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        let names: Vec<&str> = PROJECTION_COLUMNS.iter().map(|c| c.name).collect();
+/// column in [`PROJECTION_COLUMNS`] order, returning its id; `on_active`
+/// says what happens while an active operation has the same key (the
+/// dialect's [`crate::statements::Statements::on_active_identity`]).
+pub(crate) fn insert_operation(on_active: &'static str) -> String {
+    static COLUMNS: LazyLock<(String, String)> = LazyLock::new(|| {
+        let names: Vec<String> = PROJECTION_COLUMNS
+            .iter()
+            .map(|c| format!("\"{}\"", c.name))
+            .collect();
         let placeholders: Vec<String> = (2..=names.len() + 1).map(|i| format!("${i}")).collect();
-        format!(
-            "INSERT INTO sluice_operations (unique_key, {}) VALUES ($1, {}) \
-             ON CONFLICT (unique_key) WHERE status IN ('pending', 'running', 'paused') \
-             DO NOTHING RETURNING id",
-            names.join(", "),
-            placeholders.join(", ")
-        )
+        (names.join(", "), placeholders.join(", "))
     });
-    &SQL
+    let (names, placeholders) = &*COLUMNS;
+    format!(
+        "INSERT INTO sluice_operations (unique_key, {names}) VALUES ($1, {placeholders}){on_active} \
+         RETURNING id"
+    )
 }
 
 /// `UPDATE` of operation `$1` after an append: the columns an event can
@@ -111,7 +113,7 @@ pub(crate) fn update_operation() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         let sets: Vec<String> = (2..)
             .zip(changing_columns())
-            .map(|(i, c)| format!("{} = ${i}", c.name))
+            .map(|(i, c)| format!("\"{}\" = ${i}", c.name))
             .collect();
         let lease = sets.len() + 2;
         format!(

@@ -61,8 +61,13 @@ pub struct Appended {
 /// Defines one backend module over a sqlx database type.
 macro_rules! backend {
     ($module:ident, $db:ty, $statements:expr) => {
+        backend!($module, $db, $statements, ::sqlx);
+    };
+    ($module:ident, $db:ty, $statements:expr, $sqlx:path) => {
         pub(crate) mod $module {
             use super::*;
+            /// sqlx, or on MySQL its `$N`-placeholder front ([`crate::positional`]).
+            use $sqlx as sqlx;
 
             pub(crate) type Pool = sqlx::Pool<$db>;
             pub(crate) type Tx = sqlx::Transaction<'static, $db>;
@@ -137,13 +142,24 @@ macro_rules! backend {
                 if let Some(id) = existing {
                     return Ok(Some((id, false)));
                 }
-                let insert =
-                    sqlx::query(AssertSqlSafe(operation_row::insert_operation())).bind(&unique_key);
+                let insert = sqlx::query(AssertSqlSafe(operation_row::insert_operation(
+                    S.on_active_identity,
+                )))
+                .bind(&unique_key);
                 let inserted = bind_columns!(insert, &PROJECTION_COLUMNS, &projection)
                     .fetch_optional(&mut **tx)
-                    .await?
-                    .map(|row| row.try_get::<i64, _>(0))
-                    .transpose()?;
+                    .await;
+                let inserted = match inserted {
+                    // MySQL: the active identity's unique index refused the
+                    // row (the transaction goes on: MySQL undoes only the
+                    // statement).
+                    Err(sqlx::Error::Database(e))
+                        if S.on_active_identity.is_empty() && e.is_unique_violation() =>
+                    {
+                        None
+                    }
+                    other => other?.map(|row| row.try_get::<i64, _>(0)).transpose()?,
+                };
                 if let Some(id) = inserted {
                     insert_events(tx, id, 1, std::slice::from_ref(&created), now).await?;
                     return Ok(Some((id, true)));
@@ -400,6 +416,7 @@ macro_rules! backend {
 
 backend!(sqlite, sqlx::Sqlite, statements::SQLITE);
 backend!(postgres, sqlx::Postgres, statements::POSTGRES);
+backend!(mysql, sqlx::MySql, statements::MYSQL, crate::positional);
 
 /// Whether `lease` is the lease `record` is held under.
 pub(crate) fn holds(record: &OperationRecord, lease: &Lease) -> bool {

@@ -5,8 +5,8 @@
 //! the rest from SQLite's. A new dialect is one more value: the compiler
 //! names every statement it still lacks.
 //!
-//! Every statement uses `$N` placeholders, which both SQLite and PostgreSQL
-//! accept. The statements that write a whole projection are derived from its
+//! Every statement uses `$N` placeholders, which SQLite and PostgreSQL
+//! accept and [`crate::positional`] turns into MySQL's `?`. The statements that write a whole projection are derived from its
 //! columns ([`crate::operation_row`]); the sub-batch statements, built around
 //! an operation's own, live with the sub-batches ([`crate::sub_batch`]).
 
@@ -14,6 +14,11 @@
 /// guarantees and what it binds.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Statements {
+    /// What an operation's `INSERT` does when an active operation has its
+    /// identity: nothing (and no id returned), or, where empty, fail on the
+    /// unique index (MySQL, which has no partial index to name; the store
+    /// reads that failure as the same "nothing").
+    pub on_active_identity: &'static str,
     /// Begins a write transaction; on SQLite it takes the database's write
     /// lock at once, so nothing read inside it is changed by another writer.
     pub begin_write: &'static str,
@@ -44,11 +49,17 @@ pub(crate) struct Statements {
     /// `$5`–`$6`, status `$7`, time `$8`), claimed by `$9` under epoch and
     /// attempt `$10` until `$11` when those are set; returns it.
     pub insert_batch: &'static str,
-    /// Claims for node `$1` until `$2` up to `$5` batches of running
-    /// operations (of operation `$3`, or any) that are pending or whose claim
-    /// lapsed before `$4`, oldest first: status `$6`, a new epoch, one more
-    /// attempt; rows other transactions hold are skipped (PostgreSQL).
-    pub claim_batches: &'static str,
+    /// Up to `$3` claimable batches of running operations (of operation
+    /// `$1`, or any): pending, or running under a claim that lapsed before
+    /// `$2`; oldest first; their ids, the rows locked for the rest of the
+    /// transaction, rows other transactions hold skipped (PostgreSQL,
+    /// MySQL).
+    pub claimable_batches: &'static str,
+    /// Claims batch `$1` for node `$3` until `$4`: status `$2`, a new
+    /// epoch, one more attempt.
+    pub claim_batch: &'static str,
+    /// Batch `$1`.
+    pub batch: &'static str,
     /// Gives batch `$1` back (status `$3`, the attempt not counted), only
     /// while epoch `$2` holds it.
     pub release_batch: &'static str,
@@ -86,6 +97,8 @@ pub(crate) struct Statements {
 /// SQLite's statements: writers are serialised by the database lock, so no
 /// statement locks rows.
 pub(crate) const SQLITE: Statements = Statements {
+    on_active_identity: " ON CONFLICT (unique_key) WHERE status IN ('pending', 'running', 'paused') \
+        DO NOTHING",
     begin_write: "BEGIN IMMEDIATE",
     active_operation: "SELECT id FROM sluice_operations \
         WHERE unique_key = $1 AND status IN ('pending', 'running', 'paused')",
@@ -109,12 +122,13 @@ pub(crate) const SQLITE: Statements = Statements {
         (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at, \
          claimed_by, lease_epoch, attempts, lease_expires_at) \
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11) RETURNING *",
-    claim_batches: "UPDATE sluice_batches SET status = $6, claimed_by = $1, lease_epoch = lease_epoch + 1, \
-        attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
-          SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
-          WHERE o.status = 'running' AND ($3 IS NULL OR b.operation_id = $3) \
-          AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $4)) \
-          ORDER BY b.operation_id, b.ordinal LIMIT $5) RETURNING *",
+    claimable_batches: "SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
+        WHERE o.status = 'running' AND ($1 IS NULL OR b.operation_id = $1) \
+        AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $2)) \
+        ORDER BY b.operation_id, b.ordinal LIMIT $3",
+    claim_batch: "UPDATE sluice_batches SET status = $2, claimed_by = $3, lease_epoch = lease_epoch + 1, \
+        attempts = attempts + 1, lease_expires_at = $4 WHERE id = $1",
+    batch: "SELECT * FROM sluice_batches WHERE id = $1",
     release_batch: "UPDATE sluice_batches SET status = $3, lease_expires_at = NULL, attempts = attempts - 1 \
         WHERE id = $1 AND lease_epoch = $2 AND status = 'running'",
     renew_batch_lease: "UPDATE sluice_batches SET lease_expires_at = $3 \
@@ -153,13 +167,40 @@ pub(crate) const POSTGRES: Statements = Statements {
         AND NOT EXISTS (SELECT 1 FROM sluice_switches s WHERE s.scope = kind OR s.scope = '*') \
         ORDER BY CASE WHEN origin = 'user' OR created_at < $4 THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
         FOR UPDATE SKIP LOCKED",
-    claim_batches: "UPDATE sluice_batches SET status = $6, claimed_by = $1, lease_epoch = lease_epoch + 1, \
-        attempts = attempts + 1, lease_expires_at = $2 WHERE id IN (\
-          SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
-          WHERE o.status = 'running' AND ($3::BIGINT IS NULL OR b.operation_id = $3) \
-          AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $4)) \
-          ORDER BY b.operation_id, b.ordinal LIMIT $5 FOR UPDATE OF b SKIP LOCKED) RETURNING *",
+    claimable_batches: "SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
+        WHERE o.status = 'running' AND ($1::BIGINT IS NULL OR b.operation_id = $1) \
+        AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $2)) \
+        ORDER BY b.operation_id, b.ordinal LIMIT $3 FOR UPDATE OF b SKIP LOCKED",
     held_batch_locked: "SELECT * FROM sluice_batches \
         WHERE id = $1 AND lease_epoch = $2 AND status = 'running' FOR UPDATE",
+    ..SQLITE
+};
+
+/// MySQL's and MariaDB's statements: PostgreSQL's locking, in MySQL's words.
+/// Rows read for a write are locked (`FOR UPDATE`); claims skip rows another
+/// node holds (`SKIP LOCKED`, MariaDB 10.6 and MySQL 8.0 on), locking the
+/// batches alone (a locking read does not lock what its subquery reads); a
+/// statement that limits rows it then changes picks them in a derived
+/// table, which MySQL allows where it refuses `LIMIT` in an `IN`.
+pub(crate) const MYSQL: Statements = Statements {
+    on_active_identity: "",
+    begin_write: "BEGIN",
+    operation_locked: "SELECT * FROM sluice_operations WHERE id = $1 FOR UPDATE",
+    claimable_operations: "SELECT * FROM sluice_operations \
+        WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
+        AND ($3 IS NULL OR JSON_CONTAINS($3, JSON_QUOTE(kind))) \
+        AND NOT EXISTS (SELECT 1 FROM sluice_switches s WHERE s.scope = kind OR s.scope = '*') \
+        ORDER BY CASE WHEN origin = 'user' OR created_at < $4 THEN 0 ELSE 1 END, priority DESC, id LIMIT $2 \
+        FOR UPDATE SKIP LOCKED",
+    claimable_batches: "SELECT b.id FROM sluice_batches b \
+        WHERE b.operation_id IN (SELECT o.id FROM sluice_operations o WHERE o.status = 'running') \
+        AND ($1 IS NULL OR b.operation_id = $1) \
+        AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $2)) \
+        ORDER BY b.operation_id, b.ordinal LIMIT $3 FOR UPDATE SKIP LOCKED",
+    held_batch_locked: "SELECT * FROM sluice_batches \
+        WHERE id = $1 AND lease_epoch = $2 AND status = 'running' FOR UPDATE",
+    prune_batches: "DELETE FROM sluice_batches WHERE id IN (SELECT id FROM (\
+          SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
+          WHERE o.status IN ('finished', 'cancelled') AND o.finished_at < $1 LIMIT $2) AS chosen)",
     ..SQLITE
 };

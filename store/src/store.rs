@@ -70,6 +70,7 @@ macro_rules! dispatch {
         match $self.connections.backend() {
             Backend::Sqlite(pool) => $module::sqlite::$function(pool, $($arg),*).await,
             Backend::Postgres(pool) => $module::postgres::$function(pool, $($arg),*).await,
+            Backend::MySql(pool) => $module::mysql::$function(pool, $($arg),*).await,
         }
     };
 }
@@ -105,6 +106,7 @@ impl Store {
         match connections.backend() {
             Backend::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
             Backend::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
+            Backend::MySql(pool) => sqlx::migrate!("./migrations/mysql").run(pool).await?,
         }
         Ok(Store {
             connections,
@@ -190,6 +192,9 @@ impl Store {
                 }
                 Backend::Postgres(pool) => {
                     bulk_enqueue::enqueue_chunk(pool, &chunk_specs, now).await?
+                }
+                Backend::MySql(pool) => {
+                    queries::mysql::enqueue_each(pool, &chunk_specs, now).await?
                 }
             };
             for (spec, outcome) in chunk_specs.into_iter().zip(outcomes) {

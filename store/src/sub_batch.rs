@@ -10,7 +10,7 @@
 //! database as the store, every sub-batch's change is applied exactly once,
 //! whatever crashes or takeovers happen around it.
 
-use sqlx::{Postgres, Sqlite};
+use sqlx::{MySql, Postgres, Sqlite};
 
 use crate::batch_queries::batch_lease_lost;
 use crate::connection::{Backend, on_pool, statement_timeout_ms};
@@ -49,8 +49,6 @@ macro_rules! record_then_commit {
     }};
 }
 
-pub(crate) use record_then_commit;
-
 /// An open sub-batch transaction, on a connection from the store's pool
 /// (`'static`: [`Store::begin_sub_batch`]) or on one a session lent out
 /// (borrowed for `'c`: [`crate::SessionConnection::begin_sub_batch`]). Dropping it
@@ -66,6 +64,7 @@ pub struct SubBatchTx<'c> {
 pub(crate) enum Tx<'c> {
     Sqlite(sqlx::Transaction<'c, Sqlite>),
     Postgres(sqlx::Transaction<'c, Postgres>),
+    MySql(sqlx::Transaction<'c, MySql>),
 }
 
 impl Store {
@@ -95,6 +94,7 @@ impl Store {
             (Backend::Postgres(pool), Some(timeout)) => {
                 Tx::Postgres(begin_bounded(pool, timeout).await?)
             }
+            (Backend::MySql(pool), _) => Tx::MySql(pool.begin().await?),
         };
         Ok(SubBatchTx::new(tx, lease))
     }
@@ -156,6 +156,10 @@ macro_rules! on_tx {
         match &mut $sub_batch.tx {
             Tx::Sqlite($tx) => $body,
             Tx::Postgres($tx) => $body,
+            Tx::MySql($tx) => {
+                use crate::positional as sqlx;
+                $body
+            }
         }
     };
 }
@@ -215,6 +219,10 @@ impl<'c> SubBatchTx<'c> {
         match self.tx {
             Tx::Sqlite(tx) => record_then_commit!(tx, &self.lease, progress, rows),
             Tx::Postgres(tx) => record_then_commit!(tx, &self.lease, progress, rows),
+            Tx::MySql(tx) => {
+                use crate::positional as sqlx;
+                record_then_commit!(tx, &self.lease, progress, rows)
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection as _;
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection};
+use sqlx::{MySql, MySqlConnection, PgConnection, Postgres, Sqlite, SqliteConnection};
 
 use crate::batch_queries::batch_lease_lost;
 use crate::connection::{Backend, KeptPlace};
@@ -16,7 +16,7 @@ use crate::error::StoreError;
 use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
 use crate::store::Store;
-use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, bounded_begin, record_then_commit};
+use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, bounded_begin};
 
 /// A pool worker's way to the connections its one-statement sub-batches run
 /// on: PostgreSQL's sessions bounded by `statement_timeout` (see
@@ -72,6 +72,7 @@ struct HeldConnection {
 enum Held {
     Postgres(PoolConnection<Postgres>),
     Sqlite(PoolConnection<Sqlite>),
+    MySql(PoolConnection<MySql>),
 }
 
 impl Store {
@@ -173,7 +174,13 @@ impl SubBatchSession {
                 let done = query().fetch_one(&mut **postgres).await;
                 self.fused_outcome(lease, done).await
             }
-            Held::Sqlite(sqlite) => sqlite_write(sqlite, lease, statement, progress).await,
+            Held::Sqlite(sqlite) => {
+                let tx = sqlite.begin_with("BEGIN IMMEDIATE").await?;
+                write_in(Tx::Sqlite(tx), lease, statement, progress).await
+            }
+            Held::MySql(mysql) => {
+                write_in(Tx::MySql(mysql.begin().await?), lease, statement, progress).await
+            }
         };
         self.settle(connection, done.is_ok());
         done
@@ -242,7 +249,13 @@ impl SubBatchSession {
         };
         let counted = match &mut connection.connection {
             Held::Postgres(postgres) => loop_statement(postgres, lease, statement, limit).await,
-            Held::Sqlite(sqlite) => sqlite_write(sqlite, lease, statement, None).await,
+            Held::Sqlite(sqlite) => {
+                let tx = sqlite.begin_with("BEGIN IMMEDIATE").await?;
+                write_in(Tx::Sqlite(tx), lease, statement, None).await
+            }
+            Held::MySql(mysql) => {
+                write_in(Tx::MySql(mysql.begin().await?), lease, statement, None).await
+            }
         };
         self.settle(connection, counted.is_ok());
         counted
@@ -258,6 +271,11 @@ impl SubBatchSession {
             Backend::Sqlite(pool) => {
                 let pool = pool.clone();
                 self.take(async { Ok(Held::Sqlite(pool.acquire().await?)) })
+                    .await?
+            }
+            Backend::MySql(pool) => {
+                let pool = pool.clone();
+                self.take(async { Ok(Held::MySql(pool.acquire().await?)) })
                     .await?
             }
             Backend::Postgres(_) => {
@@ -329,8 +347,8 @@ impl SubBatchSession {
             (None, Backend::Postgres(pool)) => {
                 HeldConnection::fresh(Held::Postgres(pool.acquire().await?), None)
             }
-            (None, Backend::Sqlite(_)) => {
-                unreachable!("an SQLite session always lends a connection")
+            (None, Backend::Sqlite(_) | Backend::MySql(_)) => {
+                unreachable!("an SQLite or MySQL session always lends a connection")
             }
         };
         Ok(SessionConnection { held })
@@ -374,6 +392,10 @@ impl SessionConnection {
             Held::Sqlite(connection) => {
                 let connection: &mut SqliteConnection = connection;
                 Tx::Sqlite(connection.begin_with("BEGIN IMMEDIATE").await?)
+            }
+            Held::MySql(connection) => {
+                let connection: &mut MySqlConnection = connection;
+                Tx::MySql(connection.begin().await?)
             }
         };
         Ok(SubBatchTx::new(tx, lease))
@@ -438,19 +460,19 @@ async fn loop_statement(
     Ok(changed)
 }
 
-/// `statement` and its record in one SQLite write transaction on `connection`.
-async fn sqlite_write(
-    connection: &mut SqliteConnection,
+/// `statement` and its record in the sub-batch transaction `tx`: both are
+/// kept, or neither.
+async fn write_in(
+    tx: Tx<'_>,
     lease: &BatchLease,
     statement: &Statement,
     progress: Option<&Cursor>,
 ) -> Result<u64, StoreError> {
-    let mut tx = connection.begin_with("BEGIN IMMEDIATE").await?;
-    let rows = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    record_then_commit!(tx, lease, progress, i64::try_from(rows).unwrap_or(i64::MAX))?;
+    let mut sub_batch = SubBatchTx::new(tx, lease);
+    let rows = sub_batch.execute(statement).await?;
+    sub_batch
+        .commit(progress, i64::try_from(rows).unwrap_or(i64::MAX))
+        .await?;
     Ok(rows)
 }
 

@@ -33,6 +33,22 @@ macro_rules! postgres_columns {
     };
 }
 
+/// The rows of `information_schema` about table `$2` in database `$1`
+/// (when NULL, the connection's database), its name compared exactly.
+macro_rules! mysql_table {
+    () => {
+        "WHERE table_schema = COALESCE($1, DATABASE()) AND BINARY table_name = BINARY $2"
+    };
+}
+
+/// The columns of table `$2` in database `$1` (when NULL, the connection's
+/// database), as `information_schema.columns` lists them.
+macro_rules! mysql_columns {
+    () => {
+        concat!("FROM information_schema.columns ", mysql_table!())
+    };
+}
+
 /// What the catalogue says makes a table's rows distinct
 /// ([`Store::table_keys`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -92,13 +108,25 @@ impl Store {
                 .fetch_all(pool)
                 .await?
             }
+            Backend::MySql(pool) => {
+                crate::positional::query_scalar(concat!(
+                    "SELECT CAST(column_name AS CHAR) ",
+                    mysql_columns!(),
+                    " ORDER BY ordinal_position"
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?
+            }
         })
     }
 
     /// The declared type of `column` in `table` as the catalogue spells it
     /// (SQLite: the declared type, possibly empty; PostgreSQL: what
     /// `information_schema.columns.data_type` says — a built-in type's name,
-    /// a domain's base type, `ARRAY` or `USER-DEFINED`), or `None` when
+    /// a domain's base type, `ARRAY` or `USER-DEFINED`; MySQL: its
+    /// `data_type`, such as `datetime` or `bigint`), or `None` when
     /// there is no such column.
     pub async fn column_type(
         &self,
@@ -123,6 +151,18 @@ impl Store {
                      ELSE 'USER-DEFINED' END ",
                     postgres_columns!(),
                     " AND a.attname = $3"
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .bind(column)
+                .fetch_optional(pool)
+                .await?
+            }
+            Backend::MySql(pool) => {
+                crate::positional::query_scalar(concat!(
+                    "SELECT CAST(data_type AS CHAR) ",
+                    mysql_columns!(),
+                    " AND BINARY column_name = BINARY $3"
                 ))
                 .bind(table.schema())
                 .bind(table.name())
@@ -241,6 +281,43 @@ impl Store {
                     not_null,
                 })
             }
+            Backend::MySql(pool) => {
+                use crate::positional as sqlx;
+                let parts: Vec<(String, i64, Option<String>)> = sqlx::query_as(concat!(
+                    "SELECT CAST(index_name AS CHAR), CAST(non_unique = 0 AND sub_part IS NULL AS SIGNED), \
+                     CAST(column_name AS CHAR) FROM information_schema.statistics ",
+                    mysql_table!(),
+                    " ORDER BY index_name = 'PRIMARY' DESC, index_name, seq_in_index"
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?;
+                let mut keys = TableKeys::default();
+                for (name, unique, column) in parts {
+                    match keys.indexes.last_mut() {
+                        Some(index) if index.name == name => {
+                            index.unique &= unique == 1 && column.is_some();
+                            index.columns.push(column.unwrap_or_default());
+                        }
+                        _ => keys.indexes.push(Index {
+                            name,
+                            unique: unique == 1 && column.is_some(),
+                            columns: vec![column.unwrap_or_default()],
+                        }),
+                    }
+                }
+                keys.not_null = sqlx::query_scalar(concat!(
+                    "SELECT CAST(column_name AS CHAR) ",
+                    mysql_columns!(),
+                    " AND is_nullable = 'NO' ORDER BY ordinal_position"
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?;
+                Ok(keys)
+            }
         }
     }
 
@@ -301,6 +378,31 @@ impl Store {
                 Ok(rows
                     .iter()
                     .map(|r| r.try_get::<String, _>(0).unwrap_or_default())
+                    .collect())
+            }
+            Backend::MySql(pool) => {
+                let text = SqlText::new("EXPLAIN ").append(statement.text());
+                let query = crate::positional::query(AssertSqlSafe(text.as_str().to_owned()));
+                let rows = bind_values!(query, statement.params())
+                    .fetch_all(pool)
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(|r| {
+                        let text = |name: &str| {
+                            r.try_get::<Option<String>, _>(name)
+                                .ok()
+                                .flatten()
+                                .unwrap_or_else(|| "NULL".into())
+                        };
+                        format!(
+                            "table {} access {} key {} {}",
+                            text("table"),
+                            text("type"),
+                            text("key"),
+                            text("Extra")
+                        )
+                    })
                     .collect())
             }
         }
@@ -378,9 +480,12 @@ where
     NaiveDateTime: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     use sqlx::{Column, TypeInfo, ValueRef};
-    // SQLite would read text or a number as a date too; only PostgreSQL has
-    // real timestamp columns.
-    let postgres = <R::Database as sqlx::Database>::NAME == "PostgreSQL";
+    // SQLite would read text or a number as a date too; only PostgreSQL and
+    // MySQL have real timestamp columns.
+    let postgres = matches!(
+        <R::Database as sqlx::Database>::NAME,
+        "PostgreSQL" | "MySQL"
+    );
     let mut values = Vec::with_capacity(width);
     for i in 0..width {
         if row.try_get_raw(i)?.is_null() {

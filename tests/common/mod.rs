@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use sluice_store::{Lease, Store};
+use sqlx::mysql::MySqlPoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 mod aged_rows;
@@ -22,6 +23,11 @@ pub use aged_rows::older_than_a_day;
 pub fn postgres_url() -> String {
     std::env::var("SLUICE_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// The MySQL or MariaDB server the tests use (each test makes a database of its own there).
+pub fn mysql_url() -> String {
+    std::env::var("SLUICE_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
 
 /// True when a missing server must fail the test rather than skip it.
@@ -39,6 +45,8 @@ pub struct TestDb {
     /// Which backend.
     pub backend: &'static str,
     schema: Option<String>,
+    /// The MySQL database the test made, dropped by [`TestDb::cleanup`].
+    database: Option<String>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -53,6 +61,7 @@ impl TestDb {
             url,
             backend: "sqlite",
             schema: None,
+            database: None,
             _dir: Some(dir),
         }
     }
@@ -104,6 +113,50 @@ impl TestDb {
             url,
             backend: "postgres",
             schema: Some(schema),
+            database: None,
+            _dir: None,
+        })
+    }
+
+    /// A fresh database in the test MySQL or MariaDB server, or `None`
+    /// (after saying so) when the server is unreachable and servers are not
+    /// required.
+    pub async fn mysql() -> Option<TestDb> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let base = mysql_url();
+        let admin = match MySqlPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect(&base)
+            .await
+        {
+            Ok(pool) => pool,
+            Err(e) if !servers_required() => {
+                say_skipped_once(&base, &e);
+                return None;
+            }
+            Err(e) => panic!("MySQL required but not reachable at {base}: {e}"),
+        };
+        let database = format!(
+            "sluice_test_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {database}; CREATE DATABASE {database}"
+        )))
+        .execute(&admin)
+        .await
+        .expect("create test database");
+        admin.close().await;
+        let url = format!("{}/{database}", base.trim_end_matches('/'));
+        let store = Store::connect(&url).await.expect("migrate MySQL store");
+        Some(TestDb {
+            store,
+            url,
+            backend: "mysql",
+            schema: None,
+            database: Some(database),
             _dir: None,
         })
     }
@@ -123,6 +176,11 @@ impl TestDb {
                     .expect(sql)
                     .rows_affected()
             }
+            sluice_store::Backend::MySql(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .expect(sql)
+                .rows_affected(),
         }
     }
 
@@ -139,6 +197,10 @@ impl TestDb {
                     .await
                     .map(|r| r.rows_affected())
             }
+            sluice_store::Backend::MySql(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected()),
         }
     }
 
@@ -157,6 +219,15 @@ impl TestDb {
                     .await
                     .expect(sql)
             }
+            // Wrapped so that any integer (a SUM is a DECIMAL) reads as one;
+            // MySQL spells the other dialects' cast to BIGINT `AS SIGNED`.
+            sluice_store::Backend::MySql(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT CAST(({}) AS SIGNED)",
+                sql.replace("AS BIGINT)", "AS SIGNED)")
+            )))
+            .fetch_one(pool)
+            .await
+            .expect(sql),
         }
     }
 
@@ -181,6 +252,18 @@ impl TestDb {
             .execute(&admin)
             .await;
         }
+        if let Some(database) = &self.database
+            && let Ok(admin) = MySqlPoolOptions::new()
+                .max_connections(1)
+                .connect(&mysql_url())
+                .await
+        {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {database}"
+            )))
+            .execute(&admin)
+            .await;
+        }
     }
 }
 
@@ -193,7 +276,7 @@ fn say_skipped_once(url: &str, error: &sqlx::Error) {
     SAID.call_once(|| {
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED: PostgreSQL tests in this binary ({url} not reachable: {error}); \
+            "SKIPPED: server tests in this binary ({url} not reachable: {error}); \
              set SLUICE_REQUIRE_SERVERS=1 to make that a failure"
         );
     });
@@ -359,6 +442,25 @@ pub async fn assert_group_one_changed_once(db: &TestDb) {
 /// `sqlite::NAME` on a temporary file and `postgres::NAME` on the test server.
 #[macro_export]
 macro_rules! for_each_backend {
+    ($($name:ident),* $(,)?) => {
+        $crate::sqlite_and_postgres!($($name),*);
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let Some(db) = $crate::common::TestDb::mysql().await else { return };
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
+/// Declares each listed async test function for SQLite and PostgreSQL, for
+/// tests whose part of Sluice does not run on MySQL yet.
+#[macro_export]
+macro_rules! sqlite_and_postgres {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
             $(
