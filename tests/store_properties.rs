@@ -326,3 +326,13 @@ fn random_histories_replay_to_the_stored_projection_on_postgres() {
     property_on(db, 300);
     runtime().block_on(db.release());
 }
+
+#[test]
+fn random_histories_replay_to_the_stored_projection_on_mysql() {
+    let Some(db) = runtime().block_on(TestDb::mysql()) else {
+        return;
+    };
+    let db: &'static TestDb = Box::leak(Box::new(db));
+    property_on(db, 300);
+    runtime().block_on(db.release());
+}

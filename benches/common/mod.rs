@@ -92,7 +92,8 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
         Backend::MySql(_) => (
             "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at DATETIME(6) NOT NULL, payload TEXT NOT NULL) \
              ENGINE = InnoDB",
-            "INSERT INTO bench_events WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < ",
+            "SET STATEMENT max_recursive_iterations = 100000000 FOR \
+             INSERT INTO bench_events WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < ",
             ") SELECT v, TIMESTAMP '2020-01-01 00:00:00' + INTERVAL (v % 3600) SECOND, CONCAT('payload ', v) FROM n",
         ),
     };

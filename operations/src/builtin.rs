@@ -108,12 +108,16 @@ impl DeleteAgedRows {
             .await?
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let postgres = matches!(store.backend(), Backend::Postgres(_));
-        let cutoff = if declared.contains("timestamp") || declared == "date" {
+        // Only SQLite has no column types of its own to go by.
+        let typed = !matches!(store.backend(), Backend::Sqlite(_));
+        let cutoff = if declared.contains("timestamp")
+            || declared == "date"
+            || declared == "datetime"
+        {
             Cutoff::Timestamp(at)
         } else if declared.contains("int") {
             Cutoff::EpochSeconds(at.timestamp())
-        } else if postgres && !(declared.contains("text") || declared.contains("char")) {
+        } else if typed && !(declared.contains("text") || declared.contains("char")) {
             return Err(OperationError::Arguments(format!(
                 "column `{column}` of `{table}` has type {declared}; delete-aged-rows needs a timestamp, \
                  an integer of epoch seconds or ISO-8601 text"
@@ -131,9 +135,7 @@ impl DeleteAgedRows {
                 Some(CursorValue::Int(_)) => Cutoff::EpochSeconds(at.timestamp()),
                 // SQLite compares a time with text as the instant the text
                 // names, whatever its format ([`Filter`]).
-                Some(CursorValue::Timestamp(_)) | Some(CursorValue::Text(_)) | None
-                    if !postgres =>
-                {
+                Some(CursorValue::Timestamp(_)) | Some(CursorValue::Text(_)) | None if !typed => {
                     Cutoff::Timestamp(at)
                 }
                 Some(CursorValue::Timestamp(_)) => Cutoff::Timestamp(at),

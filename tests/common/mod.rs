@@ -444,6 +444,16 @@ pub async fn assert_group_one_changed_once(db: &TestDb) {
 macro_rules! for_each_backend {
     ($($name:ident),* $(,)?) => {
         $crate::sqlite_and_postgres!($($name),*);
+        $crate::also_on_mysql!($($name),*);
+    };
+}
+
+/// Declares each listed async test function for MySQL too (skipped like
+/// the others when the server is not reachable): beside
+/// [`sqlite_and_postgres!`] in a file whose tests do not all run on MySQL yet.
+#[macro_export]
+macro_rules! also_on_mysql {
+    ($($name:ident),* $(,)?) => {
         mod mysql {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
