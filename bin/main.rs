@@ -25,7 +25,7 @@ use crate::failure::Failure;
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version, about)]
 struct Cli {
-    /// Where Sluice keeps its state: sqlite:PATH or postgres://…
+    /// Where Sluice keeps its state: sqlite:PATH, postgres://… or mysql://…
     #[arg(
         long,
         global = true,

@@ -484,11 +484,11 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
         (
             plain(&[
                 "--database-url",
-                "mysql://root:secret@127.0.0.1:3306/test",
+                "mongodb://root:secret@127.0.0.1:27017/test",
                 "list",
             ]),
             2,
-            "unsupported database URL `mysql://root:***@127.0.0.1:3306/test`",
+            "unsupported database URL `mongodb://root:***@127.0.0.1:27017/test`",
         ),
         (
             plain(&["--database-url", "redis://127.0.0.1:6379", "list"]),
@@ -819,7 +819,7 @@ async fn the_embedding_api_refuses_bad_input_and_changes_nothing(db: &TestDb) {
     );
     runtime.shutdown().await.unwrap();
     // Builders given URLs that cannot work.
-    let error = RuntimeBuilder::new("mysql://root@127.0.0.1/test")
+    let error = RuntimeBuilder::new("mongodb://root@127.0.0.1/test")
         .start()
         .await
         .err()

@@ -337,10 +337,11 @@ fn database_urls_that_cannot_work_are_refused() {
             .output()
             .unwrap()
     };
-    let wrong = run("mysql://root:secret@127.0.0.1:3306/test");
+    let wrong = run("mongodb://root:secret@127.0.0.1:27017/test");
     assert_eq!(wrong.status.code(), Some(2));
     assert!(
-        stderr(&wrong).contains("unsupported database URL `mysql://root:***@127.0.0.1:3306/test`"),
+        stderr(&wrong)
+            .contains("unsupported database URL `mongodb://root:***@127.0.0.1:27017/test`"),
         "{}",
         stderr(&wrong)
     );
@@ -362,6 +363,15 @@ fn database_urls_that_cannot_work_are_refused() {
         "one line: {}",
         stderr(&unreachable)
     );
+    let unreachable = run("mysql://root:secret@127.0.0.1:1/test");
+    assert_eq!(unreachable.status.code(), Some(1));
+    assert!(
+        stderr(&unreachable)
+            .contains("cannot reach the database at mysql://root:***@127.0.0.1:1/test"),
+        "{}",
+        stderr(&unreachable)
+    );
+    assert!(!stderr(&unreachable).contains("secret"));
 }
 
 async fn schedule_commands_manage_schedules_and_refuse_bad_input_with_exit_2(db: &TestDb) {

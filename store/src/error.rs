@@ -10,7 +10,7 @@ use crate::spec::SpecError;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database URL's scheme is not one Sluice stores state in.
-    #[error("unsupported database URL `{url}`: use sqlite:PATH or postgres://…")]
+    #[error("unsupported database URL `{url}`: use sqlite:PATH, postgres://… or mysql://…")]
     UnsupportedUrl {
         /// The URL with any password removed.
         url: String,

@@ -106,7 +106,12 @@ impl Store {
         match connections.backend() {
             Backend::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
             Backend::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
-            Backend::MySql(pool) => sqlx::migrate!("./migrations/mysql").run(pool).await?,
+            Backend::MySql(pool) => {
+                // Reached first, so an unreachable server is a database
+                // error (transient), not a failed migration.
+                drop(pool.acquire().await?);
+                sqlx::migrate!("./migrations/mysql").run(pool).await?
+            }
         }
         Ok(Store {
             connections,
