@@ -102,11 +102,13 @@ pub enum LoopPick {
     /// planner folds away; a one-statement sub-batch puts its fence there,
     /// tested once before the pick runs.
     KeyArray,
-    /// `WHERE scope ORDER BY key LIMIT n` (MySQL, MariaDB): their own form
-    /// of a limited `DELETE` or `UPDATE`, which refuse a `LIMIT` inside
-    /// `IN`; the scope is tested on every row the statement changes, and
-    /// the rows go in key order. Nothing can be appended to its `WHERE`.
-    OrderedLimit,
+    /// `WHERE scope LIMIT n` (MySQL, MariaDB): their own limited `DELETE`
+    /// or `UPDATE` (they refuse a `LIMIT` inside `IN`), the scope tested on
+    /// every row the statement changes, rows taken in the order of the
+    /// index that serves the scope. Not `ORDER BY key`: when the scope's
+    /// index is not the key's, MySQL would sort every row in scope on each
+    /// sub-batch (`Using filesort`). Nothing can be appended to its `WHERE`.
+    Limit,
 }
 
 impl LoopPick {
@@ -115,7 +117,7 @@ impl LoopPick {
         match store.backend() {
             Backend::Postgres(_) => LoopPick::KeyArray,
             Backend::Sqlite(_) => LoopPick::InSubquery,
-            Backend::MySql(_) => LoopPick::OrderedLimit,
+            Backend::MySql(_) => LoopPick::Limit,
         }
     }
 }
@@ -131,12 +133,10 @@ pub fn loop_rows(
     head: Statement,
 ) -> Statement {
     let (head, close) = match pick {
-        LoopPick::OrderedLimit => {
+        LoopPick::Limit => {
             return shape
                 .filter()
                 .and_to(head.push(" WHERE 1 = 1"))
-                .push(" ORDER BY ")
-                .ident(key)
                 .push(" LIMIT ")
                 .value(limit.into());
         }

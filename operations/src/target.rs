@@ -5,7 +5,9 @@
 //! Every refusal is a [`TargetError`] whose message names the table, the
 //! column and what to do; nothing is written by any check here.
 
-use sluice_store::{Backend, CursorValue, Ident, IdentError, Statement, Store, StoreError};
+use sluice_store::{
+    Backend, CursorValue, Dialect, Ident, IdentError, Statement, Store, StoreError,
+};
 
 /// A table and batching columns, validated against the catalogue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,8 +378,7 @@ pub fn refuse_full_scan(
     column: &Ident,
     plan: &[String],
 ) -> Result<(), TargetError> {
-    let postgres = matches!(store.backend(), Backend::Postgres(_));
-    match full_scan_line(plan, table.name(), postgres) {
+    match full_scan_line(plan, table.name(), store.backend().dialect()) {
         Some(line) => Err(TargetError::FullScan {
             table: table.to_string(),
             column: column.to_string(),
@@ -393,14 +394,25 @@ pub fn refuse_full_scan(
 /// SQLite: a `SCAN table` detail (a `SEARCH` uses an index or the rowid).
 /// PostgreSQL: a `Seq Scan on table`, or an index scan on it without an
 /// `Index Cond` (walking a whole index only for its order reads every row).
-fn full_scan_line(plan: &[String], table: &str, postgres: bool) -> Option<String> {
+/// MySQL: access type `ALL` on the table with no index it could use
+/// ([`Store::explain`]'s `table T access A possible_keys P …` lines). A scan
+/// beside a usable index is the optimizer's choice for a small table, not a
+/// missing index.
+fn full_scan_line(plan: &[String], table: &str, dialect: Dialect) -> Option<String> {
     let node = |line: &str| line.trim_start().trim_start_matches("->").trim().to_owned();
-    if !postgres {
-        return plan.iter().map(|l| node(l)).find(|l| {
-            l.strip_prefix("SCAN ")
-                .and_then(|rest| rest.split_whitespace().next())
-                == Some(table)
-        });
+    match dialect {
+        Dialect::Sqlite => {
+            return plan.iter().map(|l| node(l)).find(|l| {
+                l.strip_prefix("SCAN ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    == Some(table)
+            });
+        }
+        Dialect::MySql => {
+            let full = format!("table {table} access ALL possible_keys NULL ");
+            return plan.iter().find(|l| l.starts_with(&full)).cloned();
+        }
+        Dialect::Postgres => {}
     }
     let on_table = |line: &str| {
         line.split(" on ")
@@ -433,6 +445,8 @@ fn full_scan_line(plan: &[String], table: &str, postgres: bool) -> Option<String
 
 #[cfg(test)]
 mod tests {
+    use sluice_store::Dialect;
+
     use super::{full_scan_line, time_text_format};
 
     fn plan(lines: &[&str]) -> Vec<String> {
@@ -442,14 +456,14 @@ mod tests {
     #[test]
     fn sqlite_scan_is_full_and_search_is_not() {
         assert_eq!(
-            full_scan_line(&plan(&["SCAN events"]), "events", false).as_deref(),
+            full_scan_line(&plan(&["SCAN events"]), "events", Dialect::Sqlite).as_deref(),
             Some("SCAN events")
         );
         assert_eq!(
             full_scan_line(
                 &plan(&["SEARCH events USING INDEX e_created (created_at<?)"]),
                 "events",
-                false
+                Dialect::Sqlite
             ),
             None
         );
@@ -457,14 +471,32 @@ mod tests {
             full_scan_line(
                 &plan(&["SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"]),
                 "events",
-                false
+                Dialect::Sqlite
             ),
             None
         );
         assert_eq!(
-            full_scan_line(&plan(&["SCAN other"]), "events", false),
+            full_scan_line(&plan(&["SCAN other"]), "events", Dialect::Sqlite),
             None
         );
+    }
+
+    #[test]
+    fn mysql_access_all_without_a_usable_index_is_full() {
+        let all = plan(&["table events access ALL possible_keys NULL key NULL Using where"]);
+        assert_eq!(
+            full_scan_line(&all, "events", Dialect::MySql).as_deref(),
+            Some("table events access ALL possible_keys NULL key NULL Using where")
+        );
+        let range = plan(&[
+            "table events access range possible_keys events_created key events_created Using where",
+        ]);
+        assert_eq!(full_scan_line(&range, "events", Dialect::MySql), None);
+        // A small table scanned although an index could serve it.
+        let chosen =
+            plan(&["table events access ALL possible_keys events_created key NULL Using where"]);
+        assert_eq!(full_scan_line(&chosen, "events", Dialect::MySql), None);
+        assert_eq!(full_scan_line(&all, "other", Dialect::MySql), None);
     }
 
     #[test]
@@ -475,7 +507,7 @@ mod tests {
             "        Filter: (created_at < $1)",
         ]);
         assert_eq!(
-            full_scan_line(&seq, "events", true).as_deref(),
+            full_scan_line(&seq, "events", Dialect::Postgres).as_deref(),
             Some("Seq Scan on events  (cost=…)")
         );
         let walk = plan(&[
@@ -483,21 +515,21 @@ mod tests {
             "  ->  Index Scan using events_pkey on events  (cost=…)",
             "        Filter: (created_at < $1)",
         ]);
-        assert!(full_scan_line(&walk, "events", true).is_some());
+        assert!(full_scan_line(&walk, "events", Dialect::Postgres).is_some());
         let served = plan(&[
             "Limit",
             "  ->  Index Scan using events_created on events  (cost=…)",
             "        Index Cond: (created_at < $1)",
         ]);
-        assert_eq!(full_scan_line(&served, "events", true), None);
+        assert_eq!(full_scan_line(&served, "events", Dialect::Postgres), None);
         let bitmap = plan(&[
             "Bitmap Heap Scan on events",
             "  Recheck Cond: (created_at < $1)",
             "  ->  Bitmap Index Scan on events_created",
             "        Index Cond: (created_at < $1)",
         ]);
-        assert_eq!(full_scan_line(&bitmap, "events", true), None);
-        assert_eq!(full_scan_line(&seq, "other", true), None);
+        assert_eq!(full_scan_line(&bitmap, "events", Dialect::Postgres), None);
+        assert_eq!(full_scan_line(&seq, "other", Dialect::Postgres), None);
     }
 
     #[test]

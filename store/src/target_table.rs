@@ -396,9 +396,10 @@ impl Store {
                                 .unwrap_or_else(|| "NULL".into())
                         };
                         format!(
-                            "table {} access {} key {} {}",
+                            "table {} access {} possible_keys {} key {} {}",
                             text("table"),
                             text("type"),
+                            text("possible_keys"),
                             text("key"),
                             text("Extra")
                         )
