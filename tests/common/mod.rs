@@ -69,26 +69,16 @@ impl TestDb {
     /// A fresh schema in the test PostgreSQL, or `None` (after saying so) when
     /// the server is unreachable and servers are not required.
     pub async fn postgres() -> Option<TestDb> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
         let base = postgres_url();
-        let admin = match PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect(&base)
-            .await
-        {
-            Ok(pool) => pool,
-            Err(e) if !servers_required() => {
-                say_skipped_once(&base, &e);
-                return None;
-            }
-            Err(e) => panic!("PostgreSQL required but not reachable at {base}: {e}"),
-        };
-        let schema = format!(
-            "sluice_test_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        );
+        let admin = reachable(
+            &base,
+            PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(3))
+                .connect(&base)
+                .await,
+        )?;
+        let schema = fresh_name();
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
         )))
@@ -122,26 +112,16 @@ impl TestDb {
     /// (after saying so) when the server is unreachable and servers are not
     /// required.
     pub async fn mysql() -> Option<TestDb> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
         let base = mysql_url();
-        let admin = match MySqlPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect(&base)
-            .await
-        {
-            Ok(pool) => pool,
-            Err(e) if !servers_required() => {
-                say_skipped_once(&base, &e);
-                return None;
-            }
-            Err(e) => panic!("MySQL required but not reachable at {base}: {e}"),
-        };
-        let database = format!(
-            "sluice_test_{}_{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        );
+        let admin = reachable(
+            &base,
+            MySqlPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(3))
+                .connect(&base)
+                .await,
+        )?;
+        let database = fresh_name();
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS {database}; CREATE DATABASE {database}"
         )))
@@ -265,6 +245,29 @@ impl TestDb {
             .await;
         }
     }
+}
+
+/// The admin pool just connected to the server at `url`, or `None` (after
+/// saying so) when the server is unreachable and servers are not required.
+fn reachable<P>(url: &str, connected: Result<P, sqlx::Error>) -> Option<P> {
+    match connected {
+        Ok(pool) => Some(pool),
+        Err(e) if !servers_required() => {
+            say_skipped_once(url, &e);
+            None
+        }
+        Err(e) => panic!("server required but not reachable at {url}: {e}"),
+    }
+}
+
+/// A schema or database name no other test of any running binary uses.
+fn fresh_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "sluice_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// Tells the person running the tests, once per test binary, that the
