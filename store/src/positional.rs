@@ -11,8 +11,6 @@
 //! one repeated as often as its `$N` is. Everything else of sqlx is
 //! re-exported unchanged.
 
-use std::marker::PhantomData;
-
 use sqlx::mysql::{MySqlArguments, MySqlQueryResult, MySqlRow};
 
 pub use sqlx::mysql::MySql;
@@ -24,7 +22,6 @@ pub use ::sqlx::*;
 pub struct Positional<'t, Q> {
     sql: String,
     binds: Vec<Box<dyn Fn(Q) -> Q + Send + 't>>,
-    kind: PhantomData<fn() -> Q>,
 }
 
 /// One of sqlx's MySQL query types, built from `?` text, bound one value at a time.
@@ -68,7 +65,6 @@ impl<'t, Q: QueryKind<'t>> Positional<'t, Q> {
         Positional {
             sql: sql.into_sql_str().as_str().to_owned(),
             binds: Vec::new(),
-            kind: PhantomData,
         }
     }
 

@@ -176,16 +176,16 @@ pub(crate) const POSTGRES: Statements = Statements {
     ..SQLITE
 };
 
-/// MySQL's and MariaDB's statements: PostgreSQL's locking, in MySQL's words.
-/// Rows read for a write are locked (`FOR UPDATE`); claims skip rows another
-/// node holds (`SKIP LOCKED`, MariaDB 10.6 and MySQL 8.0 on), locking the
-/// batches alone (a locking read does not lock what its subquery reads); a
-/// statement that limits rows it then changes picks them in a derived
-/// table, which MySQL allows where it refuses `LIMIT` in an `IN`.
+/// MySQL's and MariaDB's statements: PostgreSQL's (rows read for a write
+/// locked with `FOR UPDATE`), with the claims and the prune in MySQL's
+/// words. Claims skip rows another node holds (`SKIP LOCKED`, MariaDB 10.6
+/// and MySQL 8.0 on), locking the batches alone (a locking read does not
+/// lock what its subquery reads); a statement that limits the rows it then
+/// changes picks them in a derived table, which MySQL allows where it
+/// refuses `LIMIT` in an `IN`; a duplicate active identity is refused by
+/// the unique index, not skipped (no partial index to name).
 pub(crate) const MYSQL: Statements = Statements {
     on_active_identity: "",
-    begin_write: "BEGIN",
-    operation_locked: "SELECT * FROM sluice_operations WHERE id = $1 FOR UPDATE",
     claimable_operations: "SELECT * FROM sluice_operations \
         WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
         AND ($3 IS NULL OR JSON_CONTAINS($3, JSON_QUOTE(kind))) \
@@ -197,10 +197,8 @@ pub(crate) const MYSQL: Statements = Statements {
         AND ($1 IS NULL OR b.operation_id = $1) \
         AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $2)) \
         ORDER BY b.operation_id, b.ordinal LIMIT $3 FOR UPDATE SKIP LOCKED",
-    held_batch_locked: "SELECT * FROM sluice_batches \
-        WHERE id = $1 AND lease_epoch = $2 AND status = 'running' FOR UPDATE",
     prune_batches: "DELETE FROM sluice_batches WHERE id IN (SELECT id FROM (\
           SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
           WHERE o.status IN ('finished', 'cancelled') AND o.finished_at < $1 LIMIT $2) AS chosen)",
-    ..SQLITE
+    ..POSTGRES
 };
