@@ -13,7 +13,7 @@ use sluice_operations::{EnqueueOptions, NewOperation, OperationError};
 use sluice_runtime::{RuntimeBuilder, RuntimeError, ScheduleError, ScheduleSpec, Selection};
 use sluice_store::{Store, StoreError};
 
-sqlite_and_postgres!(
+for_each_backend!(
     the_command_line_refuses_bad_input_and_changes_nothing,
     the_embedding_api_refuses_bad_input_and_changes_nothing,
 );
@@ -21,19 +21,18 @@ sqlite_and_postgres!(
 /// `items(id, grp, counter, created_at)`, 50 rows, indexed on `created_at`,
 /// with one finished operation and one schedule already stored.
 async fn set_up(db: &TestDb) {
-    let pg = db.backend == "postgres";
-    db.execute(if pg {
-        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL)"
-    } else {
-        "CREATE TABLE items (id INTEGER PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL)"
-    })
+    let time = db.time_type();
+    db.execute(&format!(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at {time} NOT NULL)"
+    ))
     .await;
-    db.execute(if pg {
-        "INSERT INTO items (id, grp, created_at) SELECT g, g % 2, TIMESTAMPTZ '2020-01-01Z' FROM generate_series(1, 50) g"
-    } else {
-        "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 50) \
-         INSERT INTO items (id, grp, created_at) SELECT v, v % 2, '2020-01-01T00:00:00Z' FROM g"
-    })
+    let at = db.time_literal("2020-01-01T00:00:00Z".parse().unwrap());
+    db.insert_series(
+        "items (id, grp, created_at)",
+        &format!("g, g % 2, {at}"),
+        50,
+        "",
+    )
     .await;
     db.execute("CREATE INDEX items_created_at_idx ON items (created_at)")
         .await;
@@ -44,7 +43,6 @@ async fn set_up(db: &TestDb) {
     )
     .await;
     // Keys that name no row for sure: shared, or possibly NULL.
-    let time = if pg { "TIMESTAMPTZ" } else { "TEXT" };
     for (table, key) in [
         ("loose", "BIGINT NOT NULL"),
         ("nullable_key", "BIGINT UNIQUE"),

@@ -11,7 +11,7 @@ use common::{TestDb, json, sluice};
 use serde_json::Value;
 use sluice_store::{Cursor, Event, Expected, OperationSpec, OperationStatus, StoreError};
 
-sqlite_and_postgres!(
+for_each_backend!(
     reads_show_progress_as_tables_and_json,
     controls_by_id_change_state_and_refuse_what_does_not_apply,
     controls_by_kind_and_all_touch_only_what_applies,

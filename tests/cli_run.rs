@@ -13,7 +13,7 @@ use common::{
 };
 use sluice_store::{ListFilter, OperationStatus};
 
-sqlite_and_postgres!(
+for_each_backend!(
     enqueue_run_until_idle_and_show_report_the_right_counts,
     a_second_process_pauses_and_resumes_a_running_worker,
     enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,
@@ -34,27 +34,20 @@ fn worker(db: &TestDb, node: &str) -> Child {
 /// `items(id, grp, counter, created_at)` with `n` rows, ids with gaps
 /// (multiples of 3 only), indexed on created_at; every other row is aged.
 async fn create_items(db: &TestDb, n: i64) {
-    let pg = db.backend == "postgres";
-    db.execute(if pg {
-        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL)"
-    } else {
-        "CREATE TABLE items (id INTEGER PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL)"
-    })
+    db.execute(&format!(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0, created_at {} NOT NULL)",
+        db.time_type()
+    ))
     .await;
-    let fill = if pg {
-        format!(
-            "INSERT INTO items (id, grp, created_at) SELECT g * 3, g % 2, \
-             CASE WHEN g % 2 = 0 THEN TIMESTAMPTZ '2020-01-01Z' ELSE TIMESTAMPTZ '2099-01-01Z' END \
-             FROM generate_series(1, {n}) g"
-        )
-    } else {
-        format!(
-            "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < {n}) \
-             INSERT INTO items (id, grp, created_at) SELECT v * 3, v % 2, \
-             CASE WHEN v % 2 = 0 THEN '2020-01-01T00:00:00Z' ELSE '2099-01-01T00:00:00Z' END FROM g"
-        )
-    };
-    db.execute(&fill).await;
+    let aged = db.time_literal("2020-01-01T00:00:00Z".parse().unwrap());
+    let young = db.time_literal("2099-01-01T00:00:00Z".parse().unwrap());
+    db.insert_series(
+        "items (id, grp, created_at)",
+        &format!("g * 3, g % 2, CASE WHEN g % 2 = 0 THEN {aged} ELSE {young} END"),
+        n,
+        "",
+    )
+    .await;
     db.execute("CREATE INDEX items_created_at_idx ON items (created_at)")
         .await;
 }
@@ -339,10 +332,10 @@ async fn a_kill_switch_from_a_second_process_stops_its_kind_within_a_second(db: 
     create_items(db, 20_000).await;
     db.execute("ALTER TABLE items ADD COLUMN touched_ms BIGINT NOT NULL DEFAULT 0")
         .await;
-    let now_ms = if db.backend == "postgres" {
-        "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT"
-    } else {
-        "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+    let now_ms = match db.backend {
+        "postgres" => "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT",
+        "mysql" => "CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)",
+        _ => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
     };
     let set = format!("counter = counter + 1, touched_ms = {now_ms}");
     let increment = |condition: &str| {

@@ -17,7 +17,7 @@ use sluice_operations::{EnqueueOptions, Filter, Registry, Shape, Strategy as Wal
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::Statement;
 
-sqlite_and_postgres!(
+for_each_backend!(
     generated_operations_change_exactly_the_rows_in_scope_each_once,
     a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared_key,
     identical_enqueues_from_ten_processes_at_once_make_one_operation,
@@ -99,9 +99,8 @@ fn quick() -> RuntimeConfig {
 /// `table (id, tag, grp, hits, created_at)`: `tag` names each row whatever
 /// its key; `created_at` is `age` days (and an hour) before now.
 async fn create_trial_table(db: &TestDb, table: &str, trial: &Trial) {
-    let pg = db.backend == "postgres";
     let key = if trial.unique { "PRIMARY KEY" } else { "" };
-    let time = if pg { "TIMESTAMPTZ" } else { "TEXT" };
+    let time = db.time_type();
     db.execute(&format!(
         "CREATE TABLE {table} (id BIGINT NOT NULL {key}, tag BIGINT NOT NULL, grp BIGINT NOT NULL, \
          hits BIGINT NOT NULL DEFAULT 0, created_at {time} NOT NULL)"
@@ -123,8 +122,8 @@ async fn create_trial_table(db: &TestDb, table: &str, trial: &Trial) {
             .enumerate()
             .map(|(i, (id, grp, age))| {
                 let at = now - chrono::Duration::days(*age) - chrono::Duration::hours(1);
-                let at = at.format("%Y-%m-%dT%H:%M:%SZ");
-                format!("({id}, {}, {grp}, '{at}')", offset * 200 + i)
+                let at = db.time_literal(at);
+                format!("({id}, {}, {grp}, {at})", offset * 200 + i)
             })
             .collect();
         db.execute(&format!(
@@ -268,10 +267,7 @@ async fn a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared
     let Walk::Loop { key } = shape.strategy() else {
         unreachable!()
     };
-    let pick = match db.backend {
-        "postgres" => LoopPick::KeyArray,
-        _ => LoopPick::InSubquery,
-    };
+    let pick = LoopPick::for_store(&db.store);
     let delete = loop_rows(
         &shape,
         key,
@@ -291,17 +287,18 @@ async fn a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared
 /// --older-than 90d` started at once (each resolving its own cutoff) make
 /// one operation, and every process is told its id.
 async fn identical_enqueues_from_ten_processes_at_once_make_one_operation(db: &TestDb) {
-    let pg = db.backend == "postgres";
-    db.execute(if pg {
-        "CREATE TABLE aged (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL)"
-    } else {
-        "CREATE TABLE aged (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL)"
-    })
+    db.execute(&format!(
+        "CREATE TABLE aged (id BIGINT PRIMARY KEY, created_at {} NOT NULL)",
+        db.time_type()
+    ))
     .await;
     db.execute("CREATE INDEX aged_created ON aged (created_at)")
         .await;
-    db.execute("INSERT INTO aged (id, created_at) VALUES (1, '2020-01-01T00:00:00Z')")
-        .await;
+    let at = db.time_literal("2020-01-01T00:00:00Z".parse().unwrap());
+    db.execute(&format!(
+        "INSERT INTO aged (id, created_at) VALUES (1, {at})"
+    ))
+    .await;
     let args = [
         "enqueue",
         "delete-aged-rows",

@@ -11,7 +11,7 @@ use common::TestDb;
 use sluice::prelude::*;
 use sluice::store::OperationSpec;
 
-sqlite_and_postgres!(
+for_each_backend!(
     a_repeated_enqueue_returns_the_active_operation_and_takes_no_id,
     waiting_until_idle_says_what_is_left_and_a_deadline_bounds_it,
 );

@@ -9,7 +9,7 @@ use common::TestDb;
 #[path = "../examples/delete_done_todos/main.rs"]
 mod delete_done_todos;
 
-sqlite_and_postgres!(the_delete_done_todos_example_deletes_exactly_its_rows,);
+for_each_backend!(the_delete_done_todos_example_deletes_exactly_its_rows,);
 
 /// User 7's done todos completed before 2026 go; nothing else does.
 async fn the_delete_done_todos_example_deletes_exactly_its_rows(db: &TestDb) {

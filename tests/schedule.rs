@@ -15,7 +15,7 @@ use sluice_store::{FireOutcome, ManualClock, OperationStatus, Origin, Store};
 
 use common::TestDb;
 
-sqlite_and_postgres!(
+for_each_backend!(
     a_schedule_fires_when_due_once_after_downtime_and_not_twice_at_once,
     jitter_delays_a_fire_within_its_window,
     a_switched_off_kind_s_fires_are_refused_and_its_operations_not_claimed,

@@ -1,7 +1,8 @@
 //! A time bound deletes exactly the rows older than it, whatever the column
 //! holds: on SQLite text in each format SQLite and ISO-8601 write (with a
 //! separator `T` or a space, a fraction, an offset), on PostgreSQL a
-//! `timestamptz`, a `timestamp` read in UTC and one read in another zone.
+//! `timestamptz`, a `timestamp` read in UTC and one read in another zone,
+//! on MySQL a `DATETIME` (whole seconds and microseconds) and a `TIMESTAMP`.
 //! Rows lie one second, one hour and one day on each side of the cutoff and
 //! exactly on it. A column that is not one known format is refused at
 //! enqueue, naming it and the formats seen, and nothing changes.
@@ -17,7 +18,7 @@ use sluice_operations::{EnqueueOptions, Filter, Operation, OperationError, Regis
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{ConnectOptions, Store};
 
-sqlite_and_postgres!(
+for_each_backend!(
     a_time_bound_deletes_exactly_the_older_rows_in_every_format,
     a_time_column_in_no_single_known_format_is_refused_and_nothing_changes,
 );
@@ -167,6 +168,19 @@ async fn a_time_bound_deletes_exactly_the_older_rows_in_every_format(db: &TestDb
                 format!("'{}'", at.with_timezone(&paris).to_rfc3339())
             }),
         ]
+    } else if db.backend == "mysql" {
+        // Sessions read times in UTC, so a TIMESTAMP is an instant too.
+        vec![
+            ("my_datetime", "DATETIME", |at| {
+                format!("TIMESTAMP '{}'", at.format("%Y-%m-%d %H:%M:%S"))
+            }),
+            ("my_datetime_micros", "DATETIME(6)", |at| {
+                format!("TIMESTAMP '{}'", at.format("%Y-%m-%d %H:%M:%S%.6f"))
+            }),
+            ("my_timestamp", "TIMESTAMP(6)", |at| {
+                format!("TIMESTAMP '{}'", at.format("%Y-%m-%d %H:%M:%S%.6f"))
+            }),
+        ]
     } else {
         vec![
             ("pg_timestamptz", "TIMESTAMPTZ", |at| {
@@ -209,6 +223,44 @@ async fn a_time_column_in_no_single_known_format_is_refused_and_nothing_changes(
             refused.contains("text < timestamp with time zone"),
             "{refused}"
         );
+    } else if db.backend == "mysql" {
+        // `delete-aged-rows` on a text column: one ISO-8601 style in UTC,
+        // or refused naming the value in another.
+        for (table, other) in [
+            ("spaced", "2025-07-01 02:00:00"),
+            ("zoned", "2025-07-01T02:00:00+02:00"),
+        ] {
+            db.execute(&format!(
+                "CREATE TABLE {table} (id BIGINT PRIMARY KEY, done_at VARCHAR(40) NOT NULL)"
+            ))
+            .await;
+            db.execute(&format!(
+                "CREATE INDEX {table}_done_at ON {table} (done_at)"
+            ))
+            .await;
+            db.execute(&format!(
+                "INSERT INTO {table} VALUES (1, '2025-07-01T01:00:00Z'), (2, '{other}')"
+            ))
+            .await;
+            let refused = sluice_operations::DeleteAgedRows::arguments(
+                &db.store,
+                table,
+                "done_at",
+                "id",
+                Duration::from_secs(86_400),
+                Utc::now(),
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+            // Whichever value it read first, the other is in another style.
+            assert!(
+                refused.contains(&format!("holds `{other}`, in another style"))
+                    || refused.contains("holds `2025-07-01T01:00:00Z`, in another style"),
+                "{table}: {refused}"
+            );
+            assert_eq!(db.scalar(&format!("SELECT COUNT(*) FROM {table}")).await, 2);
+        }
     } else {
         // (table, what the refusal says, how a row's time is written, what it names)
         type Case = (

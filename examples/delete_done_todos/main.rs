@@ -19,7 +19,7 @@ use sluice::store::Backend;
 /// Creates a `todos` table in the database at `url`: 30,000 todos of users
 /// 5, 6 and 7, every other one done, completed at times across 2025 and
 /// 2026 (on SQLite written as `datetime()` writes them, on PostgreSQL a
-/// `timestamp`). Then deletes user 7's done todos completed before 2026 and
+/// `timestamp`, on MySQL a `DATETIME`). Then deletes user 7's done todos completed before 2026 and
 /// returns (rows deleted, todos left).
 pub async fn run(url: &str) -> Result<(i64, i64), Box<dyn std::error::Error>> {
     let runtime = RuntimeBuilder::new(url)
@@ -45,9 +45,12 @@ pub async fn run(url: &str) -> Result<(i64, i64), Box<dyn std::error::Error>> {
         Backend::MySql(_) => (
             "CREATE TABLE todos (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, \
              state VARCHAR(16) NOT NULL, completed_at DATETIME, title TEXT NOT NULL) ENGINE = InnoDB",
-            "INSERT INTO todos WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < 30000) \
+            // Thousands of thousands: both servers stop a recursion at
+            // 1,000 steps by default.
+            "INSERT INTO todos WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < 1000) \
              SELECT v, 5 + v % 3, CASE v % 2 WHEN 1 THEN 'done' ELSE 'pending' END, \
-             CASE WHEN v % 2 = 1 THEN FROM_UNIXTIME(1735689600 + v * 2103) END, CONCAT('todo ', v) FROM n",
+             CASE WHEN v % 2 = 1 THEN TIMESTAMP '2025-01-01 00:00:00' + INTERVAL v * 2103 SECOND END, \
+             CONCAT('todo ', v) FROM (SELECT (a.v - 1) * 1000 + b.v AS v FROM n a, n b WHERE a.v <= 30) s",
         ),
     };
     store

@@ -265,7 +265,7 @@ fn iso_like(example: &str, at: DateTime<Utc>) -> String {
     )
 }
 
-/// Refuses a PostgreSQL text time column whose values do not all share
+/// Refuses a PostgreSQL or MySQL text time column whose values do not all share
 /// `example`'s date–time separator, or carry an offset other than UTC's: a
 /// text cutoff in one style misjudges values in another (a space sorts
 /// before `T`), and `10:00-05:00` sorts before a `12:00` cutoff though it
@@ -277,6 +277,10 @@ async fn refuse_mixed_formats(
     example: &str,
 ) -> Result<(), OperationError> {
     let separator = separator_of(example).to_string();
+    let (matches, differs) = match store.backend() {
+        Backend::MySql(_) => (" REGEXP ", " NOT REGEXP "),
+        _ => (" ~ ", " !~ "),
+    };
     let other = Statement::new("SELECT ")
         .ident(column)
         .push(" FROM ")
@@ -289,9 +293,11 @@ async fn refuse_mixed_formats(
         .value(separator.into())
         .push(" OR (")
         .ident(column)
-        .push(" ~ '[+-][0-9]{2}:?[0-9]{2}$' AND ")
+        .push(matches)
+        .push("'[+-][0-9]{2}:?[0-9]{2}$' AND ")
         .ident(column)
-        .push(" !~ '[+-]00:?00$')) LIMIT 1");
+        .push(differs)
+        .push("'[+-]00:?00$')) LIMIT 1");
     match store
         .fetch_cursor(&other, 1)
         .await?
@@ -301,7 +307,7 @@ async fn refuse_mixed_formats(
             "column `{column}` of `{table}` holds `{found}`, in another style than `{example}` \
              or with an offset other than UTC's: text compares character by character, so a \
              cutoff written one way misjudges it; store every value in one ISO-8601 style in \
-             UTC first, or make the column a timestamptz"
+             UTC first, or give the column a time type (timestamptz, DATETIME)"
         ))),
         _ => Ok(()),
     }

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::connection::on_pool;
+use crate::connection::{Dialect, on_pool};
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -112,7 +112,10 @@ impl Store {
     pub async fn add_schedule(&self, schedule: &Schedule) -> Result<(), StoreError> {
         const INSERT: &str = "INSERT INTO sluice_schedules (name, kind, arguments, options, cron, time_zone, \
              jitter_ms, enabled, due_at, fire_at, last_operation_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO NOTHING";
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+        // One form on every dialect: the name's unique index refuses a taken
+        // name, read as "exists" (the statement is on its own, not in a
+        // transaction it could abort).
         let inserted = on_pool!(self, |pool| sqlx::query(INSERT)
             .bind(&schedule.name)
             .bind(&schedule.kind)
@@ -127,12 +130,14 @@ impl Store {
             .bind(schedule.last_operation_id)
             .bind(schedule.created_at)
             .execute(pool)
-            .await?
-            .rows_affected());
-        if inserted == 0 {
-            return Err(StoreError::ScheduleExists(schedule.name.clone()));
+            .await
+            .map(|done| done.rows_affected()));
+        match inserted {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::ScheduleExists(schedule.name.clone()))
+            }
+            other => other.map(drop).map_err(StoreError::from),
         }
-        Ok(())
     }
 
     /// Every schedule, by name.
@@ -279,8 +284,14 @@ impl Store {
     pub async fn set_switch(&self, scope: &str, reason: &str) -> Result<(), StoreError> {
         const UPSERT: &str = "INSERT INTO sluice_switches (scope, reason, set_at) VALUES ($1, $2, $3) \
              ON CONFLICT (scope) DO UPDATE SET reason = excluded.reason, set_at = excluded.set_at";
+        const MYSQL_UPSERT: &str = "INSERT INTO sluice_switches (scope, reason, set_at) VALUES ($1, $2, $3) \
+             ON DUPLICATE KEY UPDATE reason = VALUES(reason), set_at = VALUES(set_at)";
+        let upsert = match self.backend().dialect() {
+            Dialect::MySql => MYSQL_UPSERT,
+            Dialect::Sqlite | Dialect::Postgres => UPSERT,
+        };
         let now = self.clock().now_ms();
-        on_pool!(self, |pool| sqlx::query(UPSERT)
+        on_pool!(self, |pool| sqlx::query(upsert)
             .bind(scope)
             .bind(reason)
             .bind(now)

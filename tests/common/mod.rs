@@ -184,6 +184,52 @@ impl TestDb {
         }
     }
 
+    /// `INSERT INTO {into} SELECT {select} FROM <1..=rows> [WHERE {filter}]`
+    /// in this backend's dialect, `g` naming each number of the series.
+    pub async fn insert_series(&self, into: &str, select: &str, rows: i64, filter: &str) {
+        let filter = if filter.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {filter}")
+        };
+        let recursive = format!(
+            "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < {rows}) "
+        );
+        self.execute(&match self.backend {
+            "postgres" => format!(
+                "INSERT INTO {into} SELECT {select} FROM generate_series(1, {rows}) g{filter}"
+            ),
+            // MariaDB's form: the INSERT first, past its default of 1,000
+            // recursions.
+            "mysql" => format!(
+                "SET STATEMENT max_recursive_iterations = {} FOR INSERT INTO {into} {recursive}\
+                 SELECT {select} FROM s{filter}",
+                rows + 1
+            ),
+            _ => format!("{recursive}INSERT INTO {into} SELECT {select} FROM s{filter}"),
+        })
+        .await;
+    }
+
+    /// The column type a test table stores a point in time as: a time zone
+    /// aware type where there is one, ISO-8601 text on SQLite.
+    pub fn time_type(&self) -> &'static str {
+        match self.backend {
+            "postgres" => "TIMESTAMPTZ",
+            "mysql" => "DATETIME(6)",
+            _ => "TEXT",
+        }
+    }
+
+    /// `at` as a literal of [`TestDb::time_type`] (UTC, to the second).
+    pub fn time_literal(&self, at: chrono::DateTime<chrono::Utc>) -> String {
+        match self.backend {
+            "postgres" => format!("TIMESTAMPTZ '{}'", at.format("%Y-%m-%dT%H:%M:%SZ")),
+            "mysql" => format!("TIMESTAMP '{}'", at.format("%Y-%m-%d %H:%M:%S")),
+            _ => format!("'{}'", at.format("%Y-%m-%dT%H:%M:%SZ")),
+        }
+    }
+
     /// A single integer from a query.
     pub async fn scalar(&self, sql: &str) -> i64 {
         match self.store.backend() {
@@ -410,18 +456,21 @@ pub fn enqueue_increment(db: &TestDb, extra: &[&str]) -> serde_json::Value {
     json(&sluice(db, &args))
 }
 
-/// `items(id, grp, counter)` on PostgreSQL: ids `1..=rows`, `grp = id % 2`,
+/// `items(id, grp, counter)`: ids `1..=rows`, `grp = id % 2`,
 /// counters at 0, analysed.
 pub async fn create_counted_items(db: &TestDb, rows: i64) {
     db.execute(
         "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0)",
     )
     .await;
-    db.execute(&format!(
-        "INSERT INTO items (id, grp) SELECT g, g % 2 FROM generate_series(1, {rows}) g"
-    ))
+    db.insert_series("items (id, grp)", "g, g % 2", rows, "")
+        .await;
+    db.execute(if db.backend == "mysql" {
+        "ANALYZE TABLE items"
+    } else {
+        "ANALYZE items"
+    })
     .await;
-    db.execute("ANALYZE items").await;
 }
 
 /// Exactly once, from the data: every row of group 1 was incremented once
