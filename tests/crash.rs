@@ -1,8 +1,8 @@
 //! The crash suite: a large `update-in-batches` that increments a counter,
 //! run by worker processes that are killed with SIGKILL at random moments
-//! and replaced, on PostgreSQL. At the end every matching row was changed
-//! exactly once, no other row was touched, the operation is finished and
-//! every operation's event log replays to its stored state. The workers
+//! and replaced, on PostgreSQL and MySQL. At the end every matching row was
+//! changed exactly once, no other row was touched, the operation is
+//! finished and every operation's event log replays to its stored state. The workers
 //! share the operation (`--parallel-batches 2`): the one holding it plans a
 //! batch ahead and the other helps, so kills land on owners and helpers.
 //!
@@ -20,7 +20,7 @@ use common::{
 };
 use sluice_store::{BatchStatus, ListFilter, OperationStatus};
 
-postgres_only!(workers_killed_at_random_moments_change_every_row_exactly_once);
+postgres_and_mysql!(workers_killed_at_random_moments_change_every_row_exactly_once);
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)

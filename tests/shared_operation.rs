@@ -1,4 +1,4 @@
-//! Four worker processes on one PostgreSQL share one operation: the worker
+//! Four worker processes on one PostgreSQL (or MySQL) share one operation: the worker
 //! holding it plans batches ahead (`--parallel-batches 4`) and the others
 //! help run them. Every matching row is changed exactly once, no batch is
 //! recorded twice, and more than one worker ran batches.
@@ -14,7 +14,7 @@ use common::{
 };
 use sluice_store::{BatchStatus, Event, OperationStatus};
 
-postgres_only!(four_workers_share_one_operation_and_change_every_row_once);
+postgres_and_mysql!(four_workers_share_one_operation_and_change_every_row_once);
 
 async fn four_workers_share_one_operation_and_change_every_row_once(db: &TestDb) {
     create_counted_items(db, 600_000).await;

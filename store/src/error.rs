@@ -155,11 +155,15 @@ impl StoreError {
 
     /// True when the database refused a write because it is read-only (an
     /// SQLite file opened read-only or not writable, a PostgreSQL read-only
-    /// transaction or standby). Nothing was written.
+    /// transaction or standby, a MySQL server in read-only mode). Nothing
+    /// was written.
     pub fn is_read_only(&self) -> bool {
         let refused = |e: &sqlx::Error| {
-            e.as_database_error()
-                .is_some_and(|d| matches!(d.code().as_deref(), Some("8" | "25006")))
+            e.as_database_error().is_some_and(|d| {
+                matches!(d.code().as_deref(), Some("8" | "25006"))
+                    || d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                        .is_some_and(|m| matches!(m.number(), 1290 | 1836))
+            })
         };
         match self {
             StoreError::Database(e) => refused(e),
@@ -176,10 +180,13 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         self.is_unavailable()
             || self.database_code().is_some_and(|code| {
-                // SQLite busy/locked; PostgreSQL serialization, deadlock, lock timeout.
+                // SQLite busy/locked; PostgreSQL serialization, deadlock,
+                // lock timeout; MySQL deadlock.
                 matches!(code.as_str(), "40001" | "40P01" | "55P03")
                     || sqlite_primary(&code).is_some_and(|c| c == 5 || c == 6)
             })
+            // MySQL's lock wait timeout and NOWAIT refusal (SQLSTATE HY000).
+            || self.mysql_number().is_some_and(|n| matches!(n, 1205 | 3572))
     }
 
     /// True when the database itself cannot serve Sluice for now, whatever
@@ -210,7 +217,24 @@ impl StoreError {
                 || code.starts_with("08")
                 || code.starts_with("53")
                 || matches!(code.as_str(), "25006" | "57P01" | "57P02" | "57P03")
+        }) || self.mysql_number().is_some_and(|n| {
+            // MySQL (SQLSTATE HY000 or 42000): `--read-only`, MariaDB's
+            // read-only mode, too many connections for the user, out of
+            // memory, disk full.
+            matches!(n, 1290 | 1836 | 1203 | 1037 | 1041 | 1021)
         })
+    }
+
+    /// MySQL's own error number, when the database is MySQL or MariaDB.
+    fn mysql_number(&self) -> Option<u16> {
+        let StoreError::Database(e) = self else {
+            return None;
+        };
+        Some(
+            e.as_database_error()?
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()?
+                .number(),
+        )
     }
 
     /// The database's own error code (SQLSTATE, or SQLite's number).

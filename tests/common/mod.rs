@@ -519,6 +519,36 @@ macro_rules! also_on_mysql {
     };
 }
 
+/// Declares each listed async test function for PostgreSQL and MySQL, for
+/// tests that need row locks where SQLite has one database lock.
+#[macro_export]
+macro_rules! postgres_and_mysql {
+    ($($name:ident),* $(,)?) => {
+        mod postgres_and_mysql {
+            mod postgres {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                    async fn $name() {
+                        let Some(db) = $crate::common::TestDb::postgres().await else { return };
+                        super::super::$name(&db).await;
+                        db.cleanup().await;
+                    }
+                )*
+            }
+            mod mysql {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                    async fn $name() {
+                        let Some(db) = $crate::common::TestDb::mysql().await else { return };
+                        super::super::$name(&db).await;
+                        db.cleanup().await;
+                    }
+                )*
+            }
+        }
+    };
+}
+
 /// Declares each listed async test function for SQLite and PostgreSQL, for
 /// tests whose part of Sluice does not run on MySQL yet.
 #[macro_export]
