@@ -65,6 +65,7 @@ impl From<RuntimeError> for Failure {
             RuntimeError::Store(e) => e.into(),
             RuntimeError::Operation(e) => e.into(),
             RuntimeError::Control(e) => e.into(),
+            RuntimeError::Replica(e) if e.is_bad_input() => Failure::BadInput(e.to_string()),
             other => Failure::Runtime(other.into()),
         }
     }

@@ -36,6 +36,17 @@ pub struct RunArgs {
     /// are taken over this long after it died.
     #[arg(long, default_value = "15s", value_parser = crate::parse_lease_ttl)]
     lease_ttl: std::time::Duration,
+    /// A replica of the database whose lag throttles and stops the work
+    /// (repeatable): a heartbeat written on the primary is read back there.
+    /// The worker does not start if one cannot be reached.
+    #[arg(long = "replica", value_name = "URL")]
+    replicas: Vec<String>,
+    /// Replica lag from which work slows down.
+    #[arg(long, default_value = "5s", value_parser = crate::parse_duration)]
+    replica_lag_throttle: std::time::Duration,
+    /// Replica lag from which no new sub-batch starts.
+    #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
+    replica_lag_stop: std::time::Duration,
 }
 
 /// Runs a worker until idle or until a shutdown signal.
@@ -55,6 +66,20 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
         }
         builder = builder.node(node);
     }
+    if args.replica_lag_throttle >= args.replica_lag_stop {
+        return Err(Failure::BadInput(format!(
+            "--replica-lag-throttle ({:?}) must be below --replica-lag-stop ({:?})",
+            args.replica_lag_throttle, args.replica_lag_stop
+        )));
+    }
+    for replica in &args.replicas {
+        builder = builder.replica(replica);
+    }
+    builder = builder.replica_lag(sluice_runtime::health::Thresholds {
+        throttle_at: args.replica_lag_throttle.as_secs_f64(),
+        stop_at: args.replica_lag_stop.as_secs_f64(),
+        ..sluice_runtime::REPLICA_LAG_THRESHOLDS
+    });
     let started_at = chrono::Utc::now().timestamp_millis();
     let runtime = builder.start().await.map_err(Failure::from)?;
     let node = runtime.config().node.clone();

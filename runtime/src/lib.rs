@@ -11,7 +11,9 @@
 //! - the [`pool::SubBatchPool`] runs sub-batch SQL on a fixed number of
 //!   supervised workers, with a statement timeout; operation actors hand
 //!   jobs to its workers through its shared [`pool::SubBatchQueue`];
-//! - the [`schedule::Scheduler`] fires due schedules ([`schedule::fire_due`]).
+//! - the [`schedule::Scheduler`] fires due schedules ([`schedule::fire_due`]);
+//! - with replicas named, [`replicas::ReplicaLag`] is one of the monitor's
+//!   indicators: it writes a heartbeat and reads it back on each replica.
 //!
 //! State lives in the store, never only in a mailbox: every actor rebuilds
 //! what it needs from the store when it starts, so a restart or a lost
@@ -27,6 +29,7 @@ pub mod indicators;
 pub mod operation;
 pub mod pool;
 pub mod reconciler;
+pub mod replicas;
 mod runtime;
 pub mod schedule;
 pub mod sizing;
@@ -36,6 +39,7 @@ pub use config::RuntimeConfig;
 pub use context::Progress;
 pub use control::{Action, ControlError, Controlled, Selection, control};
 pub use health::{HealthIndicator, Signal, indicator_fn};
+pub use replicas::{REPLICA_LAG_THRESHOLDS, ReplicaError, ReplicaLag};
 pub use runtime::{Idle, Left, Runtime, RuntimeBuilder, RuntimeError};
 pub use schedule::{Fired, ScheduleError, ScheduleSpec};
 pub use sluice_operations::{EnqueueOptions, NewOperation, Operation};

@@ -17,8 +17,9 @@ use tokio::task::JoinHandle;
 use crate::config::RuntimeConfig;
 use crate::context::{Progress, RuntimeContext};
 use crate::control::{Action, ControlError, Controlled, Selection, control};
-use crate::health::HealthIndicator;
+use crate::health::{HealthIndicator, Thresholds};
 use crate::indicators::default_indicators;
+use crate::replicas::{REPLICA_LAG_THRESHOLDS, ReplicaError, ReplicaLag};
 use crate::schedule::{ScheduleError, ScheduleSpec, add_schedule, set_enabled};
 use crate::supervisor::{RuntimeSupervisor, SupervisorArgs, SupervisorMessage};
 
@@ -39,6 +40,9 @@ pub struct RuntimeBuilder {
     config: RuntimeConfig,
     indicators: Vec<Arc<dyn HealthIndicator>>,
     builtin_indicators: bool,
+    /// Replica URLs whose lag is watched ([`RuntimeBuilder::replica`]).
+    replicas: Vec<String>,
+    replica_lag: Thresholds,
     /// Connection settings for a runtime built from a URL (its pool size and
     /// sub-batch sessions are the runtime's own).
     connect: ConnectOptions,
@@ -71,6 +75,9 @@ pub enum RuntimeError {
     /// An operator control was refused.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// A replica to watch could not be.
+    #[error(transparent)]
+    Replica(#[from] ReplicaError),
     /// The actor system could not start or answer.
     #[error("actor runtime: {0}")]
     Actors(String),
@@ -144,6 +151,8 @@ impl RuntimeBuilder {
             config: RuntimeConfig::default(),
             indicators: Vec::new(),
             builtin_indicators: true,
+            replicas: Vec::new(),
+            replica_lag: REPLICA_LAG_THRESHOLDS,
             connect: ConnectOptions::default(),
         }
     }
@@ -206,6 +215,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Watches the lag of the replica at `url` (PostgreSQL or MySQL, as the
+    /// store): a heartbeat written on the primary at each health poll and
+    /// read back there ([`ReplicaLag`]). Repeatable. [`RuntimeBuilder::start`]
+    /// fails if a replica cannot be reached then.
+    pub fn replica(mut self, url: &str) -> Self {
+        self.replicas.push(url.to_owned());
+        self
+    }
+
+    /// Replica lag thresholds in seconds (default
+    /// [`REPLICA_LAG_THRESHOLDS`]: throttled from 5, stopped from 30).
+    pub fn replica_lag(mut self, thresholds: Thresholds) -> Self {
+        self.replica_lag = thresholds;
+        self
+    }
+
     /// Leaves out the built-in indicators for the store's backend.
     pub fn without_builtin_indicators(mut self) -> Self {
         self.builtin_indicators = false;
@@ -234,6 +259,10 @@ impl RuntimeBuilder {
             Vec::new()
         };
         indicators.extend(self.indicators);
+        if !self.replicas.is_empty() {
+            let watched = ReplicaLag::connect(&store, &self.replicas, self.replica_lag).await?;
+            indicators.push(Arc::new(watched));
+        }
         let (progress, _) = broadcast::channel(1_024);
         let (ended, _) = broadcast::channel(1_024);
         let context = RuntimeContext {

@@ -230,6 +230,75 @@ impl TestDb {
         }
     }
 
+    /// The URL of this database on the test server's replica (the same
+    /// schema, or database, read where the primary's changes are
+    /// replayed), or `None` (after saying so) when no replica is reachable
+    /// and servers are not required.
+    pub async fn replica_url(&self) -> Option<String> {
+        let (base, url) = match self.backend {
+            "postgres" => {
+                let base = std::env::var("SLUICE_TEST_POSTGRES_REPLICA_URL")
+                    .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/test".into());
+                let schema = self.schema.as_deref().expect("a test schema");
+                let url = format!("{base}?options=-c%20search_path%3D{schema}");
+                (base, url)
+            }
+            "mysql" => {
+                let base = std::env::var("SLUICE_TEST_MYSQL_REPLICA_URL")
+                    .unwrap_or_else(|_| "mysql://root@127.0.0.1:3307".into());
+                let database = self.database.as_deref().expect("a test database");
+                let url = format!("{}/{database}", base.trim_end_matches('/'));
+                (base, url)
+            }
+            other => panic!("no replicas on {other}"),
+        };
+        let reached = match self.backend {
+            "postgres" => PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(3))
+                .connect(&base)
+                .await
+                .map(drop),
+            _ => MySqlPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(3))
+                .connect(&base)
+                .await
+                .map(drop),
+        };
+        reachable(&base, reached)?;
+        Some(url)
+    }
+
+    /// Runs `sql` on the replica at `url` (to pause and resume its replay);
+    /// false when the replica did not take it (not reachable, or without
+    /// this database yet).
+    pub async fn on_replica(&self, url: &str, sql: &str) -> bool {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self.backend {
+            "postgres" => match PgPoolOptions::new().max_connections(1).connect(url).await {
+                Ok(pool) => {
+                    let done = sqlx::raw_sql(sql).execute(&pool).await.is_ok();
+                    pool.close().await;
+                    done
+                }
+                Err(_) => false,
+            },
+            _ => match MySqlPoolOptions::new()
+                .max_connections(1)
+                .connect(url)
+                .await
+            {
+                Ok(pool) => {
+                    let done = sqlx::raw_sql(sql).execute(&pool).await.is_ok();
+                    pool.close().await;
+                    done
+                }
+                Err(_) => false,
+            },
+        }
+    }
+
     /// A single integer from a query.
     pub async fn scalar(&self, sql: &str) -> i64 {
         match self.store.backend() {

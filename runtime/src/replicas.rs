@@ -1,0 +1,393 @@
+//! Replica lag measured on the replicas themselves.
+//!
+//! [`ReplicaLag`] writes a heartbeat on the primary at every health poll
+//! (the time, in the one-row table `sluice_heartbeat`) and reads it back on
+//! each replica the operator named. A replica's lag is how long the oldest
+//! heartbeat it has not applied yet has been waiting: sub-second, and true
+//! whatever the replica reports about itself, so a replica whose SQL thread
+//! (MySQL) or WAL replay (PostgreSQL) is stopped shows a lag that grows
+//! with the clock rather than zero. A replica that cannot be reached, is not
+//! replicating, or reports a replication error is a stop with that reason.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_store::{Backend, SqlValue, Statement, Store, redact_url};
+use sqlx::Row as _;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
+
+/// The replica-lag indicator over the replicas named at start.
+///
+/// Guarantees: a replica it cannot read, one that is not replicating, and
+/// one whose replication reports an error each give [`Signal::Stop`] naming
+/// the replica (its URL without password) and why; otherwise the largest
+/// lag is classified by its [`Thresholds`] (seconds).
+pub struct ReplicaLag {
+    replicas: Vec<Replica>,
+    thresholds: Thresholds,
+    /// The heartbeats this indicator wrote, oldest first (the last hour's).
+    beats: Mutex<VecDeque<i64>>,
+    previous: Mutex<Signal>,
+}
+
+/// One replica: where it is (for messages) and its connections.
+struct Replica {
+    shown: String,
+    pool: ReplicaPool,
+}
+
+#[derive(Clone)]
+enum ReplicaPool {
+    Postgres(PgPool),
+    MySql(MySqlPool),
+}
+
+/// Default thresholds, in seconds of lag: throttled from 5, stopped from 30.
+pub const REPLICA_LAG_THRESHOLDS: Thresholds = Thresholds {
+    throttle_at: 5.0,
+    stop_at: 30.0,
+    release: 0.6,
+};
+
+/// The heartbeat a replica has applied.
+const HEARTBEAT: &str = "SELECT beat_ms FROM sluice_heartbeat WHERE id = 1";
+
+/// How long a replica may take to answer before it counts as away (the
+/// replicas are read at once, within the monitor's two seconds per
+/// indicator).
+const REPLICA_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why replicas cannot be watched.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// The replica did not answer at start-up.
+    #[error("cannot reach the replica at {url}: {reason}")]
+    Unreachable {
+        /// The URL without its password.
+        url: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The replica's URL does not parse.
+    #[error("invalid replica URL {url}: {reason}")]
+    BadUrl {
+        /// The URL without its password.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The replica's URL is not one of the store's backend.
+    #[error("the replica at {url} is not a {expected} database, as the store is")]
+    OtherBackend {
+        /// The URL without its password.
+        url: String,
+        /// The store's backend.
+        expected: &'static str,
+    },
+    /// SQLite has no replicas.
+    #[error("replicas are a PostgreSQL and MySQL setting: an SQLite store has none")]
+    NoReplicasOnSqlite,
+}
+
+impl ReplicaError {
+    /// True when the operator's input is at fault (not the replica's state).
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, ReplicaError::Unreachable { .. })
+    }
+}
+
+impl ReplicaLag {
+    /// Connects to each replica in `urls` (of the store's backend) and
+    /// checks it answers.
+    ///
+    /// Errors: [`ReplicaError`] when one cannot be reached now, is of
+    /// another backend, or the store is SQLite; nothing is written then.
+    pub async fn connect(
+        store: &Store,
+        urls: &[String],
+        thresholds: Thresholds,
+    ) -> Result<Self, ReplicaError> {
+        let mut replicas = Vec::new();
+        for url in urls {
+            // Without its password, nor its parameters (a search path).
+            let shown = redact_url(url.split('?').next().unwrap_or(url));
+            let unreachable = |e: sqlx::Error| match e {
+                sqlx::Error::Configuration(_) => ReplicaError::BadUrl {
+                    url: shown.clone(),
+                    reason: e.to_string(),
+                },
+                _ => ReplicaError::Unreachable {
+                    url: shown.clone(),
+                    reason: e.to_string(),
+                },
+            };
+            let mysql = url.starts_with("mysql://") || url.starts_with("mariadb://");
+            let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+            let pool = match store.backend() {
+                Backend::Sqlite(_) => return Err(ReplicaError::NoReplicasOnSqlite),
+                Backend::Postgres(_) if postgres => ReplicaPool::Postgres(
+                    PgPoolOptions::new()
+                        .max_connections(1)
+                        .acquire_timeout(REPLICA_TIMEOUT)
+                        .connect(url)
+                        .await
+                        .map_err(unreachable)?,
+                ),
+                Backend::MySql(_) if mysql => ReplicaPool::MySql(
+                    MySqlPoolOptions::new()
+                        .max_connections(1)
+                        .acquire_timeout(REPLICA_TIMEOUT)
+                        .connect(&url.replacen("mariadb://", "mysql://", 1))
+                        .await
+                        .map_err(unreachable)?,
+                ),
+                backend => {
+                    return Err(ReplicaError::OtherBackend {
+                        url: shown,
+                        expected: match backend {
+                            Backend::MySql(_) => "MySQL",
+                            _ => "PostgreSQL",
+                        },
+                    });
+                }
+            };
+            replicas.push(Replica { shown, pool });
+        }
+        Ok(ReplicaLag {
+            replicas,
+            thresholds,
+            beats: Mutex::new(VecDeque::new()),
+            previous: Mutex::new(Signal::Normal),
+        })
+    }
+
+    /// Writes the next heartbeat on the primary and remembers it.
+    async fn beat(&self, store: &Store) -> Result<(), String> {
+        let now = store.clock().now_ms();
+        let write = Statement::new("UPDATE sluice_heartbeat SET beat_ms = ")
+            .value(SqlValue::Int(now))
+            .push(" WHERE id = 1");
+        store.execute(&write).await.map_err(|e| e.to_string())?;
+        let mut beats = self.beats.lock().expect("heartbeat lock");
+        beats.push_back(now);
+        while beats.front().is_some_and(|b| *b < now - 3_600_000) {
+            beats.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Seconds the oldest heartbeat `applied` does not cover has waited by
+    /// `now` (0 when the replica has every heartbeat written here).
+    fn lag_seconds(&self, applied: i64, now: i64) -> f64 {
+        let beats = self.beats.lock().expect("heartbeat lock");
+        lag_seconds(&beats, applied, now)
+    }
+}
+
+#[async_trait]
+impl HealthIndicator for ReplicaLag {
+    fn name(&self) -> &str {
+        "replica lag"
+    }
+
+    async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
+        self.beat(&context.store).await?;
+        let now = context.store.clock().now_ms();
+        let mut reads = tokio::task::JoinSet::new();
+        for (index, replica) in self.replicas.iter().enumerate() {
+            let pool = replica.pool.clone();
+            reads.spawn(async move {
+                (
+                    index,
+                    tokio::time::timeout(REPLICA_TIMEOUT, pool.read()).await,
+                )
+            });
+        }
+        let mut answers: Vec<_> = reads.join_all().await;
+        answers.sort_by_key(|(index, _)| *index);
+        let mut worst: Option<(f64, String)> = None;
+        for (index, answer) in answers {
+            let replica = &self.replicas[index];
+            let state = match answer {
+                Ok(Ok(state)) => state,
+                Ok(Err(e)) => {
+                    return Ok(stop(format!("replica {} unreachable: {e}", replica.shown)));
+                }
+                Err(_) => {
+                    return Ok(stop(format!(
+                        "replica {} did not answer within {REPLICA_TIMEOUT:?}",
+                        replica.shown
+                    )));
+                }
+            };
+            if let Some(broken) = state.broken {
+                return Ok(stop(format!("replica {}: {broken}", replica.shown)));
+            }
+            let lag = match state.applied {
+                Some(applied) => self.lag_seconds(applied, now),
+                None => match state.reported_lag {
+                    Some(seconds) => seconds,
+                    None => {
+                        return Ok(stop(format!(
+                            "replica {} has no heartbeat and reports no lag",
+                            replica.shown
+                        )));
+                    }
+                },
+            };
+            let what = match &state.note {
+                Some(note) => format!("lag of replica {} ({note}), s", replica.shown),
+                None => format!("lag of replica {}, s", replica.shown),
+            };
+            if worst.as_ref().is_none_or(|(most, _)| lag > *most) {
+                worst = Some((lag, what));
+            }
+        }
+        let Some((lag, what)) = worst else {
+            return Ok(Vec::new());
+        };
+        let mut previous = self.previous.lock().expect("indicator state lock");
+        let signal = self.thresholds.classify(lag, &previous, &what);
+        *previous = signal.clone();
+        Ok(vec![Reading {
+            scope: Scope::Global,
+            signal,
+        }])
+    }
+}
+
+/// What one replica says about itself.
+struct ReplicaState {
+    /// The heartbeat it has applied, if it has the table.
+    applied: Option<i64>,
+    /// The lag it reports (MySQL's `Seconds_Behind_Master`), in seconds.
+    reported_lag: Option<f64>,
+    /// Why it cannot be trusted at all (not replicating, an error).
+    broken: Option<String>,
+    /// Something an operator should read beside the lag (a stopped thread).
+    note: Option<String>,
+}
+
+impl ReplicaPool {
+    async fn read(&self) -> Result<ReplicaState, sqlx::Error> {
+        match self {
+            ReplicaPool::Postgres(pool) => {
+                let (recovering, paused): (bool, bool) = sqlx::query_as(
+                    "SELECT pg_is_in_recovery(), \
+                     CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END",
+                )
+                .fetch_one(pool)
+                .await?;
+                let applied = sqlx::query_scalar(HEARTBEAT)
+                    .fetch_optional(pool)
+                    .await
+                    .ok()
+                    .flatten();
+                Ok(ReplicaState {
+                    applied,
+                    reported_lag: None,
+                    broken: (!recovering).then(|| "not a standby (not in recovery)".to_owned()),
+                    note: paused.then(|| "WAL replay paused".to_owned()),
+                })
+            }
+            ReplicaPool::MySql(pool) => {
+                let status = sqlx::raw_sql("SHOW REPLICA STATUS")
+                    .fetch_optional(pool)
+                    .await?;
+                let Some(status) = status else {
+                    return Ok(ReplicaState {
+                        applied: None,
+                        reported_lag: None,
+                        broken: Some("not replicating (no replica status)".to_owned()),
+                        note: None,
+                    });
+                };
+                // MariaDB names the columns Slave_…/…_Master, MySQL 8
+                // Replica_…/…_Source.
+                let text = |names: [&str; 2]| {
+                    names.iter().find_map(|name| {
+                        status
+                            .try_get::<Option<String>, _>(*name)
+                            .ok()
+                            .flatten()
+                            .or_else(|| {
+                                let number = status.try_get::<Option<i64>, _>(*name).ok();
+                                number.flatten().map(|n| n.to_string())
+                            })
+                    })
+                };
+                let io = text(["Slave_IO_Running", "Replica_IO_Running"]);
+                let sql = text(["Slave_SQL_Running", "Replica_SQL_Running"]);
+                let error = [
+                    text(["Last_IO_Error", "Last_IO_Error"]),
+                    text(["Last_SQL_Error", "Last_SQL_Error"]),
+                ]
+                .into_iter()
+                .flatten()
+                .find(|e| !e.is_empty());
+                let reported_lag = text(["Seconds_Behind_Master", "Seconds_Behind_Source"])
+                    .and_then(|s| s.parse().ok());
+                let applied = sqlx::query_scalar(HEARTBEAT)
+                    .fetch_optional(pool)
+                    .await
+                    .ok()
+                    .flatten();
+                let broken = match (&error, io.as_deref()) {
+                    (Some(error), _) => Some(format!("replication error: {error}")),
+                    (None, Some("No")) => {
+                        Some("replication stopped (I/O thread not running)".to_owned())
+                    }
+                    _ => None,
+                };
+                Ok(ReplicaState {
+                    applied,
+                    reported_lag,
+                    broken,
+                    note: (sql.as_deref() == Some("No")).then(|| "SQL thread stopped".to_owned()),
+                })
+            }
+        }
+    }
+}
+
+fn stop(reason: String) -> Vec<Reading> {
+    vec![Reading {
+        scope: Scope::Global,
+        signal: Signal::Stop { reason },
+    }]
+}
+
+/// The lag of a replica that has applied heartbeat `applied`, given the
+/// heartbeats written here (oldest first): how long the first one after
+/// `applied` has waited by `now`, in seconds; 0 when there is none (it has
+/// them all, or a newer one another worker wrote).
+fn lag_seconds(beats: &VecDeque<i64>, applied: i64, now: i64) -> f64 {
+    match beats.iter().find(|beat| **beat > applied) {
+        Some(waiting) => (now - waiting).max(0) as f64 / 1_000.0,
+        None => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_the_wait_of_the_oldest_heartbeat_not_applied() {
+        let beats: VecDeque<i64> = [1_000, 2_000, 3_000].into();
+        // Up to date, or ahead through another worker's heartbeat.
+        assert_eq!(lag_seconds(&beats, 3_000, 3_400), 0.0);
+        assert_eq!(lag_seconds(&beats, 3_500, 3_600), 0.0);
+        // Behind: the first beat it lacks has waited since it was written.
+        assert_eq!(lag_seconds(&beats, 2_000, 3_400), 0.4);
+        assert_eq!(lag_seconds(&beats, 1_000, 9_000), 7.0);
+        // Older than anything written here (a stale row): from the oldest.
+        assert_eq!(lag_seconds(&beats, 0, 4_000), 3.0);
+        assert_eq!(lag_seconds(&VecDeque::new(), 0, 4_000), 0.0);
+    }
+}
