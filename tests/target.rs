@@ -12,15 +12,52 @@ use sluice_operations::{
 };
 use sluice_store::{Backend, Ident, SqlValue, Statement};
 
-sqlite_and_postgres!(
+for_each_backend!(
     unknown_names_are_refused_by_name,
     full_scans_are_refused_until_an_index_serves_them
 );
 
-also_on_mysql!(
-    unknown_names_are_refused_by_name,
-    full_scans_are_refused_until_an_index_serves_them
-);
+/// MySQL: a MyISAM table has no transactions, so a sub-batch's change and
+/// its record cannot commit together: refused, naming the engine, and
+/// nothing is written; the same table in InnoDB is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_myisam_table_is_refused_and_nothing_changes() {
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    db.execute("CREATE TABLE legacy (id BIGINT PRIMARY KEY, n INTEGER NOT NULL) ENGINE = MyISAM")
+        .await;
+    db.execute("INSERT INTO legacy VALUES (1, 0), (2, 0)").await;
+    let arguments = serde_json::json!({"table": "legacy", "key": "id", "set": "n = n + 1"});
+    let refused = enqueue(
+        &db.store,
+        &Registry::with_builtins(),
+        "update-in-batches",
+        &arguments,
+        &EnqueueOptions::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.is_bad_input(), "{refused}");
+    let message = refused.to_string();
+    assert!(
+        message.contains("table `legacy` uses the MyISAM engine, which has no transactions"),
+        "{message}"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+    assert_eq!(db.scalar("SELECT SUM(n) FROM legacy").await, 0);
+    db.execute("ALTER TABLE legacy ENGINE = InnoDB").await;
+    enqueue(
+        &db.store,
+        &Registry::with_builtins(),
+        "update-in-batches",
+        &arguments,
+        &EnqueueOptions::default(),
+    )
+    .await
+    .unwrap();
+    db.cleanup().await;
+}
 
 postgres_only!(
     the_catalogue_reads_agree_with_information_schema,

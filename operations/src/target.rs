@@ -30,6 +30,18 @@ pub enum TargetError {
         /// The table as given.
         table: String,
     },
+    /// A MySQL table whose engine has no transactions.
+    #[error(
+        "table `{table}` uses the {engine} engine, which has no transactions: a sub-batch's \
+         change and its progress record could not commit together, so exactly-once cannot \
+         hold; convert it first (ALTER TABLE {table} ENGINE = InnoDB)"
+    )]
+    NotTransactional {
+        /// The table as given.
+        table: String,
+        /// Its engine.
+        engine: String,
+    },
     /// A column does not exist in the table.
     #[error("table `{table}` has no column `{column}` (its columns: {})", .available.join(", "))]
     UnknownColumn {
@@ -115,6 +127,14 @@ pub async fn check_target(
     if available.is_empty() {
         return Err(TargetError::UnknownTable {
             table: table.to_owned(),
+        });
+    }
+    if let Some(engine) = store.table_engine(&table_ident).await?
+        && !engine.eq_ignore_ascii_case("InnoDB")
+    {
+        return Err(TargetError::NotTransactional {
+            table: table.to_owned(),
+            engine,
         });
     }
     for column in &column_idents {

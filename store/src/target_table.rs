@@ -122,6 +122,23 @@ impl Store {
         })
     }
 
+    /// MySQL: the storage engine of `table` (`InnoDB`, `MyISAM` …); `None`
+    /// on the other backends, and for a view.
+    pub async fn table_engine(&self, table: &Ident) -> Result<Option<String>, StoreError> {
+        let Backend::MySql(pool) = self.backend() else {
+            return Ok(None);
+        };
+        let engine: Option<Option<String>> = crate::positional::query_scalar(concat!(
+            "SELECT CAST(engine AS CHAR) FROM information_schema.tables ",
+            mysql_table!()
+        ))
+        .bind(table.schema())
+        .bind(table.name())
+        .fetch_optional(pool)
+        .await?;
+        Ok(engine.flatten())
+    }
+
     /// The declared type of `column` in `table` as the catalogue spells it
     /// (SQLite: the declared type, possibly empty; PostgreSQL: what
     /// `information_schema.columns.data_type` says — a built-in type's name,
