@@ -488,6 +488,36 @@ fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPool, StoreErr
         .connect_lazy_with(connect))
 }
 
+/// Refuses a MySQL server Sluice cannot claim work on: one without
+/// `FOR UPDATE SKIP LOCKED` (older than MariaDB 10.6 or MySQL 8.0).
+pub(crate) async fn check_mysql_server(pool: &MySqlPool) -> Result<(), StoreError> {
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(pool)
+        .await?;
+    if skips_locked_rows(&version) {
+        return Ok(());
+    }
+    Err(StoreError::BadSetting(format!(
+        "this server is {version}: Sluice claims work with FOR UPDATE SKIP LOCKED, \
+         which needs MariaDB 10.6 or MySQL 8.0 and later"
+    )))
+}
+
+/// Whether a MySQL server of `version` (as `VERSION()` reports it) has
+/// `FOR UPDATE SKIP LOCKED`: MariaDB from 10.6, MySQL from 8.0.
+fn skips_locked_rows(version: &str) -> bool {
+    let mut numbers = version
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    let major = numbers.next().unwrap_or(0);
+    let minor = numbers.next().unwrap_or(0);
+    if version.to_ascii_lowercase().contains("mariadb") {
+        (major, minor) >= (10, 6)
+    } else {
+        major >= 8
+    }
+}
+
 /// `timeout` as PostgreSQL's `statement_timeout` takes it: whole
 /// milliseconds, at least 1 (0 would mean no limit), at most `i32::MAX`.
 pub(crate) fn statement_timeout_ms(timeout: Duration) -> u128 {
@@ -510,5 +540,30 @@ pub fn redact_url(url: &str) -> String {
             }
         }
         _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_not_repeated_in_messages() {
+        assert_eq!(
+            redact_url("mysql://root:secret@db:3306/x"),
+            "mysql://root:***@db:3306/x"
+        );
+        assert_eq!(redact_url("redis://db"), "redis://db");
+    }
+
+    #[test]
+    fn skip_locked_needs_mariadb_10_6_or_mysql_8() {
+        assert!(skips_locked_rows("10.11.6-MariaDB-0+deb12u1-log"));
+        assert!(skips_locked_rows("11.4.2-MariaDB"));
+        assert!(skips_locked_rows("10.6.0-MariaDB"));
+        assert!(!skips_locked_rows("10.5.23-MariaDB"));
+        assert!(skips_locked_rows("8.0.36"));
+        assert!(skips_locked_rows("8.4.0-commercial"));
+        assert!(!skips_locked_rows("5.7.44-log"));
     }
 }

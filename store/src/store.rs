@@ -109,15 +109,7 @@ impl Store {
             Backend::MySql(pool) => {
                 // Reached first, so an unreachable server is a database
                 // error (transient), not a failed migration.
-                let version: String = sqlx::query_scalar("SELECT VERSION()")
-                    .fetch_one(pool)
-                    .await?;
-                if !skips_locked_rows(&version) {
-                    return Err(StoreError::BadSetting(format!(
-                        "this server is {version}: Sluice claims work with FOR UPDATE SKIP \
-                         LOCKED, which needs MariaDB 10.6 or MySQL 8.0 and later"
-                    )));
-                }
+                crate::connection::check_mysql_server(pool).await?;
                 sqlx::migrate!("./migrations/mysql").run(pool).await?
             }
         }
@@ -587,49 +579,4 @@ fn decode_row(row: EventRow) -> Result<RecordedEvent, StoreError> {
         recorded_at: row.recorded_at,
         event,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::connection::redact_url as redact;
-
-    #[test]
-    fn passwords_are_not_repeated_in_messages() {
-        assert_eq!(
-            redact("mysql://root:secret@db:3306/x"),
-            "mysql://root:***@db:3306/x"
-        );
-        assert_eq!(redact("redis://db"), "redis://db");
-    }
-}
-
-/// Whether a MySQL server of `version` (as `VERSION()` reports it) has
-/// `FOR UPDATE SKIP LOCKED`: MariaDB from 10.6, MySQL from 8.0.
-fn skips_locked_rows(version: &str) -> bool {
-    let mut numbers = version
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse::<u32>().ok());
-    let major = numbers.next().unwrap_or(0);
-    let minor = numbers.next().unwrap_or(0);
-    if version.to_ascii_lowercase().contains("mariadb") {
-        (major, minor) >= (10, 6)
-    } else {
-        major >= 8
-    }
-}
-
-#[cfg(test)]
-mod version_tests {
-    use super::skips_locked_rows;
-
-    #[test]
-    fn skip_locked_needs_mariadb_10_6_or_mysql_8() {
-        assert!(skips_locked_rows("10.11.6-MariaDB-0+deb12u1-log"));
-        assert!(skips_locked_rows("11.4.2-MariaDB"));
-        assert!(skips_locked_rows("10.6.0-MariaDB"));
-        assert!(!skips_locked_rows("10.5.23-MariaDB"));
-        assert!(skips_locked_rows("8.0.36"));
-        assert!(skips_locked_rows("8.4.0-commercial"));
-        assert!(!skips_locked_rows("5.7.44-log"));
-    }
 }
