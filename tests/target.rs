@@ -29,15 +29,17 @@ async fn a_myisam_table_is_refused_and_nothing_changes() {
         .await;
     db.execute("INSERT INTO legacy VALUES (1, 0), (2, 0)").await;
     let arguments = serde_json::json!({"table": "legacy", "key": "id", "set": "n = n + 1"});
-    let refused = enqueue(
-        &db.store,
-        &Registry::with_builtins(),
-        "update-in-batches",
-        &arguments,
-        &EnqueueOptions::default(),
-    )
-    .await
-    .unwrap_err();
+    let (registry, options) = (Registry::with_builtins(), EnqueueOptions::default());
+    let attempt = || {
+        enqueue(
+            &db.store,
+            &registry,
+            "update-in-batches",
+            &arguments,
+            &options,
+        )
+    };
+    let refused = attempt().await.unwrap_err();
     assert!(refused.is_bad_input(), "{refused}");
     let message = refused.to_string();
     assert!(
@@ -47,15 +49,7 @@ async fn a_myisam_table_is_refused_and_nothing_changes() {
     assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
     assert_eq!(db.scalar("SELECT SUM(n) FROM legacy").await, 0);
     db.execute("ALTER TABLE legacy ENGINE = InnoDB").await;
-    enqueue(
-        &db.store,
-        &Registry::with_builtins(),
-        "update-in-batches",
-        &arguments,
-        &EnqueueOptions::default(),
-    )
-    .await
-    .unwrap();
+    attempt().await.unwrap();
     db.cleanup().await;
 }
 

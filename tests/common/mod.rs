@@ -275,27 +275,22 @@ impl TestDb {
     /// this database yet).
     pub async fn on_replica(&self, url: &str, sql: &str) -> bool {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        // One connection of either pool type, closed once `sql` ran.
+        macro_rules! run_once {
+            ($options:expr) => {
+                match $options.max_connections(1).connect(url).await {
+                    Ok(pool) => {
+                        let done = sqlx::raw_sql(sql).execute(&pool).await.is_ok();
+                        pool.close().await;
+                        done
+                    }
+                    Err(_) => false,
+                }
+            };
+        }
         match self.backend {
-            "postgres" => match PgPoolOptions::new().max_connections(1).connect(url).await {
-                Ok(pool) => {
-                    let done = sqlx::raw_sql(sql).execute(&pool).await.is_ok();
-                    pool.close().await;
-                    done
-                }
-                Err(_) => false,
-            },
-            _ => match MySqlPoolOptions::new()
-                .max_connections(1)
-                .connect(url)
-                .await
-            {
-                Ok(pool) => {
-                    let done = sqlx::raw_sql(sql).execute(&pool).await.is_ok();
-                    pool.close().await;
-                    done
-                }
-                Err(_) => false,
-            },
+            "postgres" => run_once!(PgPoolOptions::new()),
+            _ => run_once!(MySqlPoolOptions::new()),
         }
     }
 
