@@ -12,8 +12,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use sluice_operations::{EnqueueOptions, NewOperation, Registry, enqueue_many};
-use sluice_store::{Backend, Statement, Store};
+use sluice_operations::{Registry, enqueue_many};
+use sluice_store::{Statement, Store};
 
 use common::{drop_schema, env, fresh_schema, median, postgres_url};
 
@@ -71,43 +71,7 @@ async fn main() {
 /// with its own cutoff, as a per-tenant clean-up would have its own bound
 /// values) and times the call.
 async fn enqueue_once(store: &Store, n: usize) -> Duration {
-    let (create, index) = match store.backend() {
-        Backend::Sqlite(_) => (
-            "CREATE TABLE bench_bulk (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL)",
-            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
-        ),
-        Backend::Postgres(_) => (
-            "CREATE TABLE bench_bulk (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL)",
-            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
-        ),
-        Backend::MySql(_) => (
-            "CREATE TABLE bench_bulk (id BIGINT PRIMARY KEY, created_at DATETIME(6) NOT NULL)",
-            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
-        ),
-    };
-    store.execute(&Statement::new(create)).await.unwrap();
-    store.execute(&Statement::new(index)).await.unwrap();
-    let postgres = matches!(store.backend(), Backend::Postgres(_) | Backend::MySql(_));
-    let batch: Vec<NewOperation> = (0..n)
-        .map(|i| {
-            let at = chrono::DateTime::from_timestamp(1_600_000_000 + i as i64, 0).unwrap();
-            let cutoff = if postgres {
-                serde_json::json!({ "timestamp": at })
-            } else {
-                serde_json::json!({ "text": at.format("%Y-%m-%dT%H:%M:%SZ").to_string() })
-            };
-            NewOperation {
-                kind: "delete-aged-rows".into(),
-                arguments: serde_json::json!({
-                    "table": "bench_bulk",
-                    "column": "created_at",
-                    "key": "id",
-                    "cutoff": cutoff,
-                }),
-                options: EnqueueOptions::default(),
-            }
-        })
-        .collect();
+    let batch = common::aged_operations(store, n).await;
     let registry = Registry::with_builtins();
     let started = Instant::now();
     let enqueued = enqueue_many(store, &registry, &batch).await.unwrap();

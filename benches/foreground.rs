@@ -14,16 +14,13 @@
 mod common;
 
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sluice_operations::{DeleteAgedRows, EnqueueOptions};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{ConnectOptions, SqlValue, Statement, Store};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use common::postgres_url;
+use common::{percentile, postgres_url};
 
 const CLIENTS: usize = 4;
 
@@ -83,21 +80,13 @@ async fn main() {
         .await
         .unwrap();
     let sluice = under_load(&load_pool, young_from, rows, async {
-        let arguments = common::older_than_a_day(&store, "fg_events").await;
-        let options = EnqueueOptions {
-            batch_size: 20_000,
-            sub_batch_size: 1_000,
-            pause: Duration::from_millis(pause_ms),
-            ..EnqueueOptions::default()
-        };
-        let op = runtime
-            .enqueue(&DeleteAgedRows, &arguments, &options)
-            .await
-            .unwrap();
-        runtime
-            .wait(op.id, Duration::from_secs(3_600))
-            .await
-            .unwrap();
+        common::delete_aged_rows(
+            &runtime,
+            &store,
+            "fg_events",
+            Duration::from_millis(pause_ms),
+        )
+        .await
     })
     .await;
     runtime.shutdown().await.unwrap();
@@ -114,55 +103,28 @@ async fn main() {
     store.close().await;
 }
 
-/// Runs `maintenance` while the clients query; returns their latencies
-/// (microseconds), sorted.
+/// Runs `maintenance` while the clients read rows that stay; returns their
+/// latencies (microseconds), sorted.
 async fn under_load(
     pool: &PgPool,
     young_from: i64,
     rows: i64,
     maintenance: impl Future<Output = ()>,
 ) -> Vec<u64> {
-    let done = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS as u64)
-        .map(|client| {
-            let (pool, done) = (pool.clone(), Arc::clone(&done));
-            tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ (client + 1);
-                let started = Instant::now();
-                // Bounded: stops when told, or after ten minutes at most.
-                while !done.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(600) {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    let id = young_from + (seed % (rows - young_from + 1) as u64) as i64;
-                    let asked = Instant::now();
-                    let _: Option<String> =
-                        sqlx::query_scalar("SELECT payload FROM fg_events WHERE id = $1")
-                            .bind(id)
-                            .fetch_optional(&pool)
-                            .await
-                            .unwrap();
-                    latencies.push(asked.elapsed().as_micros() as u64);
-                    // A steady load, not a flood: about 500 queries/s per client.
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                latencies
-            })
-        })
-        .collect();
-    maintenance.await;
-    done.store(true, Ordering::SeqCst);
-    let mut all = Vec::new();
-    for client in clients {
-        all.extend(client.await.unwrap());
-    }
-    all.sort_unstable();
-    all
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+    let pool = pool.clone();
+    let read = move |seed: u64| {
+        let pool = pool.clone();
+        async move {
+            let id = young_from + (seed % (rows - young_from + 1) as u64) as i64;
+            let _: Option<String> =
+                sqlx::query_scalar("SELECT payload FROM fg_events WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap();
+        }
+    };
+    common::under_load(CLIENTS as u64, read, maintenance).await
 }
 
 fn report(name: &str, latencies: &[u64], idle: &[u64]) {

@@ -1,10 +1,17 @@
-//! End-to-end harness: how long after a health indicator starts saying
+//! End-to-end harness, in two parts.
+//!
+//! Health: how long after a health indicator starts saying
 //! *stop* does the last sub-batch start? An operation stamps the start of
 //! every sub-batch; an indicator flips to stop at a random moment, ten
 //! times per setting; the reaction is the last start after the flip minus
 //! the flip (zero when none started after it). Sub-batches of 500 rows with
 //! a 5 ms pause between them, so the operation is running at every flip. Run with the default health
 //! poll interval (250 ms) and with 20 ms, on an SQLite file.
+//!
+//! Operator: on PostgreSQL, how long after another store (as another
+//! process would) writes a pause does the last sub-batch start, with the
+//! workers listening for announced controls (`NOTIFY`) and with the control
+//! poll (250 ms) alone; ten pauses each, resumed after each.
 //!
 //! `cargo bench --bench pause_reaction`
 
@@ -15,8 +22,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sluice_operations::{EnqueueOptions, Operation, OperationError, Shape, SubBatch};
-use sluice_runtime::{RuntimeBuilder, RuntimeConfig, Signal, indicator_fn};
-use sluice_store::{Statement, Store};
+use sluice_runtime::{Action, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
+use sluice_store::{ConnectOptions, Statement, Store};
+
+mod common;
 
 /// Bumps a counter on each sub-batch's rows and stamps when it started.
 struct Stamped(Arc<Mutex<Vec<(Instant, Duration)>>>);
@@ -51,6 +60,18 @@ impl Operation for Stamped {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    for announced in [true, false] {
+        let reactions = operator_pause(announced).await;
+        println!(
+            "operator pause on PostgreSQL, {}: reaction {}",
+            if announced {
+                "announced (NOTIFY)"
+            } else {
+                "control poll 250 ms alone"
+            },
+            summary(&reactions)
+        );
+    }
     for poll in [Duration::from_millis(250), Duration::from_millis(20)] {
         let (reactions, sub_batch) = measure(poll).await;
         let mut sorted = reactions.clone();
@@ -169,4 +190,104 @@ async fn measure(poll: Duration) -> (Vec<Duration>, Duration) {
         reactions,
         gaps.get(gaps.len() / 2).copied().unwrap_or_default(),
     )
+}
+
+/// Median, max and every run, in ms.
+fn summary(reactions: &[Duration]) -> String {
+    let ms = |d: &Duration| d.as_secs_f64() * 1e3;
+    let mut sorted = reactions.to_vec();
+    sorted.sort();
+    format!(
+        "median {:.1} ms, max {:.1} ms (runs ms {:?})",
+        ms(&sorted[sorted.len() / 2]),
+        ms(&sorted[sorted.len() - 1]),
+        reactions
+            .iter()
+            .map(|d| ms(d).round() as u64)
+            .collect::<Vec<_>>()
+    )
+}
+
+/// Ten operator pauses written through a second store on PostgreSQL, each
+/// resumed once measured; the reaction of each.
+async fn operator_pause(announced: bool) -> Vec<Duration> {
+    let url = common::postgres_url();
+    let schema = "sluice_bench_reaction";
+    let store = common::fresh_schema(&url, schema, 8)
+        .await
+        .expect("a PostgreSQL at SLUICE_TEST_POSTGRES_URL");
+    for sql in [
+        "CREATE TABLE reaction_items (id BIGINT PRIMARY KEY, counter INTEGER NOT NULL DEFAULT 0)",
+        "INSERT INTO reaction_items (id) SELECT g FROM generate_series(1, 2000000) AS g",
+        "ANALYZE reaction_items",
+    ] {
+        store.execute(&Statement::new(sql)).await.unwrap();
+    }
+    let options = ConnectOptions {
+        schema: Some(schema.to_owned()),
+        ..ConnectOptions::default()
+    };
+    let operator = Store::connect_with(&url, &options).await.unwrap();
+    let stamps = Arc::new(Mutex::new(Vec::new()));
+    let config = RuntimeConfig {
+        announced_controls: announced,
+        pool_size: 1,
+        min_batch_size: 20_000,
+        max_batch_size: 20_000,
+        ..RuntimeConfig::default()
+    };
+    let runtime = RuntimeBuilder::with_store(store.clone())
+        .config(config)
+        .register(Stamped(Arc::clone(&stamps)))
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 20_000,
+        sub_batch_size: 500,
+        pause: Duration::from_millis(5),
+        ..EnqueueOptions::default()
+    };
+    let id = runtime
+        .enqueue(&Stamped(Arc::clone(&stamps)), &Pass { pass: 1 }, &options)
+        .await
+        .unwrap()
+        .id;
+    let started = || stamps.lock().unwrap().len();
+    let mut reactions = Vec::new();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    for _ in 0..10 {
+        let before = started();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while started() < before + 20 {
+            assert!(Instant::now() < deadline, "the operation does not run");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(Duration::from_millis(seed % 300)).await;
+        let paused = Instant::now();
+        sluice_runtime::control(&operator, Action::Pause, &Selection::One(id), "bench")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let last_after = stamps
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(s, _)| *s)
+            .filter(|s| *s >= paused)
+            .max();
+        reactions.push(last_after.map_or(Duration::ZERO, |s| s - paused));
+        sluice_runtime::control(&operator, Action::Resume, &Selection::One(id), "")
+            .await
+            .unwrap();
+    }
+    runtime.shutdown().await.unwrap();
+    operator.close().await;
+    store.close().await;
+    common::drop_schema(&url, schema).await;
+    reactions
 }

@@ -140,7 +140,14 @@ async fn aged_rows(store: &Store) -> Statement {
         unreachable!("delete-aged-rows loops")
     };
     let head = Statement::new("DELETE FROM ").ident(shape.table());
-    loop_rows(&shape, key, SUB_BATCH, LoopPick::for_store(store), head)
+    loop_rows(
+        &shape,
+        key,
+        SUB_BATCH,
+        LoopPick::for_store(store),
+        None,
+        head,
+    )
 }
 
 /// A running loop batch of a fresh operation of this harness's own kind,

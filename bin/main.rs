@@ -12,6 +12,7 @@ mod progress;
 mod render;
 mod run;
 mod schedule;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -109,6 +110,8 @@ enum Command {
     Retry(control::ControlArgs),
     /// Delete the batch records of operations finished or cancelled long ago (event logs are kept).
     Prune(PruneArgs),
+    /// Serve the operator console's HTTP API (`/api`, `/metrics`, `/healthz`, `/readyz`).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -208,6 +211,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                 status,
                 kind,
                 limit: Some(limit),
+                ..Default::default()
             };
             let mut records = store.list(&filter).await?;
             for record in &mut records {
@@ -224,6 +228,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Resume(args) => control::apply(store, control::Action::Resume, &args).await,
         Command::Cancel(args) => control::apply(store, control::Action::Cancel, &args).await,
         Command::Retry(args) => control::apply(store, control::Action::Retry, &args).await,
+        Command::Serve(args) => serve::run(store, args).await,
         Command::Prune(args) => {
             let deleted = store.prune(args.older_than, args.chunk).await?;
             render::pruned(deleted, args.older_than, args.json)

@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// Replica lag from which no new sub-batch starts.
     #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
     replica_lag_stop: std::time::Duration,
+    /// Also serve the operator console on this address (as `sluice serve`).
+    #[arg(long, value_name = "ADDRESS")]
+    console: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    console_tokens: crate::serve::Tokens,
 }
 
 /// Runs a worker until idle or until a shutdown signal.
@@ -81,6 +86,10 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
         ..sluice_runtime::REPLICA_LAG_THRESHOLDS
     });
     let started_at = chrono::Utc::now().timestamp_millis();
+    let console = match args.console {
+        Some(address) => Some(crate::serve::start(store, address, args.console_tokens).await?),
+        None => None,
+    };
     let runtime = builder.start().await.map_err(Failure::from)?;
     let node = runtime.config().node.clone();
     eprintln!("worker {node} started");
@@ -96,6 +105,9 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     };
     let stopped = runtime.shutdown().await;
     display.stop().await;
+    if let Some(console) = console {
+        console.stop().await?;
+    }
     let idle = outcome
         .and_then(|idle| stopped.map(|()| idle))
         .map_err(Failure::from)?;

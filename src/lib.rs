@@ -7,8 +7,9 @@
 //! [`SubBatch`](prelude::SubBatch)), the runtime
 //! ([`RuntimeBuilder`](prelude::RuntimeBuilder)), the store and its SQL
 //! building blocks, and the derive and attribute macros an operation is
-//! written with. The three crates it is made of are re-exported whole as
-//! [`operations`], [`runtime`] and [`store`].
+//! written with. The crates it is made of are re-exported whole as
+//! [`operations`], [`runtime`], [`store`] and [`console`] (the operator
+//! console's HTTP API, an axum router to mount).
 //!
 //! An operation's arguments derive `Serialize` and `Deserialize`: serde's
 //! derive names the `serde` crate, so either depend on `serde` too or write
@@ -18,6 +19,7 @@
 pub use async_trait;
 pub use chrono;
 pub use serde;
+pub use sluice_console as console;
 pub use sluice_operations as operations;
 pub use sluice_runtime as runtime;
 pub use sluice_store as store;

@@ -310,6 +310,7 @@ async fn enqueue_refuses_bad_input_with_exit_2_and_changes_nothing(db: &TestDb) 
         status: None,
         kind: None,
         limit: None,
+        ..Default::default()
     };
     assert!(
         db.store.list(&filter).await.unwrap().is_empty(),

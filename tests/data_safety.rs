@@ -7,20 +7,21 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestDb, sluice, succeeded};
+use common::{TestDb, sluice, succeeded, until};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::json;
 use sluice_operations::batching::{LoopPick, loop_rows};
 use sluice_operations::{EnqueueOptions, Filter, Registry, Shape, Strategy as Walk};
-use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
+use sluice_runtime::{RuntimeBuilder, RuntimeConfig, Selection};
 use sluice_store::Statement;
 
 for_each_backend!(
     generated_operations_change_exactly_the_rows_in_scope_each_once,
     a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared_key,
     identical_enqueues_from_ten_processes_at_once_make_one_operation,
+    rows_written_behind_a_running_delete_are_still_deleted_each_once,
 );
 
 postgres_only!(
@@ -247,6 +248,91 @@ async fn generated_operations_change_exactly_the_rows_in_scope_each_once(db: &Te
     runtime.shutdown().await.unwrap();
 }
 
+/// `delete-aged-rows` walks its time column (on MySQL each sub-batch seeks
+/// past where the last one stopped): rows written behind that point while
+/// it runs, older than any it has reached, are still deleted, each once,
+/// and no young row is.
+async fn rows_written_behind_a_running_delete_are_still_deleted_each_once(db: &TestDb) {
+    let time = db.time_type();
+    db.execute(&format!(
+        "CREATE TABLE behind (id BIGINT PRIMARY KEY, created_at {time} NOT NULL)"
+    ))
+    .await;
+    db.execute("CREATE INDEX behind_created ON behind (created_at)")
+        .await;
+    let now = chrono::Utc::now();
+    let insert = |ids: std::ops::Range<i64>, age_days: &dyn Fn(i64) -> i64| {
+        let values: Vec<String> = ids
+            .map(|id| {
+                let at = db.time_literal(now - chrono::Duration::days(age_days(id)));
+                format!("({id}, {at})")
+            })
+            .collect();
+        format!(
+            "INSERT INTO behind (id, created_at) VALUES {}",
+            values.join(", ")
+        )
+    };
+    // 600 aged rows, two to a day (ties), oldest first; 20 young ones.
+    db.execute(&insert(1..601, &|id| 800 - id / 2)).await;
+    db.execute(&insert(601..621, &|id| id - 600)).await;
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap();
+    let stored =
+        json!({"table": "behind", "column": "created_at", "key": "id", "older_than": "90d"});
+    let registry = Registry::with_builtins();
+    let arguments = registry
+        .arguments_at("delete-aged-rows", &db.store, stored, now)
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 100,
+        sub_batch_size: 10,
+        pause: Duration::from_millis(5),
+        ..EnqueueOptions::default()
+    };
+    let id = sluice_operations::enqueue(
+        &db.store,
+        &registry,
+        "delete-aged-rows",
+        &arguments,
+        &options,
+    )
+    .await
+    .unwrap()
+    .id;
+    until("the delete is under way", || async {
+        db.store.operation(id).await.unwrap().state.rows_done >= 200
+    })
+    .await;
+    runtime
+        .pause(&Selection::One(id), "rows go in behind it")
+        .await
+        .unwrap();
+    until("the delete is paused", || async {
+        db.store.operation(id).await.unwrap().state.status.as_str() == "paused"
+    })
+    .await;
+    // Older than every row: behind wherever the walk stopped.
+    db.execute(&insert(1_001..1_016, &|id| 2_000 + id)).await;
+    runtime.resume(&Selection::One(id)).await.unwrap();
+    let record = runtime.wait(id, Duration::from_secs(90)).await.unwrap();
+    runtime.shutdown().await.unwrap();
+    assert_eq!(record.state.status.as_str(), "finished");
+    assert_eq!(record.state.rows_done, 615, "each aged row deleted once");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM behind").await, 20);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM behind WHERE id > 600 AND id <= 620")
+            .await,
+        20,
+        "every young row stays"
+    );
+}
+
 /// Defence in depth: even over a key that is not unique (which enqueue
 /// refuses), a loop's statement repeats the scope on the rows it reaches
 /// by key, so a young row sharing an aged row's key is not deleted.
@@ -273,6 +359,7 @@ async fn a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared
         key,
         100,
         pick,
+        None,
         Statement::new("DELETE FROM ").ident(shape.table()),
     );
     assert_eq!(db.store.execute(&delete).await.unwrap(), 10);

@@ -68,9 +68,11 @@ async fn increment(runtime: &Runtime, grp: i64) -> i64 {
 }
 
 /// The reasons of operation `id`'s `throttled` events to `health`, in order.
-async fn health_reasons(db: &TestDb, id: i64, health: Health) -> Vec<String> {
+/// The reasons of the operation's health events of kind `health` recorded
+/// after event `after`.
+async fn health_reasons(db: &TestDb, id: i64, health: Health, after: i64) -> Vec<String> {
     db.store
-        .events(id, 0)
+        .events(id, after)
         .await
         .unwrap()
         .into_iter()
@@ -81,6 +83,27 @@ async fn health_reasons(db: &TestDb, id: i64, health: Health) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// Waits until the operation is not stopped (a replica still catching up
+/// with earlier tests' writes may stop it for a while); returns its last
+/// event, after which the stop a test causes is looked for.
+async fn not_stopped(db: &TestDb, id: i64) -> i64 {
+    let last = || async {
+        let events = db.store.events(id, 0).await.unwrap();
+        let health = events.iter().rev().find_map(|e| match &e.event {
+            Event::Throttled { health, .. } => Some(*health),
+            _ => None,
+        });
+        (events.last().map_or(0, |e| e.seq), health)
+    };
+    until_within(
+        "the operation not stopped",
+        Duration::from_secs(120),
+        || async { last().await.1 != Some(Health::Stopped) },
+    )
+    .await;
+    last().await.0
 }
 
 async fn rows_done(db: &TestDb, id: i64) -> i64 {
@@ -110,18 +133,35 @@ async fn replica_lag_stops_the_operation_and_it_resumes_when_the_replica_catches
         rows_done(db, id).await >= 1_000
     })
     .await;
+    // A beat has reached the replica: paused before one, it would have no
+    // heartbeat at all, a stop for another reason. (The subquery has two
+    // rows, an error on both engines, while the row still holds no beat.)
+    let beat = "SELECT (SELECT 1 UNION ALL SELECT 2 FROM sluice_heartbeat WHERE beat_ms = 0)";
+    until_within(
+        "a heartbeat on the replica",
+        Duration::from_secs(120),
+        || db.on_replica(&replica, beat),
+    )
+    .await;
 
     // Replay paused: the lag grows with the clock until it is a stop.
+    let before = not_stopped(db, id).await;
     assert!(db.on_replica(&replica, pause).await);
     let paused = Instant::now();
     until_within(
         "a stop for replica lag",
         Duration::from_secs(30),
-        || async { !health_reasons(db, id, Health::Stopped).await.is_empty() },
+        || async {
+            !health_reasons(db, id, Health::Stopped, before)
+                .await
+                .is_empty()
+        },
     )
     .await;
     let stopped_after = paused.elapsed();
-    let reason = health_reasons(db, id, Health::Stopped).await.remove(0);
+    let reason = health_reasons(db, id, Health::Stopped, before)
+        .await
+        .remove(0);
     assert!(reason.contains("lag of replica"), "{reason}");
     assert!(
         reason.contains(if db.backend == "postgres" {
@@ -178,14 +218,21 @@ async fn replica_lag_stops_the_operation_and_it_resumes_when_the_replica_catches
         || async { rows_done(db, id).await >= 500 },
     )
     .await;
+    let before = not_stopped(db, id).await;
     proxy.cut();
     until_within(
         "a stop for the replica gone",
         Duration::from_secs(30),
-        || async { !health_reasons(db, id, Health::Stopped).await.is_empty() },
+        || async {
+            !health_reasons(db, id, Health::Stopped, before)
+                .await
+                .is_empty()
+        },
     )
     .await;
-    let reason = health_reasons(db, id, Health::Stopped).await.remove(0);
+    let reason = health_reasons(db, id, Health::Stopped, before)
+        .await
+        .remove(0);
     assert!(
         reason.contains("unreachable") || reason.contains("did not answer"),
         "{reason}"

@@ -50,6 +50,7 @@ postgres_and_mysql!(
 );
 
 postgres_only!(
+    an_announced_pause_reaches_a_worker_whose_control_poll_is_an_hour_away,
     keyset_walks_timestamp_columns_and_int4_ids,
     shutdown_leaves_no_pooled_connection_inside_a_transaction,
 );
@@ -1299,6 +1300,53 @@ async fn an_operator_pause_from_outside_stops_the_worker_and_resume_finishes(db:
     assert_eq!(record.state.status, OperationStatus::Finished);
     assert_eq!(record.state.rows_done, 3_000);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 0);
+    other.close().await;
+    runtime.shutdown().await.unwrap();
+}
+
+/// On PostgreSQL a control is announced (`NOTIFY`) and workers listen: a
+/// pause written by another process stops a worker whose control poll would
+/// not look for an hour, and the announced resume has it claimed again.
+async fn an_announced_pause_reaches_a_worker_whose_control_poll_is_an_hour_away(db: &TestDb) {
+    create_events(db, 3_000, 0).await;
+    let hour = Duration::from_secs(3_600);
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(RuntimeConfig {
+            control_interval: hour,
+            lease_ttl: hour,
+            ..quick()
+        })
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap();
+    // One batch for every row: no batch boundary, where the actor reads the
+    // store anyway, comes before the end.
+    let options = EnqueueOptions {
+        batch_size: 10_000,
+        sub_batch_size: 10,
+        pause: Duration::from_millis(5),
+        ..EnqueueOptions::default()
+    };
+    let id = enqueue_aged(&runtime, db, &options).await.id;
+    until("running", || async {
+        db.scalar("SELECT COUNT(*) FROM events").await < 2_950
+    })
+    .await;
+    let other = Store::connect(&db.url).await.unwrap();
+    let pause = sluice_runtime::Action::Pause;
+    sluice_runtime::control(&other, pause, &Selection::One(id), "announced")
+        .await
+        .unwrap();
+    until("the worker lets go", || released(&db.store, id)).await;
+    let held = db.scalar("SELECT COUNT(*) FROM events").await;
+    assert!(held > 0, "the pause came after the last row");
+    let resume = sluice_runtime::Action::Resume;
+    sluice_runtime::control(&other, resume, &Selection::One(id), "")
+        .await
+        .unwrap();
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.rows_done, 3_000);
     other.close().await;
     runtime.shutdown().await.unwrap();
 }

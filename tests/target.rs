@@ -348,7 +348,7 @@ async fn a_loop_sub_batch_finds_its_rows_by_key_at_any_size(db: &TestDb) {
     };
     let plan = |pick, limit| {
         let head = Statement::new("DELETE FROM ").ident(shape.table());
-        let statement = loop_rows(&shape, key, limit, pick, head);
+        let statement = loop_rows(&shape, key, limit, pick, None, head);
         async move {
             let explain = format!("EXPLAIN {}", statement.text().as_str());
             let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(explain));

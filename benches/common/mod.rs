@@ -37,6 +37,85 @@ pub fn median(samples: &[Duration]) -> Duration {
     sorted[sorted.len() / 2]
 }
 
+/// The sample at quantile `p` (0 to 1) of `sorted`.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Runs `maintenance` while `clients` tasks each call `query` with a fresh
+/// pseudo-random number, about 500 times a second (a steady load, not a
+/// flood) and for an hour at most; returns how long each call took
+/// (microseconds), sorted.
+pub async fn under_load<Q, F>(
+    clients: u64,
+    query: Q,
+    maintenance: impl std::future::Future<Output = ()>,
+) -> Vec<u64>
+where
+    Q: Fn(u64) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = ()> + Send,
+{
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+    let done = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (query, done) = (query.clone(), Arc::clone(&done));
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ (client + 1);
+                let started = Instant::now();
+                while !done.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(3_600)
+                {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let asked = Instant::now();
+                    query(seed).await;
+                    latencies.push(asked.elapsed().as_micros() as u64);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                latencies
+            })
+        })
+        .collect();
+    maintenance.await;
+    done.store(true, Ordering::SeqCst);
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    all
+}
+
+/// Deletes the rows of `table` older than a day with `delete-aged-rows` on
+/// `runtime` (batches of 20,000, sub-batches of 1,000, `pause` between
+/// them) and waits until it has finished.
+pub async fn delete_aged_rows(
+    runtime: &sluice_runtime::Runtime,
+    store: &Store,
+    table: &str,
+    pause: Duration,
+) {
+    let arguments = older_than_a_day(store, table).await;
+    let options = sluice_operations::EnqueueOptions {
+        batch_size: 20_000,
+        sub_batch_size: 1_000,
+        pause,
+        ..sluice_operations::EnqueueOptions::default()
+    };
+    let op = runtime
+        .enqueue(&sluice_operations::DeleteAgedRows, &arguments, &options)
+        .await
+        .unwrap();
+    runtime
+        .wait(op.id, Duration::from_secs(3_600))
+        .await
+        .unwrap();
+}
+
 /// A store in `schema` of the PostgreSQL at `url`, created afresh (dropped
 /// first if a run left it), with a pool of `connections`.
 pub async fn fresh_schema(url: &str, schema: &str, connections: u32) -> Result<Store, StoreError> {
@@ -118,4 +197,47 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
         // skipped otherwise).
         let _ = store.execute(&Statement::new("CHECKPOINT")).await;
     }
+}
+
+/// `bench_bulk(id, created_at)`, indexed on `created_at`, and `n` distinct
+/// `delete-aged-rows` operations on it to enqueue (each with its own cutoff,
+/// as a per-tenant clean-up would have its own bound values).
+pub async fn aged_operations(store: &Store, n: usize) -> Vec<sluice_operations::NewOperation> {
+    let (create, index) = match store.backend() {
+        Backend::Sqlite(_) => (
+            "CREATE TABLE bench_bulk (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL)",
+            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
+        ),
+        Backend::Postgres(_) => (
+            "CREATE TABLE bench_bulk (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL)",
+            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
+        ),
+        Backend::MySql(_) => (
+            "CREATE TABLE bench_bulk (id BIGINT PRIMARY KEY, created_at DATETIME(6) NOT NULL)",
+            "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
+        ),
+    };
+    store.execute(&Statement::new(create)).await.unwrap();
+    store.execute(&Statement::new(index)).await.unwrap();
+    let typed = matches!(store.backend(), Backend::Postgres(_) | Backend::MySql(_));
+    (0..n)
+        .map(|i| {
+            let at = chrono::DateTime::from_timestamp(1_600_000_000 + i as i64, 0).unwrap();
+            let cutoff = if typed {
+                serde_json::json!({ "timestamp": at })
+            } else {
+                serde_json::json!({ "text": at.format("%Y-%m-%dT%H:%M:%SZ").to_string() })
+            };
+            sluice_operations::NewOperation {
+                kind: "delete-aged-rows".into(),
+                arguments: serde_json::json!({
+                    "table": "bench_bulk",
+                    "column": "created_at",
+                    "key": "id",
+                    "cutoff": cutoff,
+                }),
+                options: sluice_operations::EnqueueOptions::default(),
+            }
+        })
+        .collect()
 }

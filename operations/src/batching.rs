@@ -122,23 +122,62 @@ impl LoopPick {
     }
 }
 
+/// Where a seeking loop sub-batch's rows lie ([`Shape::seek_by`]): between
+/// `from` (inclusive; the beginning when `None`) and `to` (inclusive) in the
+/// order of the seek column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seek {
+    /// Where the batch's last sub-batch stopped.
+    pub from: Option<Cursor>,
+    /// The value `n` rows on in scope.
+    pub to: Cursor,
+}
+
+/// `SELECT column … WHERE column >= from AND scope ORDER BY column LIMIT 1
+/// OFFSET n - 1`: where a seeking loop sub-batch of `n` rows ends. `>=`, not
+/// `>`: rows sharing the value the last sub-batch stopped at may remain.
+pub fn seek_end(shape: &Shape, column: &Ident, from: Option<&Cursor>, n: i64) -> Statement {
+    let columns = std::slice::from_ref(column);
+    let mut statement = Statement::new("SELECT ")
+        .ident(column)
+        .push(" FROM ")
+        .ident(shape.table())
+        .push(" WHERE 1 = 1");
+    if let Some(from) = from {
+        statement = row_compare(statement.push(" AND "), columns, " >= ", from);
+    }
+    shape
+        .filter()
+        .and_to(statement)
+        .push(" ORDER BY ")
+        .ident(column)
+        .push(" LIMIT 1 OFFSET ")
+        .value((n.max(1) - 1).into())
+}
+
 /// Appends ` WHERE key IN (SELECT key FROM table WHERE scope LIMIT n) AND
 /// scope` (or its `= ANY (ARRAY(…))` form, see [`LoopPick`]) to `head`: the
-/// rows of one loop sub-batch, each still in scope when it is changed.
+/// rows of one loop sub-batch, each still in scope when it is changed. With
+/// `seek` (MySQL's `LIMIT` form only), also between its two values.
 pub fn loop_rows(
     shape: &Shape,
     key: &Ident,
     limit: i64,
     pick: LoopPick,
+    seek: Option<&Seek>,
     head: Statement,
 ) -> Statement {
     let (head, close) = match pick {
         LoopPick::Limit => {
-            return shape
-                .filter()
-                .and_to(head.push(" WHERE 1 = 1"))
-                .push(" LIMIT ")
-                .value(limit.into());
+            let mut statement = shape.filter().and_to(head.push(" WHERE 1 = 1"));
+            if let (Some(seek), Some(column)) = (seek, shape.seek_column()) {
+                let columns = std::slice::from_ref(column);
+                if let Some(from) = &seek.from {
+                    statement = row_compare(statement.push(" AND "), columns, " >= ", from);
+                }
+                statement = row_compare(statement.push(" AND "), columns, " <= ", &seek.to);
+            }
+            return statement.push(" LIMIT ").value(limit.into());
         }
         LoopPick::InSubquery => (head.push(" WHERE ").ident(key).push(" IN (SELECT "), ")"),
         LoopPick::KeyArray => (
@@ -311,7 +350,7 @@ mod tests {
         };
         let delete = |pick| {
             let head = Statement::new("DELETE FROM ").ident(shape.table());
-            loop_rows(&shape, key, 100, pick, head)
+            loop_rows(&shape, key, 100, pick, None, head)
                 .text()
                 .as_str()
                 .to_owned()
@@ -325,5 +364,77 @@ mod tests {
             "DELETE FROM \"t\" WHERE \"id\" = ANY (CASE WHEN TRUE THEN ARRAY(SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) END) AND \"at\" < $3"
         );
         assert!(keyset_columns(&shape).is_err());
+    }
+
+    #[test]
+    fn a_seeking_loop_narrows_mysql_s_limit_between_its_two_values_only() {
+        let shape = Shape::loop_until_done("t", "id")
+            .unwrap()
+            .seek_by("at")
+            .unwrap()
+            .scope(Filter::new().lt("at", 50_i64))
+            .unwrap();
+        let Strategy::Loop { key } = shape.strategy() else {
+            unreachable!()
+        };
+        let seek = Seek {
+            from: Some(Cursor::int(7)),
+            to: Cursor::int(9),
+        };
+        let delete = |pick, seek: Option<&Seek>| {
+            let head = Statement::new("DELETE FROM ").ident(shape.table());
+            loop_rows(&shape, key, 100, pick, seek, head)
+        };
+        let bounded = delete(LoopPick::Limit, Some(&seek));
+        assert_eq!(
+            bounded.text().as_str(),
+            "DELETE FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 AND \"at\" >= $2 AND \"at\" <= $3 LIMIT $4"
+        );
+        assert_eq!(bounded.params()[1], SqlValue::Int(7));
+        assert_eq!(bounded.params()[2], SqlValue::Int(9));
+        // From the beginning: no lower bound.
+        let first = Seek {
+            from: None,
+            ..seek.clone()
+        };
+        assert_eq!(
+            delete(LoopPick::Limit, Some(&first)).text().as_str(),
+            "DELETE FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 AND \"at\" <= $2 LIMIT $3"
+        );
+        // Unbounded (the statement that may end the loop) and the other
+        // forms are as without a seek.
+        assert_eq!(
+            delete(LoopPick::Limit, None).text().as_str(),
+            "DELETE FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2"
+        );
+        assert!(
+            delete(LoopPick::KeyArray, Some(&seek))
+                .text()
+                .as_str()
+                .ends_with("END) AND \"at\" < $3")
+        );
+        let probe = seek_end(
+            &shape,
+            shape.seek_column().unwrap(),
+            Some(&Cursor::int(7)),
+            100,
+        );
+        assert_eq!(
+            probe.text().as_str(),
+            "SELECT \"at\" FROM \"t\" WHERE 1 = 1 AND \"at\" >= $1 AND \"at\" < $2 ORDER BY \"at\" LIMIT 1 OFFSET $3"
+        );
+        assert_eq!(probe.params()[2], SqlValue::Int(99));
+    }
+
+    #[test]
+    fn only_a_loop_seeks() {
+        let keyset = Shape::range("t", "id").unwrap().seek_by("at").unwrap();
+        assert_eq!(keyset.seek_column(), None);
+        assert!(
+            Shape::loop_until_done("t", "id")
+                .unwrap()
+                .seek_by("a b")
+                .is_err()
+        );
     }
 }

@@ -26,7 +26,10 @@ pub struct DeleteAgedRows;
 
 /// Arguments of [`DeleteAgedRows`]. Build them with [`DeleteAgedRows::arguments`],
 /// which reads the column's type to write the cutoff the way the column stores time.
+/// A field it does not know is refused, not ignored: a misspelt or
+/// imagined one (a `where`) must not widen what is deleted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DeleteAgedRowsArguments {
     /// The table.
     pub table: String,
@@ -62,8 +65,11 @@ pub enum Cutoff {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UpdateInBatches;
 
-/// Arguments of [`UpdateInBatches`].
+/// Arguments of [`UpdateInBatches`]. A field it does not know is refused,
+/// not ignored: a condition sent as `condition` instead of `where` would
+/// otherwise update every row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UpdateInBatchesArguments {
     /// The table.
     pub table: String,
@@ -171,6 +177,7 @@ impl Operation for DeleteAgedRows {
             Cutoff::Text(t) => SqlValue::Text(t.clone()),
         };
         Shape::loop_until_done(&arguments.table, &arguments.key)?
+            .seek_by(&arguments.column)?
             .scope(Filter::new().lt(&arguments.column, cutoff))
     }
 
@@ -211,6 +218,17 @@ impl Operation for DeleteAgedRows {
         let Some(older_than) = stored.get("older_than").and_then(|v| v.as_str()) else {
             return Ok(stored);
         };
+        // Refused, not ignored: an unknown field (a `where`) must not go
+        // unnoticed while every aged row is deleted.
+        if let Some(unknown) = stored.as_object().and_then(|fields| {
+            fields
+                .keys()
+                .find(|k| !["table", "column", "key", "older_than"].contains(&k.as_str()))
+        }) {
+            return Err(OperationError::Arguments(format!(
+                "delete-aged-rows has no argument `{unknown}` (it takes table, column, key and older_than)"
+            )));
+        }
         let field = |name: &str| {
             stored.get(name).and_then(|v| v.as_str()).ok_or_else(|| {
                 OperationError::Arguments(format!("delete-aged-rows needs a `{name}` string"))

@@ -312,7 +312,10 @@ fn first_sub_batch_statement(
     size: i64,
 ) -> Result<Option<Statement>, OperationError> {
     let bounds = match (operation.shape().strategy(), first) {
-        (Strategy::Loop { .. }, _) => Bounds::Loop { limit: size },
+        (Strategy::Loop { .. }, _) => Bounds::Loop {
+            limit: size,
+            seek: None,
+        },
         (Strategy::Keyset(_), Some(end)) => Bounds::Range {
             start: None,
             end: end.clone(),

@@ -20,6 +20,7 @@ pub struct Shape {
     table: Ident,
     strategy: Strategy,
     scope: Filter,
+    seek: Option<Ident>,
 }
 
 /// How an operation's rows are divided into batches.
@@ -111,6 +112,7 @@ impl Shape {
                     .collect::<Result<_, IdentError>>()?,
             ),
             scope: Filter::new(),
+            seek: None,
         })
     }
 
@@ -122,6 +124,7 @@ impl Shape {
                 key: Ident::parse(key)?,
             },
             scope: Filter::new(),
+            seek: None,
         })
     }
 
@@ -136,6 +139,31 @@ impl Shape {
         }
         self.scope.clauses.extend(filter.clauses);
         Ok(self)
+    }
+
+    /// Lets a loop seek on MySQL: each sub-batch first reads the value of
+    /// `column` (an indexed column of the scope) `n` rows on from where the
+    /// batch's last sub-batch stopped, and changes only rows in scope
+    /// between the two, so no statement walks the index entries earlier
+    /// sub-batches deleted and purge has not yet removed. The bound only
+    /// narrows a statement: the loop still ends only when a sub-batch
+    /// without one finds fewer than `n` rows, so a row the seek passed by
+    /// (inserted behind it meanwhile) is still reached. Other databases, and
+    /// keyset shapes, ignore it.
+    ///
+    /// Errors: [`OperationError::Unsafe`] when `column` is not a plain
+    /// identifier.
+    pub fn seek_by(mut self, column: &str) -> Result<Self, OperationError> {
+        self.seek = Some(Ident::parse(column)?);
+        Ok(self)
+    }
+
+    /// The column a loop seeks by ([`Shape::seek_by`]), if any.
+    pub fn seek_column(&self) -> Option<&Ident> {
+        match self.strategy {
+            Strategy::Loop { .. } => self.seek.as_ref(),
+            Strategy::Keyset(_) => None,
+        }
     }
 
     /// The target table.

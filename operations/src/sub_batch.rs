@@ -14,7 +14,7 @@ use sluice_store::{
 };
 use tracing::{Instrument, Span};
 
-use crate::batching::{LoopPick, loop_rows, nth_after, range_rows};
+use crate::batching::{LoopPick, Seek, loop_rows, nth_after, range_rows, seek_end};
 use crate::error::OperationError;
 use crate::operation::PreparedOperation;
 use crate::shape::{Shape, Strategy};
@@ -51,6 +51,10 @@ pub enum Bounds {
     Loop {
         /// The most rows this sub-batch may touch.
         limit: i64,
+        /// For a seeking loop ([`Shape::seek_by`]) with at least `limit`
+        /// rows left past where it stopped: between which values of the
+        /// seek column they lie. `None`: the whole scope.
+        seek: Option<Seek>,
     },
 }
 
@@ -60,7 +64,7 @@ pub struct SubBatchRequest {
     /// The batch's claim; the commit is fenced by it.
     pub lease: BatchLease,
     /// Where the batch's progress is (its start, or how far earlier
-    /// sub-batches got). Ignored for a loop.
+    /// sub-batches got); for a loop, where a seeking one last stopped.
     pub from: Option<Cursor>,
     /// The batch's inclusive end (`None` for a loop batch).
     pub end: Option<Cursor>,
@@ -75,10 +79,11 @@ pub struct SubBatchRequest {
 pub struct SubBatchOutcome {
     /// Rows the operation changed.
     pub rows: u64,
-    /// The cursor the batch's progress moved to (`None` for a loop).
+    /// The cursor the batch's progress moved to (`None` for a loop, but a
+    /// seeking loop's bounded sub-batch: the value it stopped at).
     pub reached: Option<Cursor>,
     /// Range: the batch's end was reached. Loop: fewer rows than the limit
-    /// matched, so the scope is exhausted.
+    /// matched a sub-batch not bounded by a seek, so the scope is exhausted.
     pub last: bool,
 }
 
@@ -110,8 +115,8 @@ impl<'a> SubBatchRows<'a> {
             (Bounds::Range { start, end }, Strategy::Keyset(columns)) => {
                 range_rows(self.shape, columns, start.as_ref(), end, head)
             }
-            (Bounds::Loop { limit }, Strategy::Loop { key }) => {
-                loop_rows(self.shape, key, *limit, self.pick, head)
+            (Bounds::Loop { limit, seek }, Strategy::Loop { key }) => {
+                loop_rows(self.shape, key, *limit, self.pick, seek.as_ref(), head)
             }
             // The runner builds bounds from the strategy; they always agree.
             _ => unreachable!("sub-batch bounds do not match the strategy"),
@@ -268,7 +273,7 @@ pub async fn run_sub_batch(
     };
     let reached = match &rows.bounds {
         Bounds::Range { end, .. } => Some(end.clone()),
-        Bounds::Loop { .. } => None,
+        Bounds::Loop { seek, .. } => seek.as_ref().map(|seek| seek.to.clone()),
     };
     let changed = match operation.sub_batch_statement(&rows)? {
         Some(statement) => {
@@ -277,7 +282,7 @@ pub async fn run_sub_batch(
             let one = async {
                 match &rows.bounds {
                     // A loop's count is known before it runs, but for the last one.
-                    Bounds::Loop { limit } => {
+                    Bounds::Loop { limit, seek: None } => {
                         session
                             .run_loop_sub_batch_statement(
                                 &request.lease,
@@ -287,7 +292,8 @@ pub async fn run_sub_batch(
                             )
                             .await
                     }
-                    Bounds::Range { .. } => {
+                    // A seeking loop's records where it stopped, as a range.
+                    Bounds::Range { .. } | Bounds::Loop { seek: Some(_), .. } => {
                         session
                             .run_sub_batch_statement(
                                 &request.lease,
@@ -344,7 +350,7 @@ pub async fn run_sub_batch(
     };
     let last = match &rows.bounds {
         Bounds::Range { end, .. } => Some(end) == request.end.as_ref(),
-        Bounds::Loop { limit } => (changed as i64) < *limit,
+        Bounds::Loop { limit, seek } => seek.is_none() && (changed as i64) < *limit,
     };
     Ok(SubBatchOutcome {
         rows: changed,
@@ -362,9 +368,23 @@ async fn bounds(
     request: &SubBatchRequest,
 ) -> Result<Bounds, OperationError> {
     match shape.strategy() {
-        Strategy::Loop { .. } => Ok(Bounds::Loop {
-            limit: request.size,
-        }),
+        Strategy::Loop { .. } => {
+            let seek = match (LoopPick::for_store(store), shape.seek_column()) {
+                (LoopPick::Limit, Some(column)) => {
+                    let probe = seek_end(shape, column, request.from.as_ref(), request.size);
+                    let to = probed(store, shape, &probe, 1).await?;
+                    to.map(|to| Seek {
+                        from: request.from.clone(),
+                        to,
+                    })
+                }
+                _ => None,
+            };
+            Ok(Bounds::Loop {
+                limit: request.size,
+                seek,
+            })
+        }
         Strategy::Keyset(columns) => {
             let end = request.end.clone().ok_or_else(|| {
                 OperationError::Arguments("a range batch has no end cursor".into())
@@ -376,22 +396,32 @@ async fn bounds(
                 Some(&end),
                 request.size,
             );
-            let span = statement_span(
-                db_system(store),
-                shape.table().name(),
-                probe.text().as_str(),
-            );
-            let found = store
-                .fetch_cursor(&probe, columns.len())
-                .instrument(span.clone())
-                .await;
-            let found = traced(&span, found.map(|f| (f, u64::from(true))))?.0;
+            let found = probed(store, shape, &probe, columns.len()).await?;
             Ok(Bounds::Range {
                 start: request.from.clone(),
                 end: found.unwrap_or(end),
             })
         }
     }
+}
+
+/// The cursor of `width` columns `probe` reads, traced as a statement.
+async fn probed(
+    store: &Store,
+    shape: &Shape,
+    probe: &Statement,
+    width: usize,
+) -> Result<Option<Cursor>, OperationError> {
+    let span = statement_span(
+        db_system(store),
+        shape.table().name(),
+        probe.text().as_str(),
+    );
+    let found = store
+        .fetch_cursor(probe, width)
+        .instrument(span.clone())
+        .await;
+    Ok(traced(&span, found.map(|f| (f, u64::from(true))))?.0)
 }
 
 /// `work` bounded by `timeout`: [`OperationError::TimedOut`] when it runs over.

@@ -30,6 +30,10 @@ pub struct RuntimeConfig {
     /// How often operation actors check the store for operator controls
     /// written elsewhere (pause, cancel) — the bound on how late they notice.
     pub control_interval: Duration,
+    /// On PostgreSQL, listen for announced operator controls (`LISTEN`), so
+    /// a pause or cancel written anywhere is acted on when it commits; the
+    /// control poll stays as the fallback. Off, only the poll notices.
+    pub announced_controls: bool,
     /// How often health indicators are polled.
     pub health_interval: Duration,
     /// Polls a better health signal must hold before it takes effect.
@@ -69,6 +73,7 @@ impl Default for RuntimeConfig {
             reconcile_interval: Duration::from_millis(500),
             schedule_interval: Duration::from_secs(1),
             control_interval: Duration::from_millis(250),
+            announced_controls: true,
             health_interval: Duration::from_millis(250),
             health_clear_after: 3,
             sub_batch_timeout: Duration::from_secs(30),

@@ -7,7 +7,8 @@
 //! reason; resuming lifts it and resumes the kind's paused operations.
 //!
 //! Each control is an event appended through the state machine, so it works
-//! from any process (a running worker notices within its control interval)
+//! from any process (a running worker notices within its control interval;
+//! on PostgreSQL it is also announced, and listening workers act at once)
 //! and a control that does not apply is refused for one operation. A bulk
 //! control looks only at the statuses its event is legal in and reports
 //! which operations changed and which were skipped because their status
@@ -110,10 +111,14 @@ pub async fn control(
                 .append(*id, Expected::Any, None, std::slice::from_ref(&event))
                 .await
             {
-                Ok(appended) => Ok(Controlled {
-                    changed: vec![appended.record.id],
-                    skipped: Vec::new(),
-                }),
+                Ok(appended) => Ok(announced(
+                    store,
+                    Controlled {
+                        changed: vec![appended.record.id],
+                        skipped: Vec::new(),
+                    },
+                )
+                .await),
                 Err(StoreError::Illegal { source, .. }) => Err(ControlError::NotApplicable {
                     verb: action.verb(),
                     id: *id,
@@ -140,6 +145,7 @@ pub async fn control(
             status: Some(*status),
             kind: kind.clone(),
             limit: Some(i64::MAX),
+            ..Default::default()
         };
         candidates.extend(store.list(&filter).await?.into_iter().map(|r| r.id));
     }
@@ -156,5 +162,15 @@ pub async fn control(
             Err(other) => return Err(other.into()),
         }
     }
-    Ok(outcome)
+    Ok(announced(store, outcome).await)
+}
+
+/// `outcome`, once its changes are announced to the workers listening
+/// ([`Store::announce_controls`]). The control has committed either way: a
+/// failed announcement is logged, and the workers' control poll finds it.
+async fn announced(store: &Store, outcome: Controlled) -> Controlled {
+    if let Err(error) = store.announce_controls(&outcome.changed).await {
+        tracing::warn!(%error, "control not announced; workers find it at their next control poll");
+    }
+    outcome
 }

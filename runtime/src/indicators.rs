@@ -4,8 +4,9 @@
 //! autovacuum on target tables, replication lag of connected replicas (none
 //! connected: silent), connection saturation. SQLite: the write-ahead log's
 //! un-checkpointed backlog (a growing WAL means writers outpace checkpoints).
-//! MySQL and MariaDB: long-running transactions, `Threads_running`, and
-//! InnoDB's history list length (purge lag).
+//! MySQL and MariaDB: long-running transactions and lock waits on target
+//! tables (from InnoDB's status report), `Threads_running`, and InnoDB's
+//! history list length (purge lag).
 //! Each reads system views with static SQL; thresholds are plain fields.
 
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use async_trait::async_trait;
 use sluice_store::{Backend, Ident, Store};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
+use crate::innodb_status::InnodbTransactions;
 
 /// The built-in indicators for the store's backend, with default thresholds.
 pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
@@ -39,7 +41,7 @@ pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
             Arc::new(TableActivity),
         ],
         Backend::MySql(_) => vec![
-            longest_transaction(),
+            Arc::new(InnodbActivity::new(LONGEST_TRANSACTION)),
             Arc::new(ValueIndicator::new(
                 Measure::MySqlThreadsRunning,
                 Thresholds {
@@ -69,21 +71,25 @@ pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
 }
 
 /// Long-running transactions: throttled past a minute, stopped past five.
+const LONGEST_TRANSACTION: Thresholds = Thresholds {
+    throttle_at: 60.0,
+    stop_at: 300.0,
+    release: 0.8,
+};
+
+/// PostgreSQL's long-running transactions ([`LONGEST_TRANSACTION`]).
 fn longest_transaction() -> Arc<dyn HealthIndicator> {
     Arc::new(ValueIndicator::new(
         Measure::LongestTransactionSeconds,
-        Thresholds {
-            throttle_at: 60.0,
-            stop_at: 300.0,
-            release: 0.8,
-        },
+        LONGEST_TRANSACTION,
     ))
 }
 
 /// What a [`ValueIndicator`] measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Measure {
-    /// Age in seconds of the oldest open transaction of another session.
+    /// PostgreSQL: age in seconds of the oldest open transaction of another
+    /// session (on MySQL, [`InnodbActivity`] reads it).
     LongestTransactionSeconds,
     /// The largest replay lag of a connected replica, in seconds (0 without replicas).
     ReplicationLagSeconds,
@@ -141,15 +147,6 @@ impl ValueIndicator {
                 )
                 .fetch_one(pool)
                 .await?
-            }
-            (Measure::LongestTransactionSeconds, Backend::MySql(pool)) => {
-                let seconds: i64 = sqlx::query_scalar(
-                    "SELECT CAST(COALESCE(MAX(TIMESTAMPDIFF(SECOND, trx_started, NOW())), 0) AS SIGNED) \
-                     FROM information_schema.innodb_trx WHERE trx_mysql_thread_id <> CONNECTION_ID()",
-                )
-                .fetch_one(pool)
-                .await?;
-                Some(seconds as f64)
             }
             (Measure::MySqlThreadsRunning, Backend::MySql(pool)) => {
                 let running: Option<String> = sqlx::query_scalar(
@@ -270,5 +267,81 @@ impl HealthIndicator for TableActivity {
                 })
             })
             .collect())
+    }
+}
+
+/// MySQL and MariaDB, from one `SHOW ENGINE INNODB STATUS` per poll (it
+/// needs the `PROCESS` privilege): the oldest open transaction, against
+/// `thresholds` like PostgreSQL's long-running transactions (a global
+/// reading), and per target table the sessions waiting for a lock on it,
+/// which stop its operations as on PostgreSQL. The report is read rather
+/// than `information_schema.innodb_trx`, a cache that frequent pollers keep
+/// from refreshing ([`crate::innodb_status`]).
+pub struct InnodbActivity {
+    thresholds: Thresholds,
+    previous: Mutex<Signal>,
+}
+
+impl InnodbActivity {
+    /// Long-running transactions measured against `thresholds` (seconds).
+    pub fn new(thresholds: Thresholds) -> Self {
+        InnodbActivity {
+            thresholds,
+            previous: Mutex::new(Signal::Normal),
+        }
+    }
+}
+
+#[async_trait]
+impl HealthIndicator for InnodbActivity {
+    fn name(&self) -> &str {
+        "long-running transactions and lock waits"
+    }
+
+    async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
+        let Backend::MySql(pool) = context.store.backend() else {
+            return Ok(Vec::new());
+        };
+        let failed = |e: sqlx::Error| e.to_string();
+        let (_, _, report): (String, String, String) = sqlx::query_as("SHOW ENGINE INNODB STATUS")
+            .fetch_one(pool)
+            .await
+            .map_err(failed)?;
+        let database: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
+            .fetch_one(pool)
+            .await
+            .map_err(failed)?;
+        let transactions = InnodbTransactions::parse(&report);
+        let global = {
+            let mut previous = self.previous.lock().expect("indicator state lock");
+            *previous = self.thresholds.classify(
+                transactions.longest_seconds as f64,
+                &previous,
+                "long-running transactions",
+            );
+            previous.clone()
+        };
+        let mut readings = vec![Reading {
+            scope: Scope::Global,
+            signal: global,
+        }];
+        for table in &context.tables {
+            let Ok(ident) = Ident::parse(table) else {
+                continue;
+            };
+            let Some(schema) = ident.schema().or(database.as_deref()) else {
+                continue;
+            };
+            let waiting = transactions.waits_on(schema, ident.name());
+            if waiting > 0 {
+                readings.push(Reading {
+                    scope: Scope::Table(table.clone()),
+                    signal: Signal::Stop {
+                        reason: format!("{waiting} session(s) waiting for a lock on {table}"),
+                    },
+                });
+            }
+        }
+        Ok(readings)
     }
 }

@@ -21,11 +21,13 @@
 //! the [`Runtime`] handle.
 #![warn(missing_docs)]
 
+mod announce;
 pub mod config;
 pub mod context;
 pub mod control;
 pub mod health;
 pub mod indicators;
+pub mod innodb_status;
 pub mod operation;
 pub mod pool;
 pub mod reconciler;

@@ -283,11 +283,8 @@ impl ReplicaPool {
                 )
                 .fetch_one(pool)
                 .await?;
-                let applied = sqlx::query_scalar(HEARTBEAT)
-                    .fetch_optional(pool)
-                    .await
-                    .ok()
-                    .flatten();
+                let applied =
+                    applied_heartbeat(sqlx::query_scalar(HEARTBEAT).fetch_optional(pool).await)?;
                 Ok(ReplicaState {
                     applied,
                     reported_lag: None,
@@ -332,11 +329,8 @@ impl ReplicaPool {
                 .find(|e| !e.is_empty());
                 let reported_lag = text(["Seconds_Behind_Master", "Seconds_Behind_Source"])
                     .and_then(|s| s.parse().ok());
-                let applied = sqlx::query_scalar(HEARTBEAT)
-                    .fetch_optional(pool)
-                    .await
-                    .ok()
-                    .flatten();
+                let applied =
+                    applied_heartbeat(sqlx::query_scalar(HEARTBEAT).fetch_optional(pool).await)?;
                 let broken = match (&error, io.as_deref()) {
                     (Some(error), _) => Some(format!("replication error: {error}")),
                     (None, Some("No")) => {
@@ -360,6 +354,19 @@ fn stop(reason: String) -> Vec<Reading> {
         scope: Scope::Global,
         signal: Signal::Stop { reason },
     }]
+}
+
+/// The heartbeat a replica has applied, from its read: `None` while the
+/// table has not reached it (the migration not yet replayed); any other
+/// failure (on PostgreSQL, a read cancelled by a conflict with recovery) is
+/// an error the replica is stopped for as such, not a missing heartbeat.
+fn applied_heartbeat(read: Result<Option<i64>, sqlx::Error>) -> Result<Option<i64>, sqlx::Error> {
+    match read {
+        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("42P01" | "42S02")) => {
+            Ok(None)
+        }
+        read => read,
+    }
 }
 
 /// The lag of a replica that has applied heartbeat `applied`, given the

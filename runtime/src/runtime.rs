@@ -518,6 +518,7 @@ impl Runtime {
                 status: Some(*status),
                 kind: None,
                 limit: Some(1_000),
+                ..Default::default()
             };
             left.extend(
                 self.context

@@ -18,7 +18,7 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 use sluice_operations::OperationError;
-use sluice_store::{Event, Expected, OperationStatus, StoreError};
+use sluice_store::{Announced, Event, Expected, OperationStatus, StoreError};
 
 use crate::context::{RuntimeContext, Services};
 use crate::health::HealthIndicator;
@@ -52,6 +52,9 @@ pub enum SupervisorMessage {
     /// Look for runnable operations now rather than at the next interval
     /// (an operation was just enqueued here, or a slot was freed).
     ReconcileNow,
+    /// An operator control changed these operations (announced by the
+    /// store): their actors here look now, and a resumed one is claimed.
+    Controlled(Announced),
     /// Stop claiming, let every operation actor finish its sub-batch in
     /// flight and give its operation back, then stop; reply when done.
     Shutdown(RpcReplyPort<()>),
@@ -71,6 +74,8 @@ pub struct SupervisorState {
     /// Store faults in a row per operation ([`SupervisorState::wait_out_store_fault`]).
     store_faults: HashMap<i64, u32>,
     shutdown: Option<Vec<RpcReplyPort<()>>>,
+    /// The task listening for announced controls (PostgreSQL).
+    listener: Option<tokio::task::JoinHandle<()>>,
     /// The reconciler and scheduler asked to stop at shutdown, until they
     /// have: the supervisor must not stop before them (stopping kills the
     /// children still running, which could cut a database call short).
@@ -92,7 +97,14 @@ impl Actor for RuntimeSupervisor {
         publish(&args.context, &pool, &monitor);
         let reconciler = spawn_reconciler(&myself, &args.context).await?;
         let scheduler = spawn_scheduler(&myself, &args.context).await?;
+        let listener = args
+            .context
+            .config
+            .announced_controls
+            .then(|| crate::announce::spawn_listener(&args.context.store, myself.clone()))
+            .flatten();
         Ok(SupervisorState {
+            listener,
             context: args.context,
             indicators: args.indicators,
             monitor,
@@ -132,6 +144,16 @@ impl Actor for RuntimeSupervisor {
                 let _ = reply.send(state.operations.values().map(|(id, _)| *id).collect());
             }
             SupervisorMessage::ReconcileNow => state.reconcile_now(),
+            SupervisorMessage::Controlled(announced) => {
+                for (id, actor) in state.operations.values().chain(state.helpers.values()) {
+                    if announced == Announced::All
+                        || matches!(&announced, Announced::Operations(ids) if ids.contains(id))
+                    {
+                        let _ = actor.cast(OperationMessage::Controlled);
+                    }
+                }
+                state.reconcile_now();
+            }
             SupervisorMessage::Shutdown(reply) => {
                 if let Some(reconciler) = state.reconciler.take() {
                     reconciler.stop(Some("shutdown".into()));
@@ -145,6 +167,17 @@ impl Actor for RuntimeSupervisor {
                 state.shutdown.get_or_insert_with(Vec::new).push(reply);
                 state.finish_shutdown_if_done(&myself).await;
             }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(listener) = state.listener.take() {
+            listener.abort();
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 //! are pure and usable without a database.
 #![warn(missing_docs)]
 
+mod announce;
 pub mod batch_machine;
 mod batch_queries;
 mod bulk_enqueue;
@@ -30,6 +31,7 @@ mod sub_batch;
 mod sub_batch_session;
 pub mod target_table;
 
+pub use announce::{Announced, CONTROL_CHANNEL};
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use connection::{Backend, ConnectOptions, Dialect, redact_url};

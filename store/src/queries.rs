@@ -184,14 +184,18 @@ macro_rules! backend {
 
             pub(crate) async fn list(
                 pool: &Pool,
-                status: Option<OperationStatus>,
-                kind: Option<&str>,
-                limit: i64,
+                filter: &crate::store::ListFilter,
             ) -> Result<Vec<OperationRecord>, StoreError> {
-                let rows: Vec<OperationRow> = sqlx::query_as(S.list_operations)
-                    .bind(status.map(OperationStatus::as_str))
-                    .bind(kind)
-                    .bind(limit)
+                let statement = if filter.newest_first {
+                    S.list_operations_newest
+                } else {
+                    S.list_operations
+                };
+                let rows: Vec<OperationRow> = sqlx::query_as(statement)
+                    .bind(filter.status.map(OperationStatus::as_str))
+                    .bind(filter.kind.as_deref())
+                    .bind(filter.after)
+                    .bind(filter.limit.unwrap_or(1_000))
                     .fetch_all(pool)
                     .await?;
                 rows.into_iter().map(OperationRecord::try_from).collect()

@@ -28,8 +28,11 @@ pub(crate) struct Statements {
     pub operation: &'static str,
     /// Operation `$1`, locked for the rest of the transaction (PostgreSQL).
     pub operation_locked: &'static str,
-    /// Operations of status `$1` and kind `$2` (either `NULL`: any), by id, at most `$3`.
+    /// Operations of status `$1` and kind `$2` (either `NULL`: any) with an
+    /// id above `$3` (`NULL`: any), by id, at most `$4`.
     pub list_operations: &'static str,
+    /// The same newest first: ids below `$3`, highest first, at most `$4`.
+    pub list_operations_newest: &'static str,
     /// Operation `$1`'s events after sequence number `$2`, in order.
     pub events_after: &'static str,
     /// Up to `$2` claimable operations at time `$1` — pending, or running
@@ -105,7 +108,11 @@ pub(crate) const SQLITE: Statements = Statements {
     operation: "SELECT * FROM sluice_operations WHERE id = $1",
     operation_locked: "SELECT * FROM sluice_operations WHERE id = $1",
     list_operations: "SELECT * FROM sluice_operations \
-        WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) ORDER BY id LIMIT $3",
+        WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) AND ($3 IS NULL OR id > $3) \
+        ORDER BY id LIMIT $4",
+    list_operations_newest: "SELECT * FROM sluice_operations \
+        WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) AND ($3 IS NULL OR id < $3) \
+        ORDER BY id DESC LIMIT $4",
     events_after: "SELECT operation_id, seq, kind, recorded_at, format_version, payload \
         FROM sluice_events WHERE operation_id = $1 AND seq > $2 ORDER BY seq",
     claimable_operations: "SELECT * FROM sluice_operations \

@@ -58,6 +58,12 @@ pub struct ListFilter {
     pub kind: Option<String>,
     /// At most this many (default 1,000).
     pub limit: Option<i64>,
+    /// Newest first (highest id first) instead of oldest first.
+    pub newest_first: bool,
+    /// Only operations past this id in the listing's order (above it oldest
+    /// first, below it newest first): the next page after a listing whose
+    /// last id it is.
+    pub after: Option<i64>,
 }
 
 /// Calls the per-backend function of [`crate::queries`] (or of the module
@@ -245,8 +251,7 @@ impl Store {
 
     /// Operations matching `filter`, oldest first.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<OperationRecord>, StoreError> {
-        let limit = filter.limit.unwrap_or(1_000);
-        dispatch!(self.list(filter.status, filter.kind.as_deref(), limit))
+        dispatch!(self.list(filter))
     }
 
     /// Appends `events` to an operation's log and updates its projection in one

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection as _;
 use sqlx::pool::PoolConnection;
-use sqlx::{MySql, MySqlConnection, PgConnection, Postgres, Sqlite, SqliteConnection};
+use sqlx::{MySql, PgConnection, Postgres, Sqlite, SqliteConnection};
 
 use crate::batch_queries::batch_lease_lost;
 use crate::connection::{Backend, KeptPlace};
@@ -16,7 +16,7 @@ use crate::error::StoreError;
 use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
 use crate::store::Store;
-use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, bounded_begin};
+use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, begin_mysql, bounded_begin};
 
 /// A pool worker's way to the connections its one-statement sub-batches run
 /// on: PostgreSQL's sessions bounded by `statement_timeout` (see
@@ -179,7 +179,7 @@ impl SubBatchSession {
                 write_in(Tx::Sqlite(tx), lease, statement, progress).await
             }
             Held::MySql(mysql) => {
-                write_in(Tx::MySql(mysql.begin().await?), lease, statement, progress).await
+                write_in(begin_mysql(mysql).await?, lease, statement, progress).await
             }
         };
         self.settle(connection, done.is_ok());
@@ -253,9 +253,7 @@ impl SubBatchSession {
                 let tx = sqlite.begin_with("BEGIN IMMEDIATE").await?;
                 write_in(Tx::Sqlite(tx), lease, statement, None).await
             }
-            Held::MySql(mysql) => {
-                write_in(Tx::MySql(mysql.begin().await?), lease, statement, None).await
-            }
+            Held::MySql(mysql) => write_in(begin_mysql(mysql).await?, lease, statement, None).await,
         };
         self.settle(connection, counted.is_ok());
         counted
@@ -393,10 +391,7 @@ impl SessionConnection {
                 let connection: &mut SqliteConnection = connection;
                 Tx::Sqlite(connection.begin_with("BEGIN IMMEDIATE").await?)
             }
-            Held::MySql(connection) => {
-                let connection: &mut MySqlConnection = connection;
-                Tx::MySql(connection.begin().await?)
-            }
+            Held::MySql(connection) => begin_mysql(connection).await?,
         };
         Ok(SubBatchTx::new(tx, lease))
     }

@@ -658,3 +658,21 @@ macro_rules! postgres_only {
         }
     };
 }
+
+/// Declares each listed async test function for MySQL alone (skipped like
+/// the others when the server is not reachable).
+#[macro_export]
+macro_rules! mysql_only {
+    ($($name:ident),* $(,)?) => {
+        mod mysql_only {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let Some(db) = $crate::common::TestDb::mysql().await else { return };
+                    super::$name(&db).await;
+                    db.cleanup().await;
+                }
+            )*
+        }
+    };
+}

@@ -86,6 +86,9 @@ pub enum OperationMessage {
     Health(HealthSnapshot),
     /// Renew leases, look for operator controls written elsewhere, check limits.
     Tick,
+    /// An operator control was announced for this operation: look now (a
+    /// tick that does not re-arm the timer).
+    Controlled,
     /// Stop after the sub-batch in flight, giving the operation back as pending.
     Shutdown,
 }
@@ -306,6 +309,7 @@ impl Actor for OperationActor {
                 myself.send_after(interval, || OperationMessage::Tick);
                 Input::Tick
             }
+            OperationMessage::Controlled => Input::Tick,
             OperationMessage::Shutdown => Input::Shutdown,
         };
         state.run(&myself, input).await

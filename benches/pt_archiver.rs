@@ -1,0 +1,330 @@
+//! End-to-end harness: Sluice against Percona's `pt-archiver` purging the
+//! same rows of one MariaDB table, under the same foreground load, in one
+//! run.
+//!
+//! The table has 1,000,000 rows (`SLUICE_BENCH_ROWS`) written over time, as
+//! a log table is: `created_at` grows with the key, the first 80 % are
+//! aged (2020), the last 20 % young; an index on `created_at`. Each side starts from a fresh fill, with the replica caught
+//! up, and deletes the rows older than a day, 1,000 per transaction:
+//! - `pt-archiver --purge --where "created_at < NOW() - INTERVAL 1 DAY"
+//!   --limit 1000 --commit-each --bulk-delete`;
+//! - Sluice's `delete-aged-rows` with sub-batches of 1,000 (batches of
+//!   20,000), one pool worker, its built-in health indicators on, recording
+//!   each sub-batch's progress in the same transaction as its delete.
+//!
+//! The second pair adds the replica: `--check-slave-lag <replica> --max-lag
+//! 5` for `pt-archiver`, `RuntimeBuilder::replica` (throttle at 5 s of lag,
+//! stop at 30 s) for Sluice.
+//!
+//! Meanwhile four clients read rows that stay by their key and insert new
+//! ones (one insert in four queries, about 500 queries/s per client); the
+//! harness prints each side's rows/s and the clients' p50 and p99.
+//!
+//! `cargo bench --bench pt_archiver` (env: `SLUICE_BENCH_ROWS`;
+//! `SLUICE_BENCH_REPEATS`, default 1, which side goes first alternates;
+//! `SLUICE_TEST_MYSQL_URL`, `SLUICE_TEST_MYSQL_REPLICA_URL`, without a
+//! password). Needs `pt-archiver` on the `PATH` (Debian: `percona-toolkit`);
+//! skips with a message when it or a server is missing.
+
+mod common;
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
+use sluice_store::{ConnectOptions, Store};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+
+use common::{env, percentile};
+
+const CLIENTS: u64 = 4;
+const DATABASE: &str = "sluice_bench_archiver";
+const TABLE: &str = "arch_events";
+const SCOPE: &str = "created_at < NOW() - INTERVAL 1 DAY";
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
+    let repeats: usize = env("SLUICE_BENCH_REPEATS", 1);
+    let server = std::env::var("SLUICE_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
+    let replica = std::env::var("SLUICE_TEST_MYSQL_REPLICA_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3307".into());
+    if std::process::Command::new("pt-archiver")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("skipped: pt-archiver is not installed (Debian: percona-toolkit)");
+        return;
+    }
+    let Ok(admin) = MySqlPool::connect(&server).await else {
+        println!("skipped: no MySQL server at {server}");
+        return;
+    };
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {DATABASE}"),
+        format!("CREATE DATABASE {DATABASE}"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&admin)
+            .await
+            .unwrap();
+    }
+    let url = format!("{}/{DATABASE}", server.trim_end_matches('/'));
+    let replica_url = format!("{}/{DATABASE}", replica.trim_end_matches('/'));
+    let primary = MySqlPoolOptions::new()
+        .max_connections(CLIENTS as u32)
+        .connect(&url)
+        .await
+        .unwrap();
+    let replica_pool = MySqlPool::connect(&replica_url).await.ok();
+    let store = Store::connect_with(
+        &url,
+        &ConnectOptions {
+            sub_batch_timeout: Some(RuntimeConfig::default().sub_batch_timeout),
+            ..ConnectOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    println!(
+        "rows {rows}, {} aged, sub-batches of 1,000, {CLIENTS} clients",
+        rows - rows / 5
+    );
+
+    fill(&primary, rows).await;
+    let idle = under_load(&primary, rows, async {
+        tokio::time::sleep(Duration::from_secs(8)).await
+    })
+    .await;
+    report("no maintenance", None, &idle);
+
+    let pairs: Vec<Option<&str>> = match replica_pool {
+        Some(_) => vec![None, Some(replica_url.as_str())],
+        None => {
+            println!("no replica at {replica_url}: the lag-checking pair is skipped");
+            vec![None]
+        }
+    };
+    for repeat in 0..repeats {
+        for lag_from in &pairs {
+            let with = if lag_from.is_some() {
+                ", replica lag checked"
+            } else {
+                ""
+            };
+            for turn in 0..2 {
+                fill(&primary, rows).await;
+                if let Some(replica) = &replica_pool {
+                    caught_up(&primary, replica).await;
+                }
+                if (turn + repeat) % 2 == 0 {
+                    let (took, latencies) =
+                        under_load_timed(&primary, rows, pt_archiver(&url, *lag_from)).await;
+                    report(
+                        &format!("pt-archiver{with}"),
+                        Some((rows, took)),
+                        &latencies,
+                    );
+                } else {
+                    let (took, latencies) =
+                        under_load_timed(&primary, rows, sluice(&store, *lag_from)).await;
+                    report(&format!("Sluice{with}"), Some((rows, took)), &latencies);
+                }
+                let left: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT COUNT(*) FROM {TABLE} WHERE {SCOPE}"
+                )))
+                .fetch_one(&primary)
+                .await
+                .unwrap();
+                assert_eq!(left, 0, "every aged row is deleted");
+            }
+        }
+    }
+    store.close().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {DATABASE}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
+
+/// Runs `pt-archiver` over the aged rows, checking the lag of `replica` if
+/// one is given.
+async fn pt_archiver(url: &str, replica: Option<&str>) {
+    let source = dsn(url) + &format!(",t={TABLE},A=utf8mb4");
+    let mut command = std::process::Command::new("pt-archiver");
+    command.args([
+        "--source",
+        &source,
+        "--purge",
+        "--where",
+        SCOPE,
+        "--limit",
+        "1000",
+        "--commit-each",
+        "--bulk-delete",
+    ]);
+    if let Some(replica) = replica {
+        command.args(["--check-slave-lag", &dsn(replica), "--max-lag", "5"]);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("pt-archiver runs");
+    assert!(
+        output.status.success(),
+        "pt-archiver failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Runs Sluice's `delete-aged-rows` over the aged rows on a runtime of its
+/// own, watching `replica` if one is given.
+async fn sluice(store: &Store, replica: Option<&str>) {
+    let mut builder = RuntimeBuilder::with_store(store.clone()).config(RuntimeConfig {
+        node: "pt-archiver-bench".into(),
+        pool_size: 1,
+        ..RuntimeConfig::default()
+    });
+    if let Some(replica) = replica {
+        builder = builder.replica(replica);
+    }
+    let runtime = builder.start().await.unwrap();
+    common::delete_aged_rows(&runtime, store, TABLE, Duration::ZERO).await;
+    runtime.shutdown().await.unwrap();
+}
+
+/// `url` as a Percona DSN (`h=…,P=…,u=…[,D=…]`).
+fn dsn(url: &str) -> String {
+    let options = MySqlConnectOptions::from_str(url).unwrap();
+    let mut dsn = format!(
+        "h={},P={},u={}",
+        options.get_host(),
+        options.get_port(),
+        options.get_username()
+    );
+    if let Some(database) = options.get_database() {
+        dsn += &format!(",D={database}");
+    }
+    dsn
+}
+
+/// Runs `maintenance` under the foreground load; returns how long it took
+/// and the clients' latencies.
+async fn under_load_timed(
+    pool: &MySqlPool,
+    rows: i64,
+    maintenance: impl Future<Output = ()>,
+) -> (Duration, Vec<u64>) {
+    let started = Instant::now();
+    let mut took = Duration::ZERO;
+    let latencies = under_load(pool, rows, async {
+        maintenance.await;
+        took = started.elapsed();
+    })
+    .await;
+    (took, latencies)
+}
+
+/// Runs `maintenance` while the clients read rows that stay and insert new
+/// ones (one query in four); returns their latencies (microseconds), sorted.
+async fn under_load(
+    pool: &MySqlPool,
+    rows: i64,
+    maintenance: impl Future<Output = ()>,
+) -> Vec<u64> {
+    let pool = pool.clone();
+    let query = move |seed: u64| {
+        let pool = pool.clone();
+        async move {
+            if seed.is_multiple_of(4) {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "INSERT INTO {TABLE} (created_at, payload) VALUES ('2099-01-01', ?)"
+                )))
+                .bind(format!("fresh {seed}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+            } else {
+                // The last fifth stays.
+                let id = rows - (seed % (rows / 5) as u64) as i64;
+                let _: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT payload FROM {TABLE} WHERE id = ?"
+                )))
+                .bind(id)
+                .fetch_optional(&pool)
+                .await
+                .unwrap();
+            }
+        }
+    };
+    common::under_load(CLIENTS, query, maintenance).await
+}
+
+/// Prints the clients' p50 and p99 and, for a purge, its rows/s.
+fn report(name: &str, purge: Option<(i64, Duration)>, latencies: &[u64]) {
+    let rate = match purge {
+        Some((rows, took)) => format!(
+            "{:.1} s, {:.0} rows/s, ",
+            took.as_secs_f64(),
+            (rows - rows / 5) as f64 / took.as_secs_f64()
+        ),
+        None => String::new(),
+    };
+    println!(
+        "{name}: {rate}{} queries, p50 {:.2} ms, p99 {:.2} ms",
+        latencies.len(),
+        percentile(latencies, 0.50) as f64 / 1e3,
+        percentile(latencies, 0.99) as f64 / 1e3,
+    );
+}
+
+/// `arch_events` afresh: `rows` rows, the first 80 % aged (2020, a second
+/// apart), the rest young (2099), indexed on `created_at` and analysed.
+async fn fill(pool: &MySqlPool, rows: i64) {
+    let aged = rows - rows / 5;
+    for sql in [
+        format!("DROP TABLE IF EXISTS {TABLE}"),
+        format!(
+            "CREATE TABLE {TABLE} (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
+             created_at DATETIME(6) NOT NULL, payload VARCHAR(255) NOT NULL) ENGINE = InnoDB"
+        ),
+        format!(
+            "SET STATEMENT max_recursive_iterations = {rows} FOR INSERT INTO {TABLE} \
+             WITH RECURSIVE n(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM n WHERE v < {rows}) \
+             SELECT v, IF(v > {aged}, TIMESTAMP '2099-01-01 00:00:00', \
+             TIMESTAMP '2020-01-01 00:00:00' + INTERVAL v SECOND), \
+             CONCAT('payload ', v) FROM n"
+        ),
+        format!("CREATE INDEX {TABLE}_created_at ON {TABLE} (created_at)"),
+        format!("ANALYZE TABLE {TABLE}"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
+/// Waits (at most ten minutes) until `replica` holds as many rows of the
+/// table as `primary`, so no side starts with the other's lag.
+async fn caught_up(primary: &MySqlPool, replica: &MySqlPool) {
+    let count = format!("SELECT COUNT(*) FROM {TABLE}");
+    let want: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count.clone()))
+        .fetch_one(primary)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let have: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(count.clone()))
+            .fetch_one(replica)
+            .await
+            .ok();
+        if have == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the replica did not catch up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

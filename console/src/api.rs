@@ -1,0 +1,325 @@
+//! The JSON API's handlers and its error type.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_runtime::{Action, ControlError, Selection, control};
+use sluice_store::{ListFilter, OperationStatus, StoreError};
+
+use crate::Console;
+use crate::access::{Caller, Right};
+use crate::views;
+
+/// A refusal or failure as the API reports it: an HTTP status and
+/// `{"error": {"code", "message"}}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn bad_request(message: String) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn unauthorized(needed: &str) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            format!("this console needs {needed}"),
+        )
+    }
+
+    pub(crate) fn forbidden(message: String) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: String) -> Self {
+        ApiError {
+            status,
+            code,
+            message,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound(id) => Self::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no operation has id {id}"),
+            ),
+            StoreError::UnknownSchedule(_) => {
+                Self::new(StatusCode::NOT_FOUND, "not_found", error.to_string())
+            }
+            StoreError::ScheduleExists(_) => {
+                Self::new(StatusCode::CONFLICT, "conflict", error.to_string())
+            }
+            // The database's own message may quote a value; say only what failed.
+            error if error.is_transient() => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the store cannot be reached".into(),
+            ),
+            _ => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the store failed; see the console's log".into(),
+            ),
+        }
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(error: ControlError) -> Self {
+        match error {
+            ControlError::NotApplicable { .. } => {
+                Self::new(StatusCode::CONFLICT, "not_applicable", error.to_string())
+            }
+            ControlError::EmptyKind => Self::bad_request(error.to_string()),
+            ControlError::Store(error) => error.into(),
+        }
+    }
+}
+
+/// `GET /healthz`: the process answers.
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: the store answers a query.
+pub(crate) async fn readyz(State(console): State<Console>) -> Result<&'static str, ApiError> {
+    let filter = ListFilter {
+        limit: Some(1),
+        ..ListFilter::default()
+    };
+    console.store.list(&filter).await?;
+    Ok("ready\n")
+}
+
+/// `GET /api/session`: who the caller is to the console — the token's name,
+/// whether it may control, and (for a browser session) the CSRF token its
+/// page sends with each control.
+pub(crate) async fn session(caller: Caller) -> Json<Value> {
+    Json(json!({
+        "name": caller.name(),
+        "controls": caller.require(Right::Control).is_ok(),
+        "csrf": caller.csrf,
+    }))
+}
+
+/// Any other path.
+pub(crate) async fn not_found(uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no endpoint at {}", uri.path()),
+    )
+}
+
+/// The filters of `GET /api/operations`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    status: Option<String>,
+    kind: Option<String>,
+    limit: Option<i64>,
+    order: Option<String>,
+    after: Option<i64>,
+}
+
+/// `GET /api/operations?status=&kind=&limit=&order=&after=`: operations,
+/// oldest first or (`order=newest`) newest first, at most `limit` (1 to
+/// 1,000, default 100), past id `after` in that order (the next page).
+pub(crate) async fn list(
+    State(console): State<Console>,
+    caller: Caller,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Right::Read)?;
+    let query = Query::<ListQuery>::try_from_uri(&uri)
+        .map_err(|e| ApiError::bad_request(e.body_text()))?
+        .0;
+    let status = match query.status.as_deref() {
+        None => None,
+        Some(name) => Some(OperationStatus::parse(name).ok_or_else(|| {
+            let names: Vec<&str> = OperationStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!(
+                "unknown status `{name}` (expected one of: {})",
+                names.join(", ")
+            ))
+        })?),
+    };
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1_000).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit {limit} is outside 1 to 1000"
+        )));
+    }
+    let newest_first = match query.order.as_deref() {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown order `{other}` (expected oldest or newest)"
+            )));
+        }
+    };
+    let filter = ListFilter {
+        status,
+        kind: query.kind,
+        limit: Some(limit),
+        newest_first,
+        after: query.after,
+    };
+    let records = console.store.list(&filter).await?;
+    Ok(array(&records, views::operation))
+}
+
+/// `GET /api/operations/{id}`.
+pub(crate) async fn show(
+    State(console): State<Console>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Right::Read)?;
+    let record = console.store.operation(operation_id(&id)?).await?;
+    Ok(Json(views::operation(&record)))
+}
+
+/// `GET /api/operations/{id}/events`: its event log, oldest first.
+pub(crate) async fn events(
+    State(console): State<Console>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Right::Read)?;
+    let id = existing(&console, &id).await?;
+    let events = console.store.events(id, 0).await?;
+    Ok(array(&events, views::event))
+}
+
+/// `GET /api/operations/{id}/batches`: its batches, in order.
+pub(crate) async fn batches(
+    State(console): State<Console>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Right::Read)?;
+    let id = existing(&console, &id).await?;
+    let batches = console.store.batches(id).await?;
+    Ok(array(&batches, views::batch))
+}
+
+/// `GET /api/schedules`: every schedule, by name.
+pub(crate) async fn schedules(
+    State(console): State<Console>,
+    caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Right::Read)?;
+    let schedules = console.store.schedules().await?;
+    Ok(array(&schedules, views::schedule))
+}
+
+/// `GET /api/switches`: the kill switches set.
+pub(crate) async fn switches(
+    State(console): State<Console>,
+    caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Right::Read)?;
+    let switches = console.store.switches().await?;
+    Ok(array(&switches, views::switch))
+}
+
+/// `POST /api/operations/{id}/{pause|resume|cancel|retry}`: refused with
+/// `not_applicable` when the operation's status does not allow it.
+pub(crate) async fn control_one(
+    State(console): State<Console>,
+    caller: Caller,
+    Path((id, action)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let selection = Selection::One(operation_id(&id)?);
+    apply(&console, &caller, &action, selection).await
+}
+
+/// `POST /api/kinds/{kind}/{action}`: every operation of the kind; a pause
+/// is also the kind's kill switch, a resume lifts it.
+pub(crate) async fn control_kind(
+    State(console): State<Console>,
+    caller: Caller,
+    Path((kind, action)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    apply(&console, &caller, &action, Selection::Kind(kind)).await
+}
+
+/// `POST /api/all/{action}`: every operation (and the global switch).
+pub(crate) async fn control_all(
+    State(console): State<Console>,
+    caller: Caller,
+    Path(action): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    apply(&console, &caller, &action, Selection::All).await
+}
+
+/// Applies the control named `action` to `selection` for `caller`.
+async fn apply(
+    console: &Console,
+    caller: &Caller,
+    action: &str,
+    selection: Selection,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Right::Control)?;
+    let action = match action {
+        "pause" => Action::Pause,
+        "resume" => Action::Resume,
+        "cancel" => Action::Cancel,
+        "retry" => Action::Retry,
+        other => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("unknown control `{other}` (expected pause, resume, cancel or retry)"),
+            ));
+        }
+    };
+    let done = control(&console.store, action, &selection, &caller.describe()).await?;
+    Ok(Json(json!({
+        "action": action.verb(),
+        "changed": done.changed,
+        "skipped": done.skipped,
+    })))
+}
+
+/// An operation id from a path segment.
+fn operation_id(text: &str) -> Result<i64, ApiError> {
+    text.parse()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::bad_request(format!("`{text}` is not an operation id")))
+}
+
+/// The id in a path segment, of an operation that exists.
+async fn existing(console: &Console, text: &str) -> Result<i64, ApiError> {
+    let id = operation_id(text)?;
+    console.store.operation(id).await?;
+    Ok(id)
+}
+
+/// `items` as a JSON array of their `view`s.
+fn array<T>(items: &[T], view: fn(&T) -> Value) -> Json<Value> {
+    Json(Value::Array(items.iter().map(view).collect()))
+}

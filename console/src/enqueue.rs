@@ -1,0 +1,133 @@
+//! `POST /api/operations`: enqueue an operation of any registered kind,
+//! checked exactly as `sluice enqueue` checks it (names, catalogue, plan,
+//! sizes) before anything is written.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_operations::{EnqueueOptions, OperationError, enqueue};
+use sluice_store::Limits;
+
+use crate::Console;
+use crate::access::{Caller, Right};
+use crate::api::ApiError;
+
+/// What the request asks for.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnqueueRequest {
+    kind: String,
+    arguments: Value,
+    #[serde(default)]
+    options: RequestOptions,
+}
+
+/// How it runs; each as `sluice enqueue`'s option of the same name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RequestOptions {
+    batch_size: i64,
+    sub_batch_size: i64,
+    pause_ms: u64,
+    max_runtime_ms: Option<i64>,
+    max_rows: Option<i64>,
+    priority: i32,
+    force: bool,
+}
+
+impl Default for RequestOptions {
+    fn default() -> Self {
+        let defaults = EnqueueOptions::default();
+        RequestOptions {
+            batch_size: defaults.batch_size,
+            sub_batch_size: defaults.sub_batch_size,
+            pause_ms: 0,
+            max_runtime_ms: None,
+            max_rows: None,
+            priority: 0,
+            force: false,
+        }
+    }
+}
+
+/// `POST /api/operations` with `{"kind", "arguments", "options"}`: 201 and
+/// the new operation, 200 and the active one when the same kind and
+/// arguments are already pending or running, 400 naming what is wrong (and
+/// nothing written) when a check refuses it.
+pub(crate) async fn create(
+    State(console): State<Console>,
+    caller: Caller,
+    request: Result<Json<EnqueueRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Right::Control)?;
+    let request = body(request)?;
+    let options = request.options.into();
+    let registry = &console.registry;
+    let store = &console.store;
+    let arguments = registry
+        .arguments_at(&request.kind, store, request.arguments, chrono::Utc::now())
+        .await
+        .map_err(refused)?;
+    let enqueued = enqueue(store, registry, &request.kind, &arguments, &options)
+        .await
+        .map_err(refused)?;
+    let record = store.operation(enqueued.id).await?;
+    let status = if enqueued.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(json!({
+            "id": enqueued.id,
+            "created": enqueued.created,
+            "status": record.state.status.as_str(),
+            "estimated_rows": record.state.estimated_rows,
+        })),
+    ))
+}
+
+impl From<RequestOptions> for EnqueueOptions {
+    fn from(o: RequestOptions) -> Self {
+        EnqueueOptions {
+            batch_size: o.batch_size,
+            sub_batch_size: o.sub_batch_size,
+            pause: Duration::from_millis(o.pause_ms),
+            limits: Limits {
+                max_runtime_ms: o.max_runtime_ms,
+                max_rows_per_run: o.max_rows,
+            },
+            priority: o.priority,
+            force: o.force,
+            ..EnqueueOptions::default()
+        }
+    }
+}
+
+/// A JSON body, or the refusal of one that is not (400) or too large (413).
+pub(crate) fn body<T>(request: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    match request {
+        Ok(Json(body)) => Ok(body),
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
+            e.status(),
+            "too_large",
+            "the request body is over 16 KiB".into(),
+        )),
+        Err(e) => Err(ApiError::bad_request(e.body_text())),
+    }
+}
+
+/// A refused enqueue: the operator's input is at fault (400, the check's
+/// message), unless the store failed.
+fn refused(error: OperationError) -> ApiError {
+    match error {
+        OperationError::Store(error) => error.into(),
+        other => ApiError::bad_request(other.to_string()),
+    }
+}

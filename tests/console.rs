@@ -1,0 +1,751 @@
+//! The operator console's HTTP API against a real store: every endpoint's
+//! answer, each refusal with its status and code, and nothing changed in
+//! the store by a refused request. `sluice serve` refuses to listen beyond
+//! loopback without a token, and serves on loopback.
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::Stdio;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::{TestDb, create_counted_items, enqueue_increment, sluice};
+use serde_json::Value;
+use sluice::console::{Access, Console};
+use tower::ServiceExt as _;
+
+for_each_backend!(
+    the_api_reads_and_controls_operations_and_refuses_what_does_not_apply,
+    tokens_decide_who_reads_and_who_controls,
+    a_browser_session_signs_in_with_a_token_and_controls_only_with_its_csrf_token,
+    the_api_enqueues_with_the_checks_of_the_command_line,
+    the_openapi_document_lists_the_endpoints_the_console_answers,
+    schedules_and_retention_are_managed_through_the_api,
+    without_a_token_only_this_machine_and_this_origin_may_control,
+);
+
+/// A request to the console and its answer: status and body (JSON when it
+/// parses, else a string).
+struct Call<'a> {
+    console: &'a Console,
+    headers: Vec<(&'static str, String)>,
+}
+
+impl<'a> Call<'a> {
+    fn new(console: &'a Console) -> Self {
+        Call {
+            console,
+            headers: vec![("host", "127.0.0.1:8080".into())],
+        }
+    }
+
+    fn header(mut self, name: &'static str, value: &str) -> Self {
+        self.headers.retain(|(n, _)| *n != name);
+        self.headers.push((name, value.to_owned()));
+        self
+    }
+
+    fn token(self, token: &str) -> Self {
+        self.header("authorization", &format!("Bearer {token}"))
+    }
+
+    async fn get(self, path: &str) -> (StatusCode, Value) {
+        self.send("GET", path).await
+    }
+
+    async fn post(self, path: &str) -> (StatusCode, Value) {
+        self.send("POST", path).await
+    }
+
+    async fn send(self, method: &str, path: &str) -> (StatusCode, Value) {
+        self.send_body(method, path, Body::empty()).await
+    }
+
+    /// POSTs `body` as JSON.
+    async fn post_json(self, path: &str, body: String) -> (StatusCode, Value) {
+        self.header("content-type", "application/json")
+            .send_body("POST", path, Body::from(body))
+            .await
+    }
+
+    async fn send_body(self, method: &str, path: &str, body: Body) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        for (name, value) in &self.headers {
+            request = request.header(*name, value);
+        }
+        let response = self
+            .console
+            .clone()
+            .router()
+            .oneshot(request.body(body).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, body)
+    }
+}
+
+/// The error code of a refusal.
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("(not an error)")
+}
+
+/// `items` with an update of group 1 enqueued; its id.
+async fn one_operation(db: &TestDb) -> i64 {
+    create_counted_items(db, 50).await;
+    let enqueued = enqueue_increment(db, &["--where", "grp = 1"]);
+    enqueued["id"].as_i64().expect("an id")
+}
+
+/// The operation's status and event count, as the store has them.
+async fn stored(db: &TestDb, id: i64) -> (String, i64) {
+    let record = db.store.operation(id).await.unwrap();
+    (
+        record.state.status.as_str().to_owned(),
+        record.state.last_seq,
+    )
+}
+
+async fn the_api_reads_and_controls_operations_and_refuses_what_does_not_apply(db: &TestDb) {
+    let id = one_operation(db).await;
+    let console = Console::new(db.store.clone(), Access::default());
+    let call = || Call::new(&console);
+
+    let (status, list) = call().get("/api/operations").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list[0]["id"], id);
+    assert_eq!(list[0]["status"], "pending");
+    assert_eq!(list[0]["kind"], "update-in-batches");
+    let (_, filtered) = call().get("/api/operations?status=running").await;
+    assert_eq!(filtered, Value::Array(vec![]));
+    let (_, by_kind) = call()
+        .get("/api/operations?kind=update-in-batches&limit=5")
+        .await;
+    assert_eq!(by_kind.as_array().map(Vec::len), Some(1));
+
+    let (status, shown) = call().get(&format!("/api/operations/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (shown["table"].as_str(), shown["health"].as_str()),
+        (Some("items"), Some("normal"))
+    );
+    let text = shown.to_string();
+    for value in ["counter + 1", "grp = 1", "arguments", "cursor"] {
+        assert!(!text.contains(value), "{value} shown: {text}");
+    }
+    let (status, events) = call().get(&format!("/api/operations/{id}/events")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(events[0]["kind"], "created");
+
+    let (status, paused) = call().post(&format!("/api/operations/{id}/pause")).await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    assert_eq!(
+        (paused["action"].as_str(), &paused["changed"]),
+        (Some("pause"), &serde_json::json!([id]))
+    );
+    let (_, events) = call().get(&format!("/api/operations/{id}/events")).await;
+    let reason = events.as_array().unwrap().last().unwrap()["reason"].to_string();
+    assert!(reason.contains("console (local token)"), "{reason}");
+
+    // Refusals: each with its status and code, and nothing changed.
+    let before = stored(db, id).await;
+    assert_eq!(before.0, "paused");
+    for (method, path, status, expected) in [
+        (
+            "POST",
+            format!("/api/operations/{id}/pause"),
+            StatusCode::CONFLICT,
+            "not_applicable",
+        ),
+        (
+            "POST",
+            format!("/api/operations/{id}/retry"),
+            StatusCode::CONFLICT,
+            "not_applicable",
+        ),
+        (
+            "POST",
+            format!("/api/operations/{id}/explode"),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "POST",
+            "/api/operations/999999/cancel".to_owned(),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "POST",
+            "/api/operations/x1/cancel".to_owned(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/api/operations/999999".to_owned(),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "GET",
+            "/api/operations/-3/events".to_owned(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/api/operations?status=sleeping".to_owned(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/api/operations?limit=0".to_owned(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/api/operations?limit=many".to_owned(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/api/operations?order=id".to_owned(),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/api/nothing".to_owned(),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "DELETE",
+            format!("/api/operations/{id}"),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "(not an error)",
+        ),
+    ] {
+        let (got, body) = call().send(method, &path).await;
+        assert_eq!(
+            (got, code(&body)),
+            (status, expected),
+            "{method} {path}: {body}"
+        );
+        assert!(
+            code(&body) == "(not an error)"
+                || body["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty()),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        stored(db, id).await,
+        before,
+        "a refusal changed the operation"
+    );
+
+    let (status, resumed) = call().post("/api/kinds/update-in-batches/resume").await;
+    assert_eq!(
+        (status, &resumed["changed"]),
+        (StatusCode::OK, &serde_json::json!([id]))
+    );
+    let (status, cancelled) = call().post("/api/all/cancel").await;
+    assert_eq!(
+        (status, &cancelled["changed"]),
+        (StatusCode::OK, &serde_json::json!([id]))
+    );
+    assert_eq!(stored(db, id).await.0, "cancelled");
+
+    let (status, metrics) = call().get("/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = metrics.as_str().unwrap().to_owned();
+    assert!(
+        metrics.contains("sluice_operations{status=\"cancelled\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_operations{status=\"running\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_rows_done{kind=\"update-in-batches\"} 0"),
+        "{metrics}"
+    );
+    assert_eq!(call().get("/healthz").await.0, StatusCode::OK);
+    assert_eq!(call().get("/readyz").await.0, StatusCode::OK);
+}
+
+async fn tokens_decide_who_reads_and_who_controls(db: &TestDb) {
+    let id = one_operation(db).await;
+    let read = "read-token-0123456789";
+    let admin = "admin-token-0123456789";
+    let console = Console::new(
+        db.store.clone(),
+        Access {
+            read_token: Some(read.into()),
+            admin_token: Some(admin.into()),
+        },
+    );
+    let call = || Call::new(&console).header("host", "sluice.internal:8080");
+    let pause = format!("/api/operations/{id}/pause");
+    let before = stored(db, id).await;
+    for (request, status, expected) in [
+        (call(), StatusCode::UNAUTHORIZED, "unauthorized"),
+        (
+            call().token("read-token-012345678"),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        ),
+        (
+            call().header("authorization", admin),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        ),
+        (call().token(read), StatusCode::FORBIDDEN, "forbidden"),
+    ] {
+        let (got, body) = request.post(&pause).await;
+        assert_eq!((got, code(&body)), (status, expected), "{body}");
+    }
+    for path in ["/api/operations", "/metrics"] {
+        assert_eq!(call().get(path).await.0, StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(
+            call().token(read).get(path).await.0,
+            StatusCode::OK,
+            "{path}"
+        );
+    }
+    assert_eq!(call().get("/healthz").await.0, StatusCode::OK);
+    assert_eq!(
+        stored(db, id).await,
+        before,
+        "a refused control changed the operation"
+    );
+
+    let (status, body) = call().token(admin).post(&pause).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, events) = call()
+        .token(read)
+        .get(&format!("/api/operations/{id}/events"))
+        .await;
+    let reason = events.as_array().unwrap().last().unwrap()["reason"].to_string();
+    assert!(reason.contains("console (admin token)"), "{reason}");
+}
+
+/// Signs in at `/login` with `token`: the status and the session cookie
+/// (`name=value`) it set, if any.
+async fn sign_in(console: &Console, token: &str) -> (StatusCode, Option<String>) {
+    let request = Request::builder()
+        .method("POST")
+        .uri("/login")
+        .header("host", "sluice.internal:8080")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::from(format!("token={token}")))
+        .unwrap();
+    let response = console.clone().router().oneshot(request).await.unwrap();
+    let cookie = response
+        .headers()
+        .get("set-cookie")
+        .map(|v| v.to_str().unwrap().to_owned());
+    if let Some(cookie) = &cookie {
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+            assert!(cookie.contains(attribute), "{cookie}");
+        }
+    }
+    let pair = cookie.map(|c| c.split(';').next().unwrap().to_owned());
+    (response.status(), pair)
+}
+
+async fn a_browser_session_signs_in_with_a_token_and_controls_only_with_its_csrf_token(
+    db: &TestDb,
+) {
+    let id = one_operation(db).await;
+    let admin = "admin-token-0123456789";
+    let console = Console::new(
+        db.store.clone(),
+        Access {
+            read_token: Some("read-token-0123456789".into()),
+            admin_token: Some(admin.into()),
+        },
+    );
+    let (status, cookie) = sign_in(&console, "not-a-token-at-all").await;
+    assert_eq!((status, cookie), (StatusCode::UNAUTHORIZED, None));
+    let (status, cookie) = sign_in(&console, admin).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let cookie = cookie.expect("a session cookie");
+    let call = || {
+        Call::new(&console)
+            .header("host", "sluice.internal:8080")
+            .header("cookie", &cookie)
+    };
+
+    let (status, who) = call().get("/api/session").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (who["name"].as_str(), who["controls"].as_bool()),
+        (Some("admin"), Some(true))
+    );
+    let csrf = who["csrf"].as_str().expect("a CSRF token").to_owned();
+    assert_eq!(csrf.len(), 64);
+    assert_eq!(call().get("/api/operations").await.0, StatusCode::OK);
+
+    let pause = format!("/api/operations/{id}/pause");
+    let before = stored(db, id).await;
+    let last = if csrf.ends_with('0') { '1' } else { '0' };
+    let wrong = format!("{}{last}", &csrf[..63]);
+    for request in [call(), call().header("x-csrf-token", &wrong)] {
+        let (status, body) = request.post(&pause).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::FORBIDDEN, "forbidden"),
+            "{body}"
+        );
+    }
+    let forged = Call::new(&console)
+        .header("host", "sluice.internal:8080")
+        .header("cookie", "sluice_session=0123")
+        .header("x-csrf-token", &csrf);
+    assert_eq!(forged.post(&pause).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        stored(db, id).await,
+        before,
+        "a refused control changed the operation"
+    );
+
+    let (status, body) = call().header("x-csrf-token", &csrf).post(&pause).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(stored(db, id).await.0, "paused");
+
+    assert_eq!(call().post("/logout").await.0, StatusCode::SEE_OTHER);
+    assert_eq!(
+        call().get("/api/operations").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+async fn the_api_enqueues_with_the_checks_of_the_command_line(db: &TestDb) {
+    create_counted_items(db, 50).await;
+    let console = Console::new(db.store.clone(), Access::default());
+    let call = || Call::new(&console);
+    let update = |arguments: Value| {
+        serde_json::json!({"kind": "update-in-batches", "arguments": arguments,
+            "options": {"batch_size": 10, "sub_batch_size": 5}})
+        .to_string()
+    };
+    let good = serde_json::json!({"table": "items", "key": "id",
+        "set": "counter = counter + 1", "where": "grp = 1"});
+
+    let count = || async { db.store.list(&Default::default()).await.unwrap().len() };
+    let too_big = format!("{{\"kind\": \"{}\"}}", "x".repeat(20_000));
+    for (body, status, expected, says) in [
+        ("{".to_owned(), StatusCode::BAD_REQUEST, "bad_request", "JSON"),
+        (r#"{"kind": "update-in-batches"}"#.to_owned(), StatusCode::BAD_REQUEST, "bad_request", "arguments"),
+        (r#"{"kind": "drop-table", "arguments": {}}"#.to_owned(), StatusCode::BAD_REQUEST, "bad_request", "drop-table"),
+        (update(serde_json::json!({"table": "nope", "key": "id", "set": "counter = 1"})), StatusCode::BAD_REQUEST, "bad_request", "nope"),
+        (update(serde_json::json!({"table": "items; DROP TABLE items", "key": "id", "set": "counter = 1"})), StatusCode::BAD_REQUEST, "bad_request", "items; DROP"),
+        (update(serde_json::json!({"table": "items", "key": "id", "set": "counter = 1; DELETE FROM items"})), StatusCode::BAD_REQUEST, "bad_request", "SET"),
+        (update(serde_json::json!({"table": "items", "key": "id", "set": "id = id + 1"})), StatusCode::BAD_REQUEST, "bad_request", "key"),
+        // A misspelt condition is refused, not dropped (it would update every row).
+        (update(serde_json::json!({"table": "items", "key": "id", "set": "counter = 1", "condition": "grp = 1"})), StatusCode::BAD_REQUEST, "bad_request", "condition"),
+        (serde_json::json!({"kind": "delete-aged-rows", "arguments": {"table": "items", "column": "counter", "older_than": "1d", "where": "grp = 1"}}).to_string(), StatusCode::BAD_REQUEST, "bad_request", "where"),
+        (serde_json::json!({"kind": "update-in-batches", "arguments": good, "options": {"batch_size": 0}}).to_string(), StatusCode::BAD_REQUEST, "bad_request", "batch"),
+        (serde_json::json!({"kind": "update-in-batches", "arguments": good, "options": {"sql": "x"}}).to_string(), StatusCode::BAD_REQUEST, "bad_request", "sql"),
+        (too_big, StatusCode::PAYLOAD_TOO_LARGE, "too_large", "16 KiB"),
+    ] {
+        let (got, answer) = call().post_json("/api/operations", body.clone()).await;
+        assert_eq!((got, code(&answer)), (status, expected), "{body:.80}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{body:.80}: {message}");
+    }
+    assert_eq!(count().await, 0, "a refused enqueue wrote an operation");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 50);
+
+    let (status, created) = call()
+        .post_json("/api/operations", update(good.clone()))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(
+        (
+            created["status"].as_str(),
+            created["estimated_rows"].as_i64()
+        ),
+        (Some("pending"), Some(25))
+    );
+    let (status, again) = call().post_json("/api/operations", update(good)).await;
+    assert_eq!(
+        (status, &again["id"], &again["created"]),
+        (StatusCode::OK, &created["id"], &Value::Bool(false))
+    );
+    assert_eq!(count().await, 1);
+
+    // Pages, oldest or newest first.
+    let other = serde_json::json!({"table": "items", "key": "id", "set": "counter = 2"});
+    let (_, second) = call().post_json("/api/operations", update(other)).await;
+    let ids = |list: &Value| -> Vec<i64> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_i64().unwrap())
+            .collect()
+    };
+    let (first, second) = (
+        created["id"].as_i64().unwrap(),
+        second["id"].as_i64().unwrap(),
+    );
+    assert_eq!(ids(&call().get("/api/operations").await.1), [first, second]);
+    assert_eq!(
+        ids(&call().get("/api/operations?order=newest").await.1),
+        [second, first]
+    );
+    let page = format!("/api/operations?order=newest&limit=1&after={second}");
+    assert_eq!(ids(&call().get(&page).await.1), [first]);
+    let page = format!("/api/operations?limit=1&after={first}");
+    assert_eq!(ids(&call().get(&page).await.1), [second]);
+    let (status, body) = call().get("/api/operations?order=sideways").await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::BAD_REQUEST, "bad_request")
+    );
+}
+
+async fn schedules_and_retention_are_managed_through_the_api(db: &TestDb) {
+    create_counted_items(db, 10).await;
+    let console = Console::new(db.store.clone(), Access::default());
+    let call = || Call::new(&console);
+    let schedule = |name: &str, cron: &str, zone: &str| {
+        serde_json::json!({"name": name, "kind": "update-in-batches", "cron": cron, "time_zone": zone,
+            "arguments": {"table": "items", "key": "id", "set": "counter = counter + 1"}})
+        .to_string()
+    };
+    for (body, status, expected, says) in [
+        (
+            schedule("bad name!", "0 3 * * *", "UTC"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "bad name!",
+        ),
+        (
+            schedule("nightly", "0 3 * *", "UTC"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "cron",
+        ),
+        (
+            schedule("nightly", "0 3 30 2 *", "UTC"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "never",
+        ),
+        (
+            schedule("nightly", "0 3 * * *", "Mars/Olympus"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "Mars/Olympus",
+        ),
+        (
+            schedule("nightly", "0 3 * * *", "UTC").replace("update-in-batches", "truncate"),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "truncate",
+        ),
+    ] {
+        let (got, answer) = call().post_json("/api/schedules", body.clone()).await;
+        assert_eq!((got, code(&answer)), (status, expected), "{body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{message}");
+    }
+    assert_eq!(call().get("/api/schedules").await.1, Value::Array(vec![]));
+
+    let nightly = schedule("nightly", "0 3 * * *", "Europe/Paris");
+    let (status, added) = call().post_json("/api/schedules", nightly.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    assert_eq!(
+        (added["name"].as_str(), added["enabled"].as_bool()),
+        (Some("nightly"), Some(true))
+    );
+    assert!(added["next_fire_at"].as_i64().is_some());
+    let (status, taken) = call().post_json("/api/schedules", nightly).await;
+    assert_eq!((status, code(&taken)), (StatusCode::CONFLICT, "conflict"));
+    let (status, _) = call().post("/api/schedules/nightly/disable").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(call().get("/api/schedules").await.1[0]["enabled"], false);
+    assert_eq!(
+        call().post("/api/schedules/nightly/enable").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call().post("/api/schedules/nightly/snooze").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call().post("/api/schedules/weekly/enable").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call().send("DELETE", "/api/schedules/nightly").await.0,
+        StatusCode::OK
+    );
+    let (status, gone) = call().send("DELETE", "/api/schedules/nightly").await;
+    assert_eq!((status, code(&gone)), (StatusCode::NOT_FOUND, "not_found"));
+
+    let prune = |body: &str| call().post_json("/api/prune", body.to_owned());
+    assert_eq!(
+        prune(r#"{"older_than": "soon"}"#).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        prune(r#"{"older_than": "7d", "chunk": 0}"#).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let (status, pruned) = prune(r#"{"older_than": "7d"}"#).await;
+    assert_eq!(
+        (status, &pruned["batches_deleted"]),
+        (StatusCode::OK, &serde_json::json!(0))
+    );
+}
+
+/// Every method and path in `/openapi.json` reaches an endpoint (not the
+/// fallback's "no endpoint"), and one the document lacks does not.
+async fn the_openapi_document_lists_the_endpoints_the_console_answers(db: &TestDb) {
+    let id = one_operation(db).await;
+    let console = Console::new(db.store.clone(), Access::default());
+    let (status, document) = Call::new(&console).get("/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(document["openapi"], "3.1.0");
+    let paths = document["paths"].as_object().expect("paths");
+    assert!(paths.len() >= 15, "{paths:?}");
+    let fallback = |body: &Value| {
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("no endpoint at"))
+    };
+    for (path, methods) in paths {
+        let concrete = path
+            .replace("{id}", &id.to_string())
+            .replace("{name}", "nightly")
+            .replace("{action}", "pause")
+            .replace("{kind}", "update-in-batches");
+        for (method, operation) in methods.as_object().unwrap() {
+            assert!(operation["summary"].as_str().is_some_and(|s| !s.is_empty()));
+            let (status, body) = Call::new(&console)
+                .send(&method.to_uppercase(), &concrete)
+                .await;
+            assert!(
+                !fallback(&body) && status != StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path} is documented but not served: {status} {body}"
+            );
+        }
+    }
+    let (_, body) = Call::new(&console).get("/api/undocumented").await;
+    assert!(fallback(&body), "{body}");
+}
+
+async fn without_a_token_only_this_machine_and_this_origin_may_control(db: &TestDb) {
+    let id = one_operation(db).await;
+    let console = Console::new(db.store.clone(), Access::default());
+    let pause = format!("/api/operations/{id}/pause");
+    let before = stored(db, id).await;
+    for (host, origin, site) in [
+        ("evil.example:8080", None, None),
+        ("127.0.0.1:8080", Some("http://evil.example"), None),
+        ("127.0.0.1:8080", None, Some("cross-site")),
+    ] {
+        let mut call = Call::new(&console).header("host", host);
+        if let Some(origin) = origin {
+            call = call.header("origin", origin);
+        }
+        if let Some(site) = site {
+            call = call.header("sec-fetch-site", site);
+        }
+        let (status, body) = call.post(&pause).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::FORBIDDEN, "forbidden"),
+            "{host} {body}"
+        );
+    }
+    assert_eq!(
+        Call::new(&console)
+            .header("host", "evil.example")
+            .get("/api/operations")
+            .await
+            .0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        stored(db, id).await,
+        before,
+        "a refused control changed the operation"
+    );
+    let (status, _) = Call::new(&console)
+        .header("origin", "http://127.0.0.1:8080")
+        .header("sec-fetch-site", "same-origin")
+        .post(&pause)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// `sluice serve` on SQLite: refused beyond loopback without a token (exit
+/// 2, one line), and on loopback it answers `/healthz` and the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_serve_listens_on_loopback_and_refuses_the_network_without_a_token() {
+    let db = TestDb::sqlite().await;
+    let refused = sluice(&db, &["serve", "--listen", "0.0.0.0:0"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("without a token"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("SLUICE_DATABASE_URL", &db.url)
+        .env_remove("SLUICE_CONSOLE_TOKEN")
+        .env_remove("SLUICE_CONSOLE_ADMIN_TOKEN")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut stderr = server.stderr.take().unwrap();
+    let mut byte = [0u8; 1];
+    while !first.ends_with('\n') && stderr.read(&mut byte).unwrap() == 1 {
+        first.push(byte[0] as char);
+    }
+    let address = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    let get = |path: &str| {
+        let mut stream = TcpStream::connect(&address).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(get("/healthz").starts_with("HTTP/1.1 200"));
+    let listed = get("/api/operations");
+    assert!(
+        listed.starts_with("HTTP/1.1 200") && listed.ends_with("[]"),
+        "{listed}"
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    db.cleanup().await;
+}
