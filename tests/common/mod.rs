@@ -235,20 +235,15 @@ impl TestDb {
     /// replayed), or `None` (after saying so) when no replica is reachable
     /// and servers are not required.
     pub async fn replica_url(&self) -> Option<String> {
-        let (base, url) = match self.backend {
+        let base = self.replica_server();
+        let url = match self.backend {
             "postgres" => {
-                let base = std::env::var("SLUICE_TEST_POSTGRES_REPLICA_URL")
-                    .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/test".into());
                 let schema = self.schema.as_deref().expect("a test schema");
-                let url = format!("{base}?options=-c%20search_path%3D{schema}");
-                (base, url)
+                format!("{base}?options=-c%20search_path%3D{schema}")
             }
             "mysql" => {
-                let base = std::env::var("SLUICE_TEST_MYSQL_REPLICA_URL")
-                    .unwrap_or_else(|_| "mysql://root@127.0.0.1:3307".into());
                 let database = self.database.as_deref().expect("a test database");
-                let url = format!("{}/{database}", base.trim_end_matches('/'));
-                (base, url)
+                format!("{}/{database}", base.trim_end_matches('/'))
             }
             other => panic!("no replicas on {other}"),
         };
@@ -270,9 +265,21 @@ impl TestDb {
         Some(url)
     }
 
-    /// Runs `sql` on the replica at `url` (to pause and resume its replay);
-    /// false when the replica did not take it (not reachable, or without
-    /// this database yet).
+    /// The test server's replica, without this test's schema or database:
+    /// it can be reached before the replica has replayed their creation.
+    pub fn replica_server(&self) -> String {
+        match self.backend {
+            "postgres" => std::env::var("SLUICE_TEST_POSTGRES_REPLICA_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/test".into()),
+            "mysql" => std::env::var("SLUICE_TEST_MYSQL_REPLICA_URL")
+                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3307".into()),
+            other => panic!("no replicas on {other}"),
+        }
+    }
+
+    /// Runs `sql` on the replica at `url` (to pause and resume its replay,
+    /// or to read its copy of this test's tables); false when the replica
+    /// did not take it (not reachable, or without this database yet).
     pub async fn on_replica(&self, url: &str, sql: &str) -> bool {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         // One connection of either pool type, closed once `sql` ran.
@@ -292,6 +299,127 @@ impl TestDb {
             "postgres" => run_once!(PgPoolOptions::new()),
             _ => run_once!(MySqlPoolOptions::new()),
         }
+    }
+
+    /// Waits until the replica has replayed everything the primary had
+    /// written when called: a replica still behind on earlier tests' writes
+    /// (its one SQL thread replays a whole suite's) would otherwise be
+    /// taken for one the test paused. Replay is resumed first, in case an
+    /// interrupted run left it paused. Panics with the replica's own
+    /// account of itself past `within`.
+    pub async fn replica_caught_up(&self, within: Duration) {
+        let (resume, position, replayed) = match self.backend {
+            "postgres" => (
+                "SELECT pg_wal_replay_resume()",
+                "SELECT pg_current_wal_lsn()::text",
+                "SELECT CASE WHEN pg_last_wal_replay_lsn() >= '{}'::pg_lsn THEN 1 ELSE 0 END",
+            ),
+            _ => (
+                "START SLAVE SQL_THREAD",
+                "SELECT @@gtid_binlog_pos",
+                "SELECT CASE WHEN MASTER_GTID_WAIT('{}', 1) = 0 THEN 1 ELSE 0 END",
+            ),
+        };
+        self.on_replica(&self.replica_server(), resume).await;
+        let position = self.text(position).await;
+        let replayed = replayed.replace("{}", &position);
+        let deadline = std::time::Instant::now() + within;
+        while self.replica_answer::<i32>(&replayed).await.ok() != Some(1) {
+            if std::time::Instant::now() > deadline {
+                let status = self.replica_status().await;
+                panic!("the replica did not reach {position} within {within:?}: {status:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// What the replica says of its replay, for a failure's message.
+    async fn replica_status(&self) -> String {
+        use sqlx::Row as _;
+        let url = self.replica_server();
+        match self.backend {
+            "postgres" => self
+                .replica_answer::<String>(
+                    "SELECT COALESCE(pg_last_wal_replay_lsn()::text, 'nothing') \
+                     || ' replayed, paused: ' || pg_is_wal_replay_paused()::text",
+                )
+                .await
+                .unwrap_or_else(|e| e.to_string()),
+            _ => {
+                let pool = match MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&url)
+                    .await
+                {
+                    Ok(pool) => pool,
+                    Err(e) => return e.to_string(),
+                };
+                let status = match sqlx::raw_sql("SHOW SLAVE STATUS")
+                    .fetch_optional(&pool)
+                    .await
+                {
+                    Ok(Some(row)) => [
+                        "Slave_IO_Running",
+                        "Slave_SQL_Running",
+                        "Seconds_Behind_Master",
+                        "Last_IO_Error",
+                        "Last_SQL_Error",
+                    ]
+                    .iter()
+                    .map(|column| {
+                        let value = row
+                            .try_get::<Option<String>, _>(*column)
+                            .map(Option::unwrap_or_default)
+                            .or_else(|_| {
+                                row.try_get::<Option<u64>, _>(*column)
+                                    .map(|v| v.map_or("NULL".into(), |v| v.to_string()))
+                            })
+                            .unwrap_or_else(|e| e.to_string());
+                        format!("{column}: {value}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                    Ok(None) => "not a replica".into(),
+                    Err(e) => e.to_string(),
+                };
+                pool.close().await;
+                status
+            }
+        }
+    }
+
+    /// One value read on the replica's server.
+    async fn replica_answer<T>(&self, sql: &str) -> Result<T, sqlx::Error>
+    where
+        T: Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+        T: for<'r> sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql>,
+    {
+        let url = self.replica_server();
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        // One connection of either pool type, closed once `sql` answered.
+        macro_rules! read_once {
+            ($options:expr) => {{
+                let pool = $options.max_connections(1).connect(&url).await?;
+                let value = sqlx::query_scalar(sql).fetch_one(&pool).await;
+                pool.close().await;
+                value
+            }};
+        }
+        match self.backend {
+            "postgres" => read_once!(PgPoolOptions::new()),
+            _ => read_once!(MySqlPoolOptions::new()),
+        }
+    }
+
+    /// A single string from a query on the primary.
+    pub async fn text(&self, sql: &str) -> String {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self.store.backend() {
+            sluice_store::Backend::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            sluice_store::Backend::MySql(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            sluice_store::Backend::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+        }
+        .expect("a string")
     }
 
     /// A single integer from a query.
