@@ -154,9 +154,19 @@ fn main() -> ExitCode {
 /// Installs logging (and, when the `OTEL_*` variables ask for it, OTLP
 /// export of spans and metrics), runs the command, then exports what is
 /// still buffered.
-async fn with_telemetry(cli: Cli) -> Result<(), Failure> {
+async fn with_telemetry(mut cli: Cli) -> Result<(), Failure> {
+    // A worker serving the console collects its instruments for `/metrics`.
+    let pull = match &mut cli.command {
+        Command::Run(args) if args.console.is_some() => {
+            let reader = sluice_telemetry::PrometheusReader::new();
+            args.instruments = Some(reader.clone());
+            Some(reader)
+        }
+        _ => None,
+    };
     let config = TelemetryConfig {
         log_format: cli.log_format,
+        pull,
         ..TelemetryConfig::default()
     };
     let telemetry = Telemetry::install(config).map_err(|e| match e {

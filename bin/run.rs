@@ -49,9 +49,13 @@ pub struct RunArgs {
     replica_lag_stop: std::time::Duration,
     /// Also serve the operator console on this address (as `sluice serve`).
     #[arg(long, value_name = "ADDRESS")]
-    console: Option<std::net::SocketAddr>,
+    pub console: Option<std::net::SocketAddr>,
     #[command(flatten)]
     console_tokens: crate::serve::Tokens,
+    /// The runtime's instruments, collected for the console's `/metrics`
+    /// (set by `main` when `--console` is given, before telemetry starts).
+    #[arg(skip)]
+    pub instruments: Option<sluice_telemetry::PrometheusReader>,
 }
 
 /// Runs a worker until idle or until a shutdown signal.
@@ -87,7 +91,9 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     });
     let started_at = chrono::Utc::now().timestamp_millis();
     let console = match args.console {
-        Some(address) => Some(crate::serve::start(store, address, args.console_tokens).await?),
+        Some(address) => {
+            Some(crate::serve::start(store, address, args.console_tokens, args.instruments).await?)
+        }
         None => None,
     };
     let runtime = builder.start().await.map_err(Failure::from)?;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use clap::Args;
 use sluice_console::{Access, Console, check_listen};
 use sluice_store::Store;
+use sluice_telemetry::PrometheusReader;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -49,15 +50,20 @@ pub struct Serving {
 
 /// Serves the console for `store` as `args` say, until a shutdown signal.
 pub async fn run(store: &Store, args: ServeArgs) -> Result<(), Failure> {
-    let serving = start(store, args.listen, args.tokens).await?;
+    let serving = start(store, args.listen, args.tokens, None).await?;
     shutdown_signal().await;
     serving.stop().await
 }
 
 /// Checks `address` against the tokens, binds it and serves the console
-/// there in the background. Bad input (an open address without a token)
-/// binds nothing.
-pub async fn start(store: &Store, address: SocketAddr, tokens: Tokens) -> Result<Serving, Failure> {
+/// there in the background, with a worker's `instruments` in `/metrics`
+/// when given. Bad input (an open address without a token) binds nothing.
+pub async fn start(
+    store: &Store,
+    address: SocketAddr,
+    tokens: Tokens,
+    instruments: Option<PrometheusReader>,
+) -> Result<Serving, Failure> {
     let set = |token: Option<String>| token.filter(|t| !t.is_empty());
     let access = Access {
         read_token: set(tokens.read),
@@ -72,7 +78,10 @@ pub async fn start(store: &Store, address: SocketAddr, tokens: Tokens) -> Result
         .map_err(|e| Failure::Runtime(e.into()))?;
     eprintln!("console listening on http://{bound}/");
     let (stop, stopped) = oneshot::channel();
-    let console = Console::new(store.clone(), access);
+    let mut console = Console::new(store.clone(), access);
+    if let Some(instruments) = instruments {
+        console = console.with_instruments(instruments);
+    }
     let task = tokio::spawn(console.serve(listener, async {
         let _ = stopped.await;
     }));

@@ -14,6 +14,7 @@ use axum::http::{Request, StatusCode};
 use common::{TestDb, create_counted_items, enqueue_increment, sluice};
 use serde_json::Value;
 use sluice::console::{Access, Console};
+use sluice_store::BatchStatus;
 use tower::ServiceExt as _;
 
 for_each_backend!(
@@ -708,37 +709,8 @@ async fn sluice_serve_listens_on_loopback_and_refuses_the_network_without_a_toke
     assert!(stderr.contains("without a token"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("SLUICE_DATABASE_URL", &db.url)
-        .env_remove("SLUICE_CONSOLE_TOKEN")
-        .env_remove("SLUICE_CONSOLE_ADMIN_TOKEN")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    let mut stderr = server.stderr.take().unwrap();
-    let mut byte = [0u8; 1];
-    while !first.ends_with('\n') && stderr.read(&mut byte).unwrap() == 1 {
-        first.push(byte[0] as char);
-    }
-    let address = first
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_owned();
-    let get = |path: &str| {
-        let mut stream = TcpStream::connect(&address).unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
-        answer
-    };
+    let (mut server, address) = serving(&db, &["serve", "--listen", "127.0.0.1:0"]);
+    let get = |path: &str| http_get(&address, path);
     assert!(get("/healthz").starts_with("HTTP/1.1 200"));
     let listed = get("/api/operations");
     assert!(
@@ -748,4 +720,106 @@ async fn sluice_serve_listens_on_loopback_and_refuses_the_network_without_a_toke
     server.kill().unwrap();
     server.wait().unwrap();
     db.cleanup().await;
+}
+
+/// A worker serving the console (`sluice run --console`) adds its runtime's
+/// instruments to `/metrics`: rows changed as a counter, sub-batch and
+/// batch durations as histograms in seconds, the batch size, beside the
+/// store's operations by status (counted once, from the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serving_the_console_exports_its_instruments_in_metrics() {
+    let db = TestDb::sqlite().await;
+    create_counted_items(&db, 3_000).await;
+    let id = enqueue_increment(&db, &["--batch-size", "1000", "--sub-batch-size", "250"])["id"]
+        .as_i64()
+        .unwrap();
+    let (mut worker, address) = serving(&db, &["run", "--console", "127.0.0.1:0"]);
+    common::until_within(
+        "the operation finishes",
+        std::time::Duration::from_secs(60),
+        || async { stored(&db, id).await.0 == "finished" },
+    )
+    .await;
+    let metrics = http_get(&address, "/metrics");
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    let sample = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+    };
+    let kind = "{db_collection_name=\"items\",sluice_operation_kind=\"update-in-batches\"";
+    assert_eq!(sample(&format!("sluice_rows_total{kind}}}")), 3_000.0);
+    // The batch size adapts as it runs, so the counts are checked against
+    // the store's batches and the least number of sub-batches of 250 rows.
+    let batches = db.store.batches(id).await.unwrap();
+    assert!(batches.iter().all(|b| b.status == BatchStatus::Succeeded));
+    let batch_count = sample(&format!("sluice_batch_duration_seconds_count{kind}}}"));
+    assert_eq!(batch_count, batches.len() as f64);
+    assert!(sample(&format!("sluice_sub_batch_duration_seconds_count{kind}}}")) >= 12.0);
+    assert!(sample(&format!("sluice_sub_batch_duration_seconds_sum{kind}}}")) > 0.0);
+    assert!(
+        metrics.contains(&format!(
+            "sluice_sub_batch_duration_seconds_bucket{kind},le=\"0.001\"}}"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        sample(&format!(
+            "sluice_batch_size{{sluice_operation_id=\"{id}\"}}"
+        )) >= 1.0
+    );
+    assert_eq!(sample("sluice_operations{status=\"finished\"}"), 1.0);
+    assert_eq!(
+        metrics.matches("# TYPE sluice_operations gauge").count(),
+        1,
+        "{metrics}"
+    );
+    db.cleanup().await;
+}
+
+/// Starts the `sluice` binary with `args` (a command that serves the
+/// console on port 0) and returns it with the address it says it bound.
+fn serving(db: &TestDb, args: &[&str]) -> (std::process::Child, String) {
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env("SLUICE_DATABASE_URL", &db.url)
+        .env_remove("SLUICE_CONSOLE_TOKEN")
+        .env_remove("SLUICE_CONSOLE_ADMIN_TOKEN")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(server.stderr.take().unwrap());
+    let mut said = String::new();
+    let address = loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() == 0 {
+            panic!("the server ended without an address: {said}");
+        }
+        said.push_str(&line);
+        if let Some(rest) = line.split("console listening on http://").nth(1) {
+            break rest.split('/').next().unwrap().to_owned();
+        }
+    };
+    // Drained, so that a worker's further lines never fill the pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (server, address)
+}
+
+/// One `GET` to the console at `address`: the whole answer, status line,
+/// headers and body.
+fn http_get(address: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
 }

@@ -44,6 +44,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use sluice_operations::Registry;
 use sluice_store::Store;
+use sluice_telemetry::PrometheusReader;
 
 pub use access::{Access, ListenError, check_listen};
 
@@ -54,6 +55,7 @@ pub struct Console {
     access: Arc<Access>,
     sessions: Arc<session::Sessions>,
     registry: Arc<Registry>,
+    instruments: Option<PrometheusReader>,
 }
 
 impl Console {
@@ -64,6 +66,7 @@ impl Console {
             access: Arc::new(access),
             sessions: Arc::default(),
             registry: Arc::new(Registry::with_builtins()),
+            instruments: None,
         }
     }
 
@@ -71,6 +74,15 @@ impl Console {
     /// default): an embedding application passes its own registry.
     pub fn with_registry(mut self, registry: Registry) -> Self {
         self.registry = Arc::new(registry);
+        self
+    }
+
+    /// Adds a runtime's instruments to `/metrics` (rows, batch and
+    /// sub-batch durations, batch size, throttle state), read from `reader`
+    /// as installed in the meter provider the runtime records into: a
+    /// worker serving the console (`sluice run --console`) passes its own.
+    pub fn with_instruments(mut self, reader: PrometheusReader) -> Self {
+        self.instruments = Some(reader);
         self
     }
 

@@ -1,4 +1,5 @@
-//! `GET /metrics`: the store's operations in Prometheus' text format.
+//! `GET /metrics`: the store's operations in Prometheus' text format, and
+//! the runtime's instruments when the console runs inside a worker.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,6 +8,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use sluice_store::{ListFilter, OperationStatus};
+use sluice_telemetry::prometheus::escape;
 
 use crate::Console;
 use crate::access::{Caller, Right};
@@ -17,7 +19,9 @@ const MAX_OPERATIONS: i64 = 100_000;
 
 /// Operations by status (every status listed, 0 included) and rows done by
 /// kind, over the store's operations (the newest beyond 100,000 are not
-/// counted). The read token suffices.
+/// counted); then, from a worker's console, the runtime's own instruments
+/// but its count of operations by status, which the store's replaces. The
+/// read token suffices.
 pub(crate) async fn metrics(
     State(console): State<Console>,
     caller: Caller,
@@ -48,15 +52,10 @@ pub(crate) async fn metrics(
     );
     text.push_str("# TYPE sluice_rows_done gauge\n");
     for (kind, rows) in rows_by_kind {
-        let _ = writeln!(text, "sluice_rows_done{{kind=\"{}\"}} {rows}", label(kind));
+        let _ = writeln!(text, "sluice_rows_done{{kind=\"{}\"}} {rows}", escape(kind));
+    }
+    if let Some(instruments) = &console.instruments {
+        text.push_str(&instruments.render(&["sluice.operations"]));
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text))
-}
-
-/// A label value escaped as the text format requires.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }

@@ -24,6 +24,8 @@ use tracing_subscriber::{Layer, Registry};
 
 pub use opentelemetry_otlp::Protocol;
 
+use crate::PrometheusReader;
+
 /// How log lines on stderr are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
@@ -65,6 +67,9 @@ pub struct TelemetryConfig {
     pub export: Export,
     /// How often metrics are exported.
     pub metric_interval: Duration,
+    /// A reader the metrics are also collected into on demand (for a
+    /// Prometheus scrape), exported or not.
+    pub pull: Option<PrometheusReader>,
 }
 
 impl Default for TelemetryConfig {
@@ -74,6 +79,7 @@ impl Default for TelemetryConfig {
             default_log_filter: "warn,ractor=warn,sqlx=error".into(),
             export: Export::FromEnvironment,
             metric_interval: Duration::from_secs(10),
+            pull: None,
         }
     }
 }
@@ -105,9 +111,9 @@ impl Telemetry {
     /// global meter provider. Must run inside a tokio runtime when the
     /// gRPC exporter may be chosen.
     pub fn install(config: TelemetryConfig) -> Result<Telemetry, TelemetryError> {
-        let (tracer, meter) = match exporters(&config.export)? {
+        let resource = resource();
+        let (tracer, push) = match exporters(&config.export)? {
             Some((spans, metrics)) => {
-                let resource = resource();
                 let tracer = SdkTracerProvider::builder()
                     .with_batch_exporter(spans)
                     .with_resource(resource.clone())
@@ -115,14 +121,20 @@ impl Telemetry {
                 let reader = PeriodicReader::builder(metrics)
                     .with_interval(config.metric_interval)
                     .build();
-                let meter = SdkMeterProvider::builder()
-                    .with_reader(reader)
-                    .with_resource(resource)
-                    .build();
-                (Some(tracer), Some(meter))
+                (Some(tracer), Some(reader))
             }
             None => (None, None),
         };
+        let meter = (push.is_some() || config.pull.is_some()).then(|| {
+            let mut builder = SdkMeterProvider::builder().with_resource(resource);
+            if let Some(push) = push {
+                builder = builder.with_reader(push);
+            }
+            if let Some(pull) = config.pull.clone() {
+                builder = builder.with_reader(pull);
+            }
+            builder.build()
+        });
         let logs = EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| EnvFilter::new(&config.default_log_filter));
         let fmt = match config.log_format {
@@ -157,9 +169,10 @@ impl Telemetry {
         Ok(Telemetry { tracer, meter })
     }
 
-    /// True when spans and metrics are exported.
+    /// True when spans and metrics are exported, or metrics collected for
+    /// a pull reader: [`Telemetry::shutdown`] has work to do.
     pub fn is_exporting(&self) -> bool {
-        self.tracer.is_some()
+        self.tracer.is_some() || self.meter.is_some()
     }
 
     /// Exports what is buffered and stops the exporters. Blocks the calling

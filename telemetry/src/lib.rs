@@ -11,7 +11,9 @@
 #[cfg(feature = "otlp")]
 pub mod export;
 pub mod metrics;
+pub mod prometheus;
 pub mod propagation;
 
 pub use metrics::Metrics;
+pub use prometheus::PrometheusReader;
 pub use propagation::{continue_trace, stamp, traceparent};

@@ -7,6 +7,13 @@
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram};
 
+/// Histogram bucket bounds for durations in seconds, from a one-millisecond
+/// sub-batch to a minute-long batch (the SDK's default bounds, meant for
+/// milliseconds, would put nearly every sub-batch in the first bucket).
+const SECONDS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
 /// Sluice's instruments.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -43,11 +50,13 @@ impl Metrics {
                 .f64_histogram("sluice.batch.duration")
                 .with_unit("s")
                 .with_description("Work time of each succeeded batch")
+                .with_boundaries(SECONDS.to_vec())
                 .build(),
             sub_batch_duration: meter
                 .f64_histogram("sluice.sub_batch.duration")
                 .with_unit("s")
                 .with_description("Time of each sub-batch, committed or not")
+                .with_boundaries(SECONDS.to_vec())
                 .build(),
             batch_size: meter
                 .i64_gauge("sluice.batch.size")
