@@ -312,7 +312,13 @@ impl Connections {
                 })
                 .synchronous(SqliteSynchronous::Normal)
                 .busy_timeout(options.busy_timeout)
-                .foreign_keys(true);
+                .foreign_keys(true)
+                // A sub-batch is a write transaction, so each of its
+                // statements keeps a statement journal: the first image of
+                // every page it changes (about 4 MB for 1,000 scattered
+                // rows). In memory, not a temporary file written page by
+                // page: 1.30 → 1.09 runtime / loop on the overhead bench.
+                .pragma("temp_store", "MEMORY");
             let pool = SqlitePoolOptions::new().acquire_timeout(options.acquire_timeout);
             let pool = if in_memory {
                 // Each connection to an in-memory database is a database of
@@ -554,6 +560,30 @@ mod tests {
             "mysql://root:***@db:3306/x"
         );
         assert_eq!(redact_url("redis://db"), "redis://db");
+    }
+
+    /// A sub-batch's statement journal stays in memory (see `open`): a
+    /// temporary file there cost the runtime a fifth of its time on SQLite.
+    #[tokio::test]
+    async fn sqlite_connections_keep_temporary_data_in_memory() {
+        let dir = std::env::temp_dir().join(format!("sluice-temp-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite:{}", dir.join("store.sqlite").display());
+        let store = crate::Store::connect(&url).await.unwrap();
+        let Backend::Sqlite(pool) = store.backend() else {
+            panic!("an SQLite store")
+        };
+        let temp_store: i64 = sqlx::query_scalar("PRAGMA temp_store")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        store.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((temp_store, journal.as_str()), (2, "wal"), "2 is MEMORY");
     }
 
     #[test]
