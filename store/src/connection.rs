@@ -317,7 +317,7 @@ impl Connections {
                 // statements keeps a statement journal: the first image of
                 // every page it changes (about 4 MB for 1,000 scattered
                 // rows). In memory, not a temporary file written page by
-                // page: 1.30 → 1.09 runtime / loop on the overhead bench.
+                // page (the overhead bench's SQLite section, BENCHMARKS.md).
                 .pragma("temp_store", "MEMORY");
             let pool = SqlitePoolOptions::new().acquire_timeout(options.acquire_timeout);
             let pool = if in_memory {
@@ -562,8 +562,8 @@ mod tests {
         assert_eq!(redact_url("redis://db"), "redis://db");
     }
 
-    /// A sub-batch's statement journal stays in memory (see `open`): a
-    /// temporary file there cost the runtime a fifth of its time on SQLite.
+    /// A sub-batch's statement journal stays in memory: written to a
+    /// temporary file page by page, it slowed every SQLite sub-batch.
     #[tokio::test]
     async fn sqlite_connections_keep_temporary_data_in_memory() {
         let dir = std::env::temp_dir().join(format!("sluice-temp-store-{}", std::process::id()));
