@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::json;
-use sluice_operations::{EnqueueOptions, Registry, builtin::UpdateInBatchesArguments, enqueue};
+use sluice_operations::{
+    EnqueueOptions, Registry, builtin::UpdateInBatchesArguments, enqueue, plan,
+};
 use sluice_store::{Limits, Store};
 
 use crate::failure::Failure;
@@ -73,9 +75,15 @@ pub struct CommonOptions {
     /// Accept it even though its batch query would scan the whole table.
     #[arg(long)]
     force: bool,
-    /// Print the operation as JSON.
+    /// Print the operation (or the plan) as JSON.
     #[arg(long)]
     json: bool,
+    /// Change nothing: print what enqueuing would do (as `sluice plan`).
+    #[arg(long)]
+    dry_run: bool,
+    /// Planning: do not run the first sub-batch (rolled back) to measure it.
+    #[arg(long)]
+    no_probe: bool,
 }
 
 /// What an `enqueue` (or `schedule add`) command line asks for: the kind,
@@ -90,6 +98,10 @@ pub struct Recipe {
     pub options: EnqueueOptions,
     /// `--json` was given.
     pub json: bool,
+    /// `--dry-run` was given.
+    pub dry_run: bool,
+    /// Planning may probe (no `--no-probe`).
+    pub probe: bool,
 }
 
 impl From<EnqueueCommand> for Recipe {
@@ -146,6 +158,8 @@ impl From<EnqueueCommand> for Recipe {
             arguments,
             options,
             json: common.json,
+            dry_run: common.dry_run,
+            probe: !common.no_probe,
         }
     }
 }
@@ -156,13 +170,33 @@ fn duration_as_typed(text: &str) -> Result<String, String> {
     crate::parse_age(text).map(|_| text.trim().to_owned())
 }
 
-/// Checks and enqueues; prints the operation's id.
-pub async fn run(store: &Store, command: EnqueueCommand) -> Result<(), Failure> {
+/// Checks and enqueues; prints the operation's id. With `--dry-run`, or
+/// as `sluice plan` (`planning`), prints the plan instead and writes
+/// nothing; a dry run that enqueue would refuse exits as bad input.
+pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Result<(), Failure> {
     let recipe = Recipe::from(command);
     let registry = Registry::with_builtins();
     let arguments = registry
         .arguments_at(recipe.kind, store, recipe.arguments, chrono::Utc::now())
         .await?;
+    if planning || recipe.dry_run {
+        let plan = plan(
+            store,
+            &registry,
+            recipe.kind,
+            &arguments,
+            &recipe.options,
+            recipe.probe,
+        )
+        .await?;
+        render::plan(&plan, recipe.json)?;
+        return match plan.refusal {
+            Some(refusal) if !planning => Err(Failure::BadInput(format!(
+                "enqueue would refuse this operation: {refusal}"
+            ))),
+            _ => Ok(()),
+        };
+    }
     let enqueued = enqueue(store, &registry, recipe.kind, &arguments, &recipe.options).await?;
     let record = store.operation(enqueued.id).await?;
     if recipe.json {

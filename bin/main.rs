@@ -17,7 +17,7 @@ mod serve;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use sluice_store::{ConnectOptions, OperationStatus, Store};
+use sluice_store::{ConnectOptions, OperationStatus, PACE_WINDOW_MS, RecentPace, Store};
 use sluice_telemetry::export::{LogFormat, Telemetry, TelemetryConfig, TelemetryError};
 
 use crate::failure::Failure;
@@ -62,6 +62,11 @@ enum Command {
     /// Check and enqueue an operation.
     #[command(subcommand)]
     Enqueue(enqueue::EnqueueCommand),
+    /// Print what enqueuing an operation would do (rows in scope, the batch
+    /// query's plan and index, batches, a duration and log volume measured by
+    /// a rolled-back probe, advice); changes nothing.
+    #[command(subcommand)]
+    Plan(enqueue::EnqueueCommand),
     /// Run a worker: claim runnable operations and run them, and fire due schedules.
     Run(run::RunArgs),
     /// Recurring operations: add, list, remove, enable, disable.
@@ -208,7 +213,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
     match command {
         Command::Demo(args) => demo::run(store, args).await,
-        Command::Enqueue(command) => enqueue::run(store, command).await,
+        Command::Enqueue(command) => enqueue::run(store, command, false).await,
+        Command::Plan(command) => enqueue::run(store, command, true).await,
         Command::Run(args) => run::run(store, args).await,
         Command::Schedule(command) => schedule::run(store, command).await,
         Command::List {
@@ -229,7 +235,18 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             }
             render::list(&records, json)
         }
-        Command::Show { id, json } => render::show(&committed(store, id).await?, json),
+        Command::Show { id, json } => {
+            let record = committed(store, id).await?;
+            let state = &record.state;
+            let left = state
+                .estimated_rows
+                .filter(|_| !state.status.is_terminal())
+                .map(|total| (total - state.rows_done).max(0));
+            let now = chrono::Utc::now().timestamp_millis();
+            let events = store.events(id, 0).await?;
+            let pace = RecentPace::read(&events, left, now, PACE_WINDOW_MS);
+            render::show(&record, &pace, json)
+        }
         Command::Events { id, json } => {
             store.operation(id).await?;
             render::events(&store.events(id, 0).await?, json)

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
-use sluice_store::{Cursor, Event, Health, OperationRecord, RecordedEvent};
+use sluice_operations::{Plan, RowCount};
+use sluice_store::{Cursor, Event, Health, OperationRecord, RecentPace, RecordedEvent};
 
 use crate::failure::Failure;
 
@@ -43,9 +44,11 @@ pub fn list(records: &[OperationRecord], as_json: bool) -> Result<(), Failure> {
 }
 
 /// `sluice show`.
-pub fn show(record: &OperationRecord, as_json: bool) -> Result<(), Failure> {
+pub fn show(record: &OperationRecord, pace: &RecentPace, as_json: bool) -> Result<(), Failure> {
     if as_json {
-        return print_json(&operation_json(record));
+        let mut value = operation_json(record);
+        value["pace"] = json!(pace);
+        return print_json(&value);
     }
     let s = &record.state;
     let cursor = |c: &Option<Cursor>| c.as_ref().map_or("-".to_owned(), Cursor::to_string);
@@ -73,6 +76,7 @@ pub fn show(record: &OperationRecord, as_json: bool) -> Result<(), Failure> {
                 optional(s.estimated_rows)
             ),
         ),
+        ("pace", pace_text(pace)),
         (
             "batches",
             format!(
@@ -216,6 +220,77 @@ pub fn enqueued(record: &OperationRecord, created: bool) {
     }
 }
 
+/// `sluice plan` and `enqueue --dry-run`.
+pub fn plan(plan: &Plan, as_json: bool) -> Result<(), Failure> {
+    if as_json {
+        return print_json(plan);
+    }
+    let rows = |count: &RowCount| match (count.rows, count.estimated) {
+        (None, _) => "unknown".to_owned(),
+        (Some(n), false) => format!("{} (counted)", thousands(n)),
+        (Some(n), true) => format!("about {} (the planner's estimate)", thousands(n)),
+    };
+    println!(
+        "plan for {} on {} (nothing was changed)",
+        plan.kind, plan.table
+    );
+    println!("  rows in scope   {}", rows(&plan.rows_in_scope));
+    println!("  rows in table   {}", rows(&plan.table_rows));
+    println!("  batch query     {}", plan.batch_query);
+    for (i, line) in plan.query_plan.iter().enumerate() {
+        let label = if i == 0 {
+            "  query plan      "
+        } else {
+            "                  "
+        };
+        println!("{label}{line}");
+    }
+    println!(
+        "  index           {}",
+        plan.index.as_deref().unwrap_or("none")
+    );
+    if let (Some(batches), Some(sub_batches)) = (plan.batches, plan.sub_batches) {
+        println!(
+            "  batches         {} batches, {} sub-batches (one transaction each)",
+            thousands(batches),
+            thousands(sub_batches)
+        );
+    }
+    if let Some(statement) = &plan.sub_batch_statement {
+        println!("  sub-batch       {statement}");
+    }
+    match (&plan.probe, &plan.probe_skipped) {
+        (Some(probe), _) => println!(
+            "  probe           {} rows in {:.1} ms (median of {} runs, each rolled back){}",
+            thousands(probe.rows as i64),
+            probe.took_ms,
+            probe.runs,
+            match (probe.log_bytes, plan.log_name) {
+                (Some(bytes), Some(log)) => format!(", {} of {log}", bytes_text(bytes)),
+                _ => String::new(),
+            }
+        ),
+        (None, Some(reason)) => println!("  probe           not run: {reason}"),
+        (None, None) => {}
+    }
+    if let Some(ms) = plan.predicted_ms {
+        println!(
+            "  predicted       about {} of work at the probe's pace (without health holds)",
+            rough_duration(ms)
+        );
+    }
+    if let (Some(bytes), Some(log)) = (plan.predicted_log_bytes, plan.log_name) {
+        println!("  write volume    about {} of {log}", bytes_text(bytes));
+    }
+    if let Some(refusal) = &plan.refusal {
+        println!("  enqueue refuses {refusal}");
+    }
+    for advice in &plan.advice {
+        println!("  advice          {advice}");
+    }
+    Ok(())
+}
+
 /// `sluice prune`.
 pub fn pruned(deleted: u64, older_than: Duration, as_json: bool) -> Result<(), Failure> {
     let cutoff = chrono::Utc::now()
@@ -323,6 +398,77 @@ fn time(epoch_ms: i64) -> String {
     )
 }
 
+/// An operation's recent pace and what held it: `120 rows/s over the last
+/// 1 h; ETA 2 h 10 min at this pace; 35 % of it held (replica lag 12 s)`.
+fn pace_text(pace: &RecentPace) -> String {
+    let mut text = format!(
+        "{:.0} rows/s over the last {}",
+        pace.rows_per_second,
+        rough_duration(u64::try_from(pace.window_ms).unwrap_or(0))
+    );
+    if let Some(eta) = pace.eta_ms {
+        text += &format!(
+            "; ETA {} at this pace",
+            rough_duration(u64::try_from(eta).unwrap_or(0))
+        );
+    }
+    if pace.held_ms > 0 {
+        text += &format!(
+            "; {:.0} % of it held ({})",
+            pace.held_share() * 100.0,
+            pace.held_by.as_deref().unwrap_or("-")
+        );
+    }
+    if pace.throttled_ms > 0 && pace.window_ms > 0 {
+        text += &format!(
+            "; {:.0} % throttled",
+            pace.throttled_ms as f64 * 100.0 / pace.window_ms as f64
+        );
+    }
+    text
+}
+
+/// `n` with thousands separated by commas.
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+/// A byte count in the largest binary unit that keeps it above one.
+fn bytes_text(bytes: u64) -> String {
+    let mut value = bytes as f64;
+    for unit in ["bytes", "KiB", "MiB", "GiB"] {
+        if value < 1024.0 {
+            return if unit == "bytes" {
+                format!("{bytes} bytes")
+            } else {
+                format!("{value:.1} {unit}")
+            };
+        }
+        value /= 1024.0;
+    }
+    format!("{value:.1} TiB")
+}
+
+/// A duration the way a person estimates one: `850 ms`, `42 s`,
+/// `12 min 5 s`, `2 h 10 min`.
+fn rough_duration(ms: u64) -> String {
+    let seconds = ms / 1_000;
+    match seconds {
+        0 => format!("{ms} ms"),
+        1..60 => format!("{seconds} s"),
+        60..3_600 => format!("{} min {} s", seconds / 60, seconds % 60),
+        _ => format!("{} h {} min", seconds / 3_600, seconds % 3_600 / 60),
+    }
+}
+
 fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
@@ -348,4 +494,24 @@ fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value).map_err(|e| Failure::Runtime(e.into()))?;
     println!("{text}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bytes_text, rough_duration, thousands};
+
+    #[test]
+    fn figures_read_as_people_write_them() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(-1_234_567), "-1,234,567");
+        assert_eq!(bytes_text(512), "512 bytes");
+        assert_eq!(bytes_text(1_536), "1.5 KiB");
+        assert_eq!(bytes_text(3 * 1024 * 1024 * 1024), "3.0 GiB");
+        assert_eq!(rough_duration(850), "850 ms");
+        assert_eq!(rough_duration(42_000), "42 s");
+        assert_eq!(rough_duration(725_000), "12 min 5 s");
+        assert_eq!(rough_duration(7_800_000), "2 h 10 min");
+    }
 }

@@ -67,6 +67,11 @@ pub async fn run(store: &Store, command: ScheduleCommand) -> Result<(), Failure>
         ScheduleCommand::Add(args) => {
             let args = *args;
             let recipe = Recipe::from(args.kind);
+            if recipe.dry_run {
+                return Err(Failure::BadInput(
+                    "--dry-run plans an enqueue, not a schedule: run `sluice plan` with the same arguments".into(),
+                ));
+            }
             let spec = ScheduleSpec {
                 name: args.name,
                 kind: recipe.kind.to_owned(),

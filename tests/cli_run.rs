@@ -20,6 +20,7 @@ for_each_backend!(
     a_kill_switch_from_a_second_process_stops_its_kind_within_a_second,
     a_run_whose_operation_fails_exits_1_naming_it,
     show_counts_the_rows_a_cancelled_batch_committed,
+    plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
@@ -89,6 +90,10 @@ async fn enqueue_run_until_idle_and_show_report_the_right_counts(db: &TestDb) {
         assert_eq!(shown["status"], "finished", "{shown}");
         assert_eq!(shown["rows_done"], rows, "{shown}");
         assert_eq!(shown["node"], "cli-worker");
+        // Its pace: every row done within the last hour, nothing left.
+        assert_eq!(shown["pace"]["rows"], rows, "{shown}");
+        assert!(shown["pace"]["eta_ms"].is_null(), "{shown}");
+        assert_eq!(shown["pace"]["held_ms"], 0, "{shown}");
         db.store.verify(op["id"].as_i64().unwrap()).await.unwrap();
     }
     assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 2_500);
@@ -127,6 +132,9 @@ async fn a_second_process_pauses_and_resumes_a_running_worker(db: &TestDb) {
     let held = db.scalar("SELECT SUM(counter) FROM items").await;
     let record = db.store.operation(id).await.unwrap();
     assert_eq!(record.state.status, OperationStatus::Paused);
+    // Its pace says what holds it.
+    let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+    assert_eq!(shown["pace"]["held_by"], "paused: deploy", "{shown}");
     let resumed = sluice(db, &["resume", &id.to_string()]);
     assert!(resumed.status.success());
     until("the operation finishes", || async {
@@ -525,4 +533,186 @@ async fn show_counts_the_rows_a_cancelled_batch_committed(db: &TestDb) {
         .find(|o| o["id"].as_i64() == Some(id))
         .expect("the operation is listed");
     assert_eq!(row["rows_done"].as_i64(), Some(changed), "{row}");
+}
+
+/// `sluice plan` and `enqueue --dry-run` on `items`: the rows in scope
+/// (counted), the batches, a probe that changed nothing; advice when 97.5 %
+/// of the table would go and none for a small scope; a missing index
+/// reported by `plan` and refused by a dry run; bad input refused as by
+/// `enqueue`. After all of it, every row is as it was and nothing is enqueued.
+async fn plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table(db: &TestDb) {
+    create_items(db, 2_000).await;
+    // Every row aged but 50 (the young ones below id 300).
+    let aged = db.time_literal("2020-01-01T00:00:00Z".parse().unwrap());
+    db.execute(&format!(
+        "UPDATE items SET created_at = {aged} WHERE id >= 300"
+    ))
+    .await;
+    let delete = |first: &str, extra: &[&str]| {
+        let mut args = vec![
+            first,
+            "delete-aged-rows",
+            "--table",
+            "items",
+            "--column",
+            "created_at",
+            "--older-than",
+            "30d",
+            "--batch-size",
+            "400",
+            "--sub-batch-size",
+            "150",
+        ];
+        args.extend_from_slice(extra);
+        sluice(db, &args)
+    };
+    let planned = json(&delete("plan", &["--json"]));
+    assert_eq!(planned["rows_in_scope"]["rows"], 1_950, "{planned}");
+    assert_eq!(planned["rows_in_scope"]["estimated"], false, "{planned}");
+    assert_eq!(planned["table_rows"]["rows"], 2_000, "{planned}");
+    // 1,950 rows picked 400 at a time: 4 batches of 3 sub-batches, and one
+    // of 350 rows in 3 more.
+    assert_eq!(planned["batches"], 5, "{planned}");
+    assert_eq!(planned["sub_batches"], 15, "{planned}");
+    assert!(
+        planned["index"].is_string(),
+        "the plan names its index: {planned}"
+    );
+    assert!(planned["refusal"].is_null(), "{planned}");
+    let probe = &planned["probe"];
+    assert_eq!(probe["runs"], 3, "{planned}");
+    assert_eq!(probe["rows"], 150, "the first sub-batch's rows: {planned}");
+    assert!(planned["predicted_ms"].is_u64(), "{planned}");
+    if db.backend == "sqlite" {
+        assert!(probe["log_bytes"].is_null(), "{planned}");
+    } else {
+        assert!(probe["log_bytes"].as_u64() > Some(0), "{planned}");
+        assert!(
+            planned["predicted_log_bytes"].as_u64() > Some(0),
+            "{planned}"
+        );
+    }
+    let advice = planned["advice"][0].as_str().unwrap_or_default();
+    assert!(
+        advice.starts_with("98 % of `items` would be deleted row by row")
+            && advice.contains("copying the 50 rows to keep"),
+        "{planned}"
+    );
+    // The same as a dry run, for people.
+    let text = delete("enqueue", &["--dry-run"]);
+    succeeded(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("(nothing was changed)"), "{text}");
+    assert!(text.contains("1,950 (counted)"), "{text}");
+    assert!(text.contains("each rolled back"), "{text}");
+    assert!(text.contains("advice          98 %"), "{text}");
+
+    // A small scope: no advice.
+    let update = json(&sluice(
+        db,
+        &[
+            "plan",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "id < 300",
+            "--batch-size",
+            "400",
+            "--sub-batch-size",
+            "40",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        update["rows_in_scope"]["rows"], 99,
+        "ids 3 to 297: {update}"
+    );
+    assert_eq!(update["batches"], 1, "{update}");
+    assert_eq!(update["sub_batches"], 3, "{update}");
+    assert_eq!(update["advice"], serde_json::json!([]), "{update}");
+    assert_eq!(
+        update["probe"]["rows"], 40,
+        "a first sub-batch's rows: {update}"
+    );
+
+    // Without the index: plan reports the refusal, a dry run is refused.
+    db.execute(if db.backend == "mysql" {
+        "DROP INDEX items_created_at_idx ON items"
+    } else {
+        "DROP INDEX items_created_at_idx"
+    })
+    .await;
+    let unindexed = json(&delete("plan", &["--json"]));
+    let refusal = unindexed["refusal"].as_str().unwrap_or_default();
+    assert!(refusal.contains("reads all of `items`"), "{unindexed}");
+    assert!(
+        unindexed["probe"].is_null(),
+        "no probe of a full scan: {unindexed}"
+    );
+    let dry = delete("enqueue", &["--dry-run"]);
+    let err = String::from_utf8_lossy(&dry.stderr);
+    assert_eq!(dry.status.code(), Some(2), "{err}");
+    assert!(err.contains("enqueue would refuse this operation"), "{err}");
+    // Bad input is refused as enqueue refuses it.
+    let unknown = sluice(
+        db,
+        &[
+            "plan",
+            "delete-aged-rows",
+            "--table",
+            "itmes",
+            "--column",
+            "created_at",
+            "--older-than",
+            "30d",
+        ],
+    );
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown table `itmes`"));
+    let scheduled = sluice(
+        db,
+        &[
+            "schedule",
+            "add",
+            "--name",
+            "n",
+            "--cron",
+            "0 3 * * *",
+            "delete-aged-rows",
+            "--table",
+            "items",
+            "--column",
+            "created_at",
+            "--older-than",
+            "30d",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(
+        scheduled.status.code(),
+        Some(2),
+        "schedule add refuses --dry-run"
+    );
+
+    assert!(
+        db.store
+            .list(&ListFilter::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing was enqueued"
+    );
+    assert!(
+        db.store.schedules().await.unwrap().is_empty(),
+        "no schedule was added"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 2_000);
+    assert_eq!(
+        db.scalar("SELECT COALESCE(SUM(counter), 0) FROM items")
+            .await,
+        0
+    );
 }

@@ -544,7 +544,7 @@ async fn lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables(db: &Test
         store: db.store.clone(),
         tables: vec!["rp_LockMe".into(), format!("{other}.Tab")],
     };
-    let indicator = sluice_runtime::indicators::TableActivity;
+    let indicator = sluice_runtime::indicators::TableActivity::new();
     common::until("both waits to be read as stops", || async {
         let readings = indicator.check(&context).await.unwrap();
         let stopped: Vec<&Scope> = readings

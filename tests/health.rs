@@ -1,6 +1,7 @@
 //! The built-in health indicators against real servers: each reads its
-//! database without error, and MySQL's read lock waits and long-running
-//! transactions as they happen.
+//! database without error, MySQL's read lock waits and long-running
+//! transactions as they happen, and PostgreSQL's cleanup debt comes and
+//! goes with a table's dead rows.
 
 mod common;
 
@@ -8,12 +9,14 @@ use std::time::Duration;
 
 use common::TestDb;
 use sluice_runtime::health::{HealthContext, Scope, Thresholds};
-use sluice_runtime::indicators::{InnodbActivity, default_indicators};
+use sluice_runtime::indicators::{InnodbActivity, TableActivity, default_indicators};
 use sluice_runtime::{HealthIndicator, Signal};
 
 for_each_backend!(every_builtin_indicator_reads_its_database);
 
 mysql_only!(innodb_lock_waits_and_long_transactions_are_read_as_they_happen);
+
+postgres_only!(cleanup_debt_throttles_a_table_until_it_is_vacuumed);
 
 /// How long a reading may take to show what the server does.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -108,6 +111,62 @@ async fn innodb_lock_waits_and_long_transactions_are_read_as_they_happen(db: &Te
     assert_eq!(waiter.await.unwrap().unwrap().rows_affected(), 1);
     common::until_within("the end of the wait to be read", LIMIT, || async {
         read().await == (vec![], false)
+    })
+    .await;
+}
+
+/// A table autovacuum leaves alone (as a busy server's can be) loses 8,000
+/// of its 10,000 rows: four times what starts autovacuum on it (50 + 20 %
+/// of 10,000), so its operations are throttled, naming the table and its
+/// dead rows; a second table is not. A `VACUUM` clears the debt. (The
+/// floor of dead rows is lowered from 100,000 to 1,000 for a small table.)
+async fn cleanup_debt_throttles_a_table_until_it_is_vacuumed(db: &TestDb) {
+    for table in ["indebted", "clean"] {
+        db.execute(&format!(
+            "CREATE TABLE {table} (id BIGINT PRIMARY KEY) WITH (autovacuum_enabled = false)"
+        ))
+        .await;
+        db.execute(&format!(
+            "INSERT INTO {table} SELECT g FROM generate_series(1, 10000) AS g"
+        ))
+        .await;
+        db.execute(&format!("ANALYZE {table}")).await;
+    }
+    let indicator = TableActivity::with_min_dead_rows(1_000);
+    let context = HealthContext {
+        store: db.store.clone(),
+        tables: vec!["indebted".into(), "clean".into()],
+    };
+    let read = || async {
+        let readings = indicator.check(&context).await.unwrap();
+        assert!(
+            readings
+                .iter()
+                .all(|r| r.scope != Scope::Table("clean".into())),
+            "{readings:?}"
+        );
+        readings.into_iter().find_map(|r| match r.signal {
+            Signal::Throttle { percent, reason } => Some((percent, reason)),
+            _ => None,
+        })
+    };
+    assert_eq!(read().await, None, "no dead rows yet");
+
+    db.execute("DELETE FROM indebted WHERE id > 2000").await;
+    common::until_within("the dead rows to be read as debt", LIMIT, || async {
+        read().await.is_some()
+    })
+    .await;
+    let (percent, reason) = read().await.expect("still in debt");
+    assert_eq!(percent, 50);
+    assert!(
+        reason.starts_with("cleanup debt on indebted: 8000 dead rows"),
+        "{reason}"
+    );
+
+    db.execute("VACUUM indebted").await;
+    common::until_within("the vacuum to clear the debt", LIMIT, || async {
+        read().await.is_none()
     })
     .await;
 }

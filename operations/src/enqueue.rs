@@ -18,12 +18,12 @@ use sluice_store::{
     spec::canonical_json,
 };
 
-use crate::batching::{LoopPick, probe};
+use crate::batching::{LoopPick, next_batch_end, probe};
 use crate::error::OperationError;
 use crate::operation::{PreparedOperation, Registry};
 use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
-use crate::target::{check_key, check_target, check_time_column, refuse_full_scan};
+use crate::target::{check_key, check_target, check_time_column, full_scan_line, refuse_full_scan};
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -80,7 +80,9 @@ pub async fn enqueue(
 ) -> Result<Enqueued, OperationError> {
     let span = enqueue_span(kind);
     async {
-        let (mut spec, scope) = checked_spec(
+        let CheckedSpec {
+            mut spec, scope, ..
+        } = checked_spec(
             store,
             registry,
             kind,
@@ -89,7 +91,7 @@ pub async fn enqueue(
             &mut Checked::default(),
         )
         .await?;
-        spec.estimated_rows = rows_in_scope(store, &scope).await?;
+        spec.estimated_rows = count_rows(store, &scope).await?.rows;
         spec.validate()?;
         // The operation's trace starts here; every run of it joins it.
         spec.trace_context = traceparent(&Span::current());
@@ -150,7 +152,7 @@ pub async fn enqueue_many(
     let mut specs = Vec::with_capacity(operations.len());
     for (index, operation) in operations.iter().enumerate() {
         let spec = async {
-            let (mut spec, _) = checked_spec(
+            let CheckedSpec { mut spec, .. } = checked_spec(
                 store,
                 registry,
                 &operation.kind,
@@ -191,7 +193,10 @@ pub async fn enqueue_many(
 /// What this call has checked already, so a bulk enqueue asks the database
 /// once per shape and once per sub-batch statement.
 #[derive(Default)]
-struct Checked {
+pub(crate) struct Checked {
+    /// Planning only: a batch query that scans the whole table is reported
+    /// ([`CheckedSpec::explained`]) rather than refused.
+    pub(crate) plan_only: bool,
     /// Targets and batch queries (by the SQL the planner was shown, and
     /// `--force`), with the row a keyset's first range ends at.
     targets: HashMap<(String, bool), Option<Cursor>>,
@@ -199,17 +204,56 @@ struct Checked {
     statements: HashSet<String>,
 }
 
+impl Checked {
+    /// Checks for a plan: nothing checked yet, full scans reported.
+    pub(crate) fn for_plan() -> Self {
+        Checked {
+            plan_only: true,
+            ..Checked::default()
+        }
+    }
+}
+
+/// An operation that passed every check, with what the checks found.
+pub(crate) struct CheckedSpec {
+    /// The spec to store.
+    pub(crate) spec: OperationSpec,
+    /// The statements about its rows in scope.
+    pub(crate) scope: ScopeRows,
+    /// The same statements about every row of its table.
+    pub(crate) table: ScopeRows,
+    /// Its first batch query and the planner's plan of it, when this call
+    /// asked the planner (not when an earlier operation of a bulk enqueue
+    /// had the same one).
+    pub(crate) explained: Option<Explained>,
+    /// The statement its first sub-batch would run, when its work is one
+    /// statement and there is a first range to write it over (when
+    /// planning, the range a first sub-batch would really cover).
+    pub(crate) sub_batch: Option<Statement>,
+}
+
+/// A batch query the planner was asked about.
+pub(crate) struct Explained {
+    /// The query.
+    pub(crate) query: Statement,
+    /// The planner's plan, one line per node.
+    pub(crate) plan: Vec<String>,
+    /// The plan's line that reads the whole target table, when it has one
+    /// (and the table is not an empty one walked by keyset, which has
+    /// nothing to scan).
+    pub(crate) full_scan: Option<String>,
+}
+
 /// Binds `kind` to `arguments`, checks the target and the plan of its batch
-/// query, and returns the spec to store with the statements about the rows
-/// in scope.
-async fn checked_spec(
+/// query, and returns the spec to store with what the checks found.
+pub(crate) async fn checked_spec(
     store: &Store,
     registry: &Registry,
     kind: &str,
     arguments: &serde_json::Value,
     options: &EnqueueOptions,
     checked: &mut Checked,
-) -> Result<(OperationSpec, ScopeRows), OperationError> {
+) -> Result<CheckedSpec, OperationError> {
     let canonical = canonical_json(arguments);
     let prepared = registry.prepare(kind, &canonical, store.backend().dialect())?;
     let shape = prepared.shape();
@@ -220,6 +264,7 @@ async fn checked_spec(
         format!("{} {names:?} {}", shape.table(), query.text().as_str()),
         options.force,
     );
+    let mut explained = None;
     if !checked.targets.contains_key(&key) {
         check_target(store, &shape.table().to_string(), &names).await?;
         for column in shape.filter().time_bounds() {
@@ -247,37 +292,50 @@ async fn checked_spec(
         // An empty table's keyset has no first row to start a range at, so
         // its probe is an ordered walk from the start: nothing to refuse.
         let nothing_to_scan = first.is_none() && matches!(shape.strategy(), Strategy::Keyset(_));
-        if !options.force && !nothing_to_scan {
+        if !options.force && !nothing_to_scan && !checked.plan_only {
             refuse_full_scan(store, shape.table(), shape.indexed_column(), &plan)?;
         }
         checked.targets.insert(key.clone(), first);
+        let full_scan = full_scan_line(&plan, shape.table().name(), store.backend().dialect())
+            .filter(|_| !nothing_to_scan);
+        explained = Some(Explained {
+            query,
+            plan,
+            full_scan,
+        });
     }
-    let first_rows = checked.targets.get(&key).cloned().flatten();
+    let mut first_rows = checked.targets.get(&key).cloned().flatten();
+    if checked.plan_only && first_rows.is_some() {
+        // A plan probes the first sub-batch as it will run: a range holding
+        // a sub-batch's rows in scope, not just any row's.
+        first_rows = next_batch_end(store, shape, None, options.sub_batch_size).await?;
+    }
     // The statement a sub-batch will run, planned (never run) by the
     // database: an unknown column, a type error or a view that cannot be
     // changed is refused now, not after five failed attempts.
-    if let Some(statement) = first_sub_batch_statement(
+    let sub_batch = first_sub_batch_statement(
         store,
         prepared.as_ref(),
         first_rows.as_ref(),
         options.sub_batch_size,
-    )? && checked
-        .statements
-        .insert(statement.text().as_str().to_owned())
+    )?;
+    if let Some(statement) = &sub_batch
+        && checked
+            .statements
+            .insert(statement.text().as_str().to_owned())
     {
-        store.explain(&statement).await.map_err(refused_sql)?;
+        store.explain(statement).await.map_err(refused_sql)?;
     }
 
-    let in_scope = |head: &'static str| {
-        shape.filter().and_to(
-            Statement::new(head)
-                .ident(shape.table())
-                .push(" WHERE 1 = 1"),
-        )
-    };
+    let rows = |head: &'static str| Statement::new(head).ident(shape.table());
+    let in_scope = |head| shape.filter().and_to(rows(head).push(" WHERE 1 = 1"));
     let scope = ScopeRows {
         count: in_scope("SELECT COUNT(*) FROM "),
         select: in_scope("SELECT 1 FROM "),
+    };
+    let table = ScopeRows {
+        count: rows("SELECT COUNT(*) FROM "),
+        select: rows("SELECT 1 FROM "),
     };
     let mut spec = OperationSpec::new(
         kind,
@@ -297,7 +355,13 @@ async fn checked_spec(
     spec.priority = options.priority;
     spec.origin = options.origin;
     spec.tenant_id = options.tenant_id.clone();
-    Ok((spec, scope))
+    Ok(CheckedSpec {
+        spec,
+        scope,
+        table,
+        explained,
+        sub_batch,
+    })
 }
 
 /// The statement the first sub-batch of `operation` would run (for an
@@ -332,32 +396,51 @@ fn first_sub_batch_statement(
 /// on the tables batching is for), where the estimate costs one `EXPLAIN`.
 pub const COUNT_EXACTLY_UP_TO: i64 = 100_000;
 
-/// The statements about an operation's rows in scope.
-struct ScopeRows {
+/// The statements about a set of rows (an operation's rows in scope, or a
+/// whole table).
+pub(crate) struct ScopeRows {
     /// Counts them.
-    count: Statement,
+    pub(crate) count: Statement,
     /// Selects them (for the planner's estimate).
-    select: Statement,
+    pub(crate) select: Statement,
 }
 
-/// How many rows are in scope: the planner's estimate when it expects more
-/// than [`COUNT_EXACTLY_UP_TO`], else an exact count (on SQLite, which gives
-/// no estimate, always exact).
-async fn rows_in_scope(store: &Store, scope: &ScopeRows) -> Result<Option<i64>, OperationError> {
+/// How many rows a set holds, and whether that is the planner's estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RowCount {
+    /// The number (`None` when the count returned nothing).
+    pub rows: Option<i64>,
+    /// True when it is the planner's estimate rather than a count.
+    pub estimated: bool,
+}
+
+/// How many rows are in `scope`: the planner's estimate when it expects
+/// more than [`COUNT_EXACTLY_UP_TO`], else an exact count (on SQLite and
+/// MySQL, whose planners give no estimate here, always exact).
+pub(crate) async fn count_rows(
+    store: &Store,
+    scope: &ScopeRows,
+) -> Result<RowCount, OperationError> {
     let estimate = store
         .estimate_rows(&scope.select)
         .await
         .map_err(refused_sql)?;
     if let Some(estimate) = estimate.filter(|rows| *rows > COUNT_EXACTLY_UP_TO) {
-        return Ok(Some(estimate));
+        return Ok(RowCount {
+            rows: Some(estimate),
+            estimated: true,
+        });
     }
-    store.fetch_int(&scope.count).await.map_err(refused_sql)
+    Ok(RowCount {
+        rows: store.fetch_int(&scope.count).await.map_err(refused_sql)?,
+        estimated: false,
+    })
 }
 
 /// A database error while explaining or counting is the operator's SQL at
 /// fault (a syntax error, an unknown function) unless the database itself is
 /// unreachable.
-fn refused_sql(error: StoreError) -> OperationError {
+pub(crate) fn refused_sql(error: StoreError) -> OperationError {
     match &error {
         StoreError::Database(sqlx::Error::Database(db)) if !error.is_transient() => {
             OperationError::InvalidSql(db.message().to_owned())

@@ -8,6 +8,7 @@
 //! - [`builtin`]: `delete-aged-rows` and `update-in-batches`.
 //! - [`enqueue()`]: the checks before an operation is accepted (names against
 //!   the catalogue, the planner's plan against full scans).
+//! - [`plan()`]: what enqueuing would do, measured without changing anything.
 #![warn(missing_docs)]
 
 pub mod batching;
@@ -16,6 +17,7 @@ pub mod duration;
 mod enqueue;
 mod error;
 mod operation;
+pub mod plan;
 mod shape;
 mod sqlite_time;
 mod sub_batch;
@@ -23,9 +25,12 @@ pub mod target;
 
 pub use builtin::{DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, format_duration, parse_duration};
-pub use enqueue::{COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, enqueue, enqueue_many};
+pub use enqueue::{
+    COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, RowCount, enqueue, enqueue_many,
+};
 pub use error::OperationError;
 pub use operation::{Operation, PreparedOperation, Registry};
+pub use plan::{Plan, plan};
 pub use shape::{Filter, Shape, Strategy};
 pub use sub_batch::{
     Bounds, SubBatch, SubBatchOutcome, SubBatchRequest, SubBatchRows, run_sub_batch,

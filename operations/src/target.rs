@@ -418,7 +418,7 @@ pub fn refuse_full_scan(
 /// ([`Store::explain`]'s `table T access A possible_keys P …` lines). A scan
 /// beside a usable index is the optimizer's choice for a small table, not a
 /// missing index.
-fn full_scan_line(plan: &[String], table: &str, dialect: Dialect) -> Option<String> {
+pub(crate) fn full_scan_line(plan: &[String], table: &str, dialect: Dialect) -> Option<String> {
     let node = |line: &str| line.trim_start().trim_start_matches("->").trim().to_owned();
     match dialect {
         Dialect::Sqlite => {

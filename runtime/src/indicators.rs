@@ -1,14 +1,16 @@
 //! Built-in health indicators.
 //!
 //! PostgreSQL: long-running transactions, lock waits on target tables,
-//! autovacuum on target tables, replication lag of connected replicas (none
-//! connected: silent), connection saturation. SQLite: the write-ahead log's
+//! autovacuum on target tables, cleanup debt (dead rows autovacuum has not
+//! caught up with) on target tables, replication lag of connected replicas
+//! (none connected: silent), connection saturation. SQLite: the write-ahead log's
 //! un-checkpointed backlog (a growing WAL means writers outpace checkpoints).
 //! MySQL and MariaDB: long-running transactions and lock waits on target
 //! tables (from InnoDB's status report), `Threads_running`, and InnoDB's
 //! history list length (purge lag).
 //! Each reads system views with static SQL; thresholds are plain fields.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -38,7 +40,7 @@ pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
                     release: 0.9,
                 },
             )),
-            Arc::new(TableActivity),
+            Arc::new(TableActivity::new()),
         ],
         Backend::MySql(_) => vec![
             Arc::new(InnodbActivity::new(LONGEST_TRANSACTION)),
@@ -211,13 +213,69 @@ impl HealthIndicator for ValueIndicator {
 
 /// PostgreSQL, per target table: sessions waiting for a lock on it stop its
 /// operations (they would only add to the queue); autovacuum working on it
-/// throttles them to half speed.
-pub struct TableActivity;
+/// throttles them to half speed, and so does cleanup debt: dead rows
+/// numbering twice what starts autovacuum on the table (the vacuum
+/// threshold plus the scale factor times its rows, the table's own
+/// settings first) and at least a floor mean it is dirtied faster than it
+/// is cleaned. The debt lasts until the dead rows fall below what starts
+/// autovacuum (hysteresis: in at 2×, out at 1×).
+pub struct TableActivity {
+    min_dead_rows: i64,
+    in_debt: Mutex<HashSet<String>>,
+}
+
+impl TableActivity {
+    /// The default floor of cleanup debt: fewer dead rows are never worth
+    /// slowing down for, whatever a small table's trigger is.
+    pub const MIN_DEAD_ROWS: i64 = 100_000;
+
+    /// Lock waits, autovacuum, and cleanup debt of at least
+    /// [`TableActivity::MIN_DEAD_ROWS`] dead rows.
+    pub fn new() -> Self {
+        Self::with_min_dead_rows(Self::MIN_DEAD_ROWS)
+    }
+
+    /// The same with cleanup debt from `min_dead_rows` dead rows.
+    pub fn with_min_dead_rows(min_dead_rows: i64) -> Self {
+        TableActivity {
+            min_dead_rows,
+            in_debt: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
+impl Default for TableActivity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per target table (`$1`: a JSON array of `[name as given, quoted name]`):
+/// the sessions waiting for a lock on it, whether a vacuum is working on
+/// it, its dead rows, and how many dead rows start autovacuum on it.
+const TABLE_ACTIVITY: &str = "\
+    SELECT t.name, \
+      (SELECT count(*) FROM pg_locks l WHERE NOT l.granted AND l.relation = c.oid), \
+      EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = c.oid), \
+      COALESCE(s.n_dead_tup, 0), \
+      (COALESCE(own.threshold, current_setting('autovacuum_vacuum_threshold')::float8) \
+       + COALESCE(own.scale, current_setting('autovacuum_vacuum_scale_factor')::float8) \
+         * GREATEST(c.reltuples, 0))::float8 \
+    FROM jsonb_array_elements($1::jsonb) AS e(pair) \
+    CROSS JOIN LATERAL (SELECT e.pair->>0 AS name, e.pair->>1 AS quoted) AS t \
+    JOIN pg_class c ON c.oid = to_regclass(t.quoted) \
+    LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid \
+    CROSS JOIN LATERAL ( \
+      SELECT max(CASE WHEN o.option_name = 'autovacuum_vacuum_threshold' \
+                      THEN o.option_value::float8 END) AS threshold, \
+             max(CASE WHEN o.option_name = 'autovacuum_vacuum_scale_factor' \
+                      THEN o.option_value::float8 END) AS scale \
+      FROM pg_options_to_table(c.reloptions) o) AS own";
 
 #[async_trait]
 impl HealthIndicator for TableActivity {
     fn name(&self) -> &str {
-        "lock waits and autovacuum"
+        "lock waits, autovacuum and cleanup debt"
     }
 
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
@@ -227,28 +285,23 @@ impl HealthIndicator for TableActivity {
         if context.tables.is_empty() {
             return Ok(Vec::new());
         }
-        // Each name as given (the scope its readings carry) and quoted, so
-        // `to_regclass` finds `"rp_LockMe"` and `"app"."events"` as created.
-        let tables: Vec<(&str, String)> = context
-            .tables
-            .iter()
-            .filter_map(|t| Some((t.as_str(), Ident::parse(t).ok()?.quoted())))
-            .collect();
-        let tables = serde_json::to_string(&tables).map_err(|e| e.to_string())?;
-        let rows: Vec<(String, i64, bool)> = sqlx::query_as(
-            "SELECT t.name, \
-               (SELECT count(*) FROM pg_locks l WHERE NOT l.granted AND l.relation = to_regclass(t.quoted)), \
-               EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = to_regclass(t.quoted)) \
-             FROM jsonb_array_elements($1::jsonb) AS e(pair), \
-                  LATERAL (SELECT e.pair->>0 AS name, e.pair->>1 AS quoted) AS t",
-        )
-        .bind(tables)
-        .fetch_all(pool)
-        .await
-        .map_err(|e| e.to_string())?;
+        let tables =
+            serde_json::to_string(&named_and_quoted(&context.tables)).map_err(|e| e.to_string())?;
+        let rows: Vec<(String, i64, bool, i64, f64)> = sqlx::query_as(TABLE_ACTIVITY)
+            .bind(tables)
+            .fetch_all(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut in_debt = self.in_debt.lock().expect("indicator state lock");
         Ok(rows
             .into_iter()
-            .filter_map(|(table, waiting, vacuuming)| {
+            .filter_map(|(table, waiting, vacuuming, dead, trigger)| {
+                let owed = in_cleanup_debt(dead, trigger, self.min_dead_rows, in_debt.contains(&table));
+                if owed {
+                    in_debt.insert(table.clone());
+                } else {
+                    in_debt.remove(&table);
+                }
                 let signal = if waiting > 0 {
                     Signal::Stop {
                         reason: format!("{waiting} session(s) waiting for a lock on {table}"),
@@ -257,6 +310,14 @@ impl HealthIndicator for TableActivity {
                     Signal::Throttle {
                         percent: 50,
                         reason: format!("autovacuum is working on {table}"),
+                    }
+                } else if owed {
+                    Signal::Throttle {
+                        percent: 50,
+                        reason: format!(
+                            "cleanup debt on {table}: {dead} dead rows, {:.1}× what starts autovacuum ({trigger:.0})",
+                            dead as f64 / trigger.max(1.0)
+                        ),
                     }
                 } else {
                     return None;
@@ -268,6 +329,26 @@ impl HealthIndicator for TableActivity {
             })
             .collect())
     }
+}
+
+/// Whether a table with `dead` dead rows, whose autovacuum starts at
+/// `trigger`, is in cleanup debt, given whether it `was` at the last poll.
+fn in_cleanup_debt(dead: i64, trigger: f64, min_dead_rows: i64, was: bool) -> bool {
+    let dead_f = dead as f64;
+    if was {
+        dead_f >= trigger
+    } else {
+        dead >= min_dead_rows && dead_f >= 2.0 * trigger
+    }
+}
+
+/// Each table name as given (the scope its readings carry) and quoted, so
+/// `to_regclass` finds `"rp_LockMe"` and `"app"."events"` as created.
+fn named_and_quoted(tables: &[String]) -> Vec<(&str, String)> {
+    tables
+        .iter()
+        .filter_map(|t| Some((t.as_str(), Ident::parse(t).ok()?.quoted())))
+        .collect()
 }
 
 /// MySQL and MariaDB, from one `SHOW ENGINE INNODB STATUS` per poll (it
@@ -343,5 +424,25 @@ impl HealthIndicator for InnodbActivity {
             }
         }
         Ok(readings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_cleanup_debt;
+
+    #[test]
+    fn cleanup_debt_starts_at_twice_the_trigger_and_ends_below_it() {
+        // Not in debt: needs both twice the trigger and the floor.
+        assert!(!in_cleanup_debt(150_000, 100_000.0, 100_000, false));
+        assert!(in_cleanup_debt(200_000, 100_000.0, 100_000, false));
+        assert!(
+            !in_cleanup_debt(90_000, 10_000.0, 100_000, false),
+            "under the floor"
+        );
+        // In debt: stays until under the trigger itself.
+        assert!(in_cleanup_debt(150_000, 100_000.0, 100_000, true));
+        assert!(in_cleanup_debt(100_000, 100_000.0, 100_000, true));
+        assert!(!in_cleanup_debt(99_999, 100_000.0, 100_000, true));
     }
 }

@@ -1,0 +1,405 @@
+//! What an operation would do, found without changing anything: the rows in
+//! scope, the batch query's plan and index, the batches, a duration and a
+//! log volume measured by a probe that is rolled back, and advice where
+//! batching is the wrong tool.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use sluice_store::{Dialect, Probe, Statement, Store};
+
+use crate::enqueue::{
+    Checked, CheckedSpec, EnqueueOptions, Explained, RowCount, checked_spec, count_rows,
+    refused_sql,
+};
+use crate::error::OperationError;
+use crate::operation::Registry;
+
+/// How many times the probe runs the first sub-batch (each rolled back);
+/// its median run is the one reported.
+pub const PROBE_RUNS: u32 = 3;
+
+/// Above this share of its table's rows, an operation deleting or rewriting
+/// rows one batch at a time gets advice to do it another way.
+pub const MOST_OF_A_TABLE: f64 = 0.5;
+
+/// What enqueuing an operation would do. Building it changes nothing: the
+/// probe's transactions are rolled back.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// The operation's kind.
+    pub kind: String,
+    /// Its target table.
+    pub table: String,
+    /// The rows in scope.
+    pub rows_in_scope: RowCount,
+    /// All the rows of the table.
+    pub table_rows: RowCount,
+    /// The first batch query, as the planner was shown it.
+    pub batch_query: String,
+    /// The planner's plan of it, one line per node.
+    pub query_plan: Vec<String>,
+    /// The index the plan reads, when it names one.
+    pub index: Option<String>,
+    /// Why `enqueue` would refuse the operation (its batch query reads the
+    /// whole table and `--force` was not given).
+    pub refusal: Option<String>,
+    /// Batches it would take (each a transaction-free unit of progress).
+    pub batches: Option<i64>,
+    /// Sub-batches it would take (one transaction each).
+    pub sub_batches: Option<i64>,
+    /// The statement the first sub-batch runs, when the work is one statement.
+    pub sub_batch_statement: Option<String>,
+    /// What running that statement (rolled back) measured; `None` when it
+    /// was not run, with the reason in `probe_skipped`.
+    pub probe: Option<ProbeReport>,
+    /// Why there is no probe.
+    pub probe_skipped: Option<String>,
+    /// Time the work would take at the probe's pace, pauses included,
+    /// without health throttling or stops (milliseconds).
+    pub predicted_ms: Option<u64>,
+    /// Log the work would write at the probe's rate per row, in bytes.
+    pub predicted_log_bytes: Option<u64>,
+    /// Which log `predicted_log_bytes` counts: `"WAL"` or `"redo log"`.
+    pub log_name: Option<&'static str>,
+    /// Another way to do it that is far cheaper, or something to fix first.
+    pub advice: Vec<String>,
+}
+
+/// One probe of the first sub-batch ([`Store::probe_rolled_back`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeReport {
+    /// Runs, each rolled back.
+    pub runs: u32,
+    /// Rows one run changed.
+    pub rows: u64,
+    /// The median run's time, in milliseconds.
+    pub took_ms: f64,
+    /// Log one run wrote, in bytes.
+    pub log_bytes: Option<u64>,
+}
+
+/// Plans `kind` with `arguments` and `options` as [`crate::enqueue()`] would
+/// accept it, and writes nothing: the same checks run (an unknown table,
+/// an unsafe name or SQL the database refuses is the same error), except
+/// that a batch query reading the whole table is reported in
+/// [`Plan::refusal`] instead of refused. With `probe`, the first sub-batch
+/// runs [`PROBE_RUNS`] times inside transactions that are rolled back.
+///
+/// Errors: those of [`crate::enqueue()`], the full scan aside.
+pub async fn plan(
+    store: &Store,
+    registry: &Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+    options: &EnqueueOptions,
+    probe: bool,
+) -> Result<Plan, OperationError> {
+    let mut checked = Checked::for_plan();
+    let CheckedSpec {
+        spec,
+        scope,
+        table,
+        explained,
+        sub_batch,
+    } = checked_spec(store, registry, kind, arguments, options, &mut checked).await?;
+    let Explained {
+        query: batch_query,
+        plan: query_plan,
+        full_scan,
+    } = explained.expect("a fresh check explains the batch query");
+    let dialect = store.backend().dialect();
+    let table_name = spec.table.clone();
+    let refusal = full_scan.as_ref().filter(|_| !options.force).map(|line| {
+        format!("its batch query reads all of `{table_name}` ({line}); add an index on the column it filters by, or enqueue with --force")
+    });
+    let rows_in_scope = count_rows(store, &scope).await?;
+    let table_rows = count_rows(store, &table).await?;
+    // Keyset ranges and loop picks alike hold a batch's rows in scope.
+    let batches = rows_in_scope
+        .rows
+        .map(|rows| pieces(rows, options.batch_size));
+    let sub_batches = rows_in_scope.rows.map(|rows| {
+        let full = rows / options.batch_size;
+        let last = rows % options.batch_size;
+        full * pieces(options.batch_size, options.sub_batch_size)
+            + pieces(last, options.sub_batch_size)
+    });
+
+    let (measured, probe_skipped) = match (&sub_batch, probe) {
+        (_, false) => (None, Some("--no-probe".to_owned())),
+        (None, true) => (
+            None,
+            Some("the operation's work is code, or its table is empty".to_owned()),
+        ),
+        (Some(_), true) if full_scan.is_some() => (
+            None,
+            Some("its batch query reads the whole table".to_owned()),
+        ),
+        (Some(statement), true) => (
+            Some(
+                store
+                    .probe_rolled_back(statement, PROBE_RUNS)
+                    .await
+                    .map_err(refused_sql)?,
+            ),
+            None,
+        ),
+    };
+    let pause = Duration::from_millis(u64::try_from(spec.pause_ms).unwrap_or(0));
+    let (predicted_ms, predicted_log_bytes) =
+        predicted(measured.as_ref(), sub_batches, rows_in_scope.rows, pause);
+    let advice = advice(
+        sub_batch.as_ref(),
+        &table_name,
+        rows_in_scope.rows,
+        table_rows.rows,
+        refusal.is_some(),
+    );
+    Ok(Plan {
+        kind: kind.to_owned(),
+        table: table_name,
+        rows_in_scope,
+        table_rows,
+        batch_query: batch_query.text().as_str().to_owned(),
+        index: index_in_plan(&query_plan, dialect),
+        query_plan,
+        refusal,
+        batches,
+        sub_batches,
+        sub_batch_statement: sub_batch.map(|s| s.text().as_str().to_owned()),
+        probe: measured.map(|p| ProbeReport {
+            runs: p.runs,
+            rows: p.rows,
+            took_ms: p.took.as_secs_f64() * 1_000.0,
+            log_bytes: p.log_bytes,
+        }),
+        probe_skipped,
+        predicted_ms,
+        predicted_log_bytes,
+        log_name: match dialect {
+            Dialect::Postgres => Some("WAL"),
+            Dialect::MySql => Some("redo log"),
+            Dialect::Sqlite => None,
+        },
+        advice,
+    })
+}
+
+/// How many pieces of at most `size` make `rows` (`size` > 0).
+pub fn pieces(rows: i64, size: i64) -> i64 {
+    (rows.max(0) + size - 1) / size
+}
+
+/// The work's duration (every sub-batch at the probe's median, plus the
+/// pause after each) and its log volume (the probe's log per row, times the
+/// rows in scope); `None` where the probe measured nothing to scale.
+fn predicted(
+    probe: Option<&Probe>,
+    sub_batches: Option<i64>,
+    rows_in_scope: Option<i64>,
+    pause: Duration,
+) -> (Option<u64>, Option<u64>) {
+    let Some(probe) = probe else {
+        return (None, None);
+    };
+    let duration = sub_batches.map(|n| {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let total = probe.took.saturating_mul(n) + pause.saturating_mul(n);
+        u64::try_from(total.as_millis()).unwrap_or(u64::MAX)
+    });
+    let log = match (probe.log_bytes, rows_in_scope) {
+        (Some(bytes), Some(rows)) if probe.rows > 0 => {
+            Some((bytes as f64 / probe.rows as f64 * rows.max(0) as f64).round() as u64)
+        }
+        _ => None,
+    };
+    (duration, log)
+}
+
+/// The index a plan reads, as each dialect names it: PostgreSQL's
+/// `Index [Only] Scan using NAME` or `Bitmap Index Scan on NAME`, SQLite's
+/// `USING [COVERING] INDEX NAME` or `USING INTEGER PRIMARY KEY`, MySQL's
+/// `key NAME`.
+pub fn index_in_plan(plan: &[String], dialect: Dialect) -> Option<String> {
+    let word_after = |line: &str, marker: &str| {
+        line.split_once(marker)
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .map(str::to_owned)
+    };
+    plan.iter().find_map(|line| match dialect {
+        Dialect::Postgres => {
+            word_after(line, " Scan using ").or_else(|| word_after(line, "Bitmap Index Scan on "))
+        }
+        Dialect::Sqlite => word_after(line, " USING COVERING INDEX ")
+            .or_else(|| word_after(line, " USING INDEX "))
+            .or_else(|| {
+                line.contains(" USING INTEGER PRIMARY KEY")
+                    .then(|| "INTEGER PRIMARY KEY (rowid)".to_owned())
+            }),
+        Dialect::MySql => word_after(line, " key ").filter(|key| key != "NULL"),
+    })
+}
+
+/// What to tell the operator beside the plan: a batch query that would be
+/// refused, nothing in scope, or most of the table going (another method
+/// is far cheaper than changing it row by row).
+fn advice(
+    sub_batch: Option<&Statement>,
+    table: &str,
+    in_scope: Option<i64>,
+    table_rows: Option<i64>,
+    refused: bool,
+) -> Vec<String> {
+    let mut advice = Vec::new();
+    if refused {
+        advice.push(format!(
+            "create an index on the column the batch query filters `{table}` by before enqueuing: without one, every batch reads the whole table"
+        ));
+    }
+    let (Some(in_scope), Some(total)) = (in_scope, table_rows) else {
+        return advice;
+    };
+    if in_scope == 0 {
+        advice.push("no row is in scope now: the operation would finish at once".to_owned());
+        return advice;
+    }
+    let share = in_scope as f64 / total.max(1) as f64;
+    if share < MOST_OF_A_TABLE {
+        return advice;
+    }
+    let percent = (share * 100.0).round().min(100.0);
+    let verb = sub_batch
+        .map(|s| s.text().as_str().trim_start().to_ascii_uppercase())
+        .unwrap_or_default();
+    if verb.starts_with("DELETE") {
+        let keep = (total - in_scope).max(0);
+        advice.push(format!(
+            "{percent} % of `{table}` would be deleted row by row: copying the {keep} rows to keep into a new table and swapping it in is far cheaper; if `{table}` is partitioned by this column, detaching or dropping the old partitions removes them at once"
+        ));
+    } else if verb.starts_with("UPDATE") {
+        advice.push(format!(
+            "{percent} % of `{table}` would be rewritten row by row: building a new table with the new values (CREATE TABLE … AS SELECT) and swapping it in writes each row once, without the dead versions batches leave behind"
+        ));
+    }
+    advice
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(plan: &[&str]) -> Vec<String> {
+        plan.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    #[test]
+    fn pieces_round_up_and_never_go_negative() {
+        assert_eq!(pieces(0, 100), 0);
+        assert_eq!(pieces(1, 100), 1);
+        assert_eq!(pieces(100, 100), 1);
+        assert_eq!(pieces(101, 100), 2);
+        assert_eq!(pieces(-5, 100), 0);
+    }
+
+    #[test]
+    fn each_dialect_names_the_index_its_plan_reads() {
+        let postgres = lines(&[
+            "Limit  (cost=0.42..35.1 rows=1000 width=6)",
+            "  ->  Index Scan using items_created_at_idx on items  (cost=0.42..28000 rows=800000 width=6)",
+            "        Index Cond: (created_at < now())",
+        ]);
+        assert_eq!(
+            index_in_plan(&postgres, Dialect::Postgres).as_deref(),
+            Some("items_created_at_idx")
+        );
+        let bitmap = lines(&[
+            "Bitmap Heap Scan on items",
+            "  ->  Bitmap Index Scan on items_pkey",
+        ]);
+        assert_eq!(
+            index_in_plan(&bitmap, Dialect::Postgres).as_deref(),
+            Some("items_pkey")
+        );
+        let seq = lines(&["Seq Scan on items  (cost=0.00..18000 rows=1000000 width=6)"]);
+        assert_eq!(index_in_plan(&seq, Dialect::Postgres), None);
+
+        let sqlite = lines(&["SEARCH items USING COVERING INDEX items_created (created_at<?)"]);
+        assert_eq!(
+            index_in_plan(&sqlite, Dialect::Sqlite).as_deref(),
+            Some("items_created")
+        );
+        let rowid = lines(&["SEARCH items USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"]);
+        assert_eq!(
+            index_in_plan(&rowid, Dialect::Sqlite).as_deref(),
+            Some("INTEGER PRIMARY KEY (rowid)")
+        );
+        assert_eq!(
+            index_in_plan(&lines(&["SCAN items"]), Dialect::Sqlite),
+            None
+        );
+
+        let mysql =
+            lines(&["table items access range possible_keys created key created Using where"]);
+        assert_eq!(
+            index_in_plan(&mysql, Dialect::MySql).as_deref(),
+            Some("created")
+        );
+        let all = lines(&["table items access ALL possible_keys NULL key NULL Using where"]);
+        assert_eq!(index_in_plan(&all, Dialect::MySql), None);
+    }
+
+    #[test]
+    fn deleting_most_of_a_table_is_advised_against_and_a_little_is_not() {
+        let delete = Statement::new("DELETE FROM items WHERE id <= 5");
+        let most = advice(Some(&delete), "items", Some(95), Some(100), false);
+        assert_eq!(most.len(), 1, "{most:?}");
+        assert!(
+            most[0].starts_with("95 % of `items` would be deleted"),
+            "{most:?}"
+        );
+        assert!(most[0].contains("copying the 5 rows to keep"), "{most:?}");
+        assert!(most[0].contains("partitions"), "{most:?}");
+        assert!(advice(Some(&delete), "items", Some(49), Some(100), false).is_empty());
+
+        let update = Statement::new("UPDATE items SET n = n + 1");
+        let rewrite = advice(Some(&update), "items", Some(100), Some(100), false);
+        assert!(rewrite[0].contains("would be rewritten"), "{rewrite:?}");
+    }
+
+    #[test]
+    fn nothing_in_scope_and_a_refused_scan_are_said() {
+        let none = advice(None, "items", Some(0), Some(10), false);
+        assert!(none[0].contains("no row is in scope"), "{none:?}");
+        let refused = advice(None, "items", Some(1), Some(10), true);
+        assert!(refused[0].contains("create an index"), "{refused:?}");
+        assert!(advice(None, "items", None, None, false).is_empty());
+    }
+
+    #[test]
+    fn the_prediction_scales_the_probe_by_sub_batches_and_rows() {
+        let probe = Probe {
+            runs: 3,
+            rows: 100,
+            took: Duration::from_millis(4),
+            log_bytes: Some(10_000),
+        };
+        let (ms, log) = predicted(
+            Some(&probe),
+            Some(50),
+            Some(5_000),
+            Duration::from_millis(6),
+        );
+        assert_eq!(ms, Some(500), "50 sub-batches of 4 ms plus 6 ms pauses");
+        assert_eq!(log, Some(500_000), "100 bytes a row, 5,000 rows");
+        let idle = Probe { rows: 0, ..probe };
+        assert_eq!(
+            predicted(Some(&idle), Some(1), Some(5), Duration::ZERO).1,
+            None
+        );
+        assert_eq!(
+            predicted(None, Some(1), Some(5), Duration::ZERO),
+            (None, None)
+        );
+    }
+}
