@@ -240,7 +240,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             let state = &record.state;
             let left = state
                 .estimated_rows
-                .filter(|_| !state.status.is_terminal())
+                .filter(|_| state.status.is_active())
                 .map(|total| (total - state.rows_done).max(0));
             let now = chrono::Utc::now().timestamp_millis();
             let events = store.events(id, 0).await?;
@@ -351,6 +351,18 @@ fn bounded_duration(
         ));
     }
     Ok(duration)
+}
+
+/// How often a plan is looked at again: from a second to an hour.
+fn parse_plan_check_interval(text: &str) -> Result<std::time::Duration, String> {
+    let interval = bounded_duration(text, std::time::Duration::from_secs(3_600), "1h")?;
+    if interval < std::time::Duration::from_secs(1) {
+        return Err(format!(
+            "`{}` is shorter than the least accepted, 1s",
+            text.trim()
+        ));
+    }
+    Ok(interval)
 }
 
 /// A pause between sub-batches: at most an hour.

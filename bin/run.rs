@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// Replica lag from which no new sub-batch starts.
     #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
     replica_lag_stop: std::time::Duration,
+    /// How often the worker holding an operation asks the planner again how
+    /// it runs the batch query (also every 100 batches): a plan that turned
+    /// into a full scan of the table fails the operation, naming the plan.
+    #[arg(long, default_value = "30s", value_parser = crate::parse_plan_check_interval)]
+    plan_check_interval: std::time::Duration,
     /// Also serve the operator console on this address (as `sluice serve`).
     #[arg(long, value_name = "ADDRESS")]
     pub console: Option<std::net::SocketAddr>,
@@ -62,6 +67,10 @@ pub struct RunArgs {
 pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     let config = sluice_runtime::RuntimeConfig {
         lease_ttl: args.lease_ttl,
+        plan_check: Some(sluice_runtime::PlanCheckEvery {
+            interval: args.plan_check_interval,
+            ..sluice_runtime::PlanCheckEvery::default()
+        }),
         ..sluice_runtime::RuntimeConfig::default()
     };
     let mut builder = RuntimeBuilder::with_store(store.clone())

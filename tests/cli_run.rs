@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::process::{Child, Command};
+use std::process::Command;
 
 use common::{
-    TestDb, assert_group_one_changed_once, enqueue_increment, json, released, sluice, spawn_worker,
-    succeeded, until, until_items_changed,
+    TestDb, Worker, assert_group_one_changed_once, enqueue_increment, json, released, sluice,
+    spawn_worker, succeeded, until, until_items_changed,
 };
 use sluice_store::{ListFilter, OperationStatus};
 
@@ -21,11 +21,12 @@ for_each_backend!(
     a_run_whose_operation_fails_exits_1_naming_it,
     show_counts_the_rows_a_cancelled_batch_committed,
     plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table,
+    a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
 
-fn worker(db: &TestDb, node: &str) -> Child {
+fn worker(db: &TestDb, node: &str) -> Worker {
     spawn_worker(
         db,
         &["--node", node, "--lease-ttl", "2s", "--pool-size", "2"],
@@ -53,25 +54,29 @@ async fn create_items(db: &TestDb, n: i64) {
         .await;
 }
 
+/// Runs `sluice <command> delete-aged-rows` on `items` (rows older than
+/// 30 days by `created_at`) with `extra` options.
+fn delete_aged_items(db: &TestDb, command: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        command,
+        "delete-aged-rows",
+        "--table",
+        "items",
+        "--column",
+        "created_at",
+        "--older-than",
+        "30d",
+    ];
+    args.extend_from_slice(extra);
+    sluice(db, &args)
+}
+
 async fn enqueue_run_until_idle_and_show_report_the_right_counts(db: &TestDb) {
     create_items(db, 5_000).await;
-    let deleted = json(&sluice(
+    let deleted = json(&delete_aged_items(
         db,
-        &[
-            "enqueue",
-            "delete-aged-rows",
-            "--table",
-            "items",
-            "--column",
-            "created_at",
-            "--older-than",
-            "30d",
-            "--batch-size",
-            "400",
-            "--sub-batch-size",
-            "150",
-            "--json",
-        ],
+        "enqueue",
+        &["--batch-size", "400", "--sub-batch-size", "150", "--json"],
     ));
     assert_eq!(deleted["created"], true);
     assert_eq!(deleted["estimated_rows"], 2_500);
@@ -548,23 +553,10 @@ async fn plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table(db: &Test
         "UPDATE items SET created_at = {aged} WHERE id >= 300"
     ))
     .await;
-    let delete = |first: &str, extra: &[&str]| {
-        let mut args = vec![
-            first,
-            "delete-aged-rows",
-            "--table",
-            "items",
-            "--column",
-            "created_at",
-            "--older-than",
-            "30d",
-            "--batch-size",
-            "400",
-            "--sub-batch-size",
-            "150",
-        ];
+    let delete = |command: &str, extra: &[&str]| {
+        let mut args = vec!["--batch-size", "400", "--sub-batch-size", "150"];
         args.extend_from_slice(extra);
-        sluice(db, &args)
+        delete_aged_items(db, command, &args)
     };
     let planned = json(&delete("plan", &["--json"]));
     assert_eq!(planned["rows_in_scope"]["rows"], 1_950, "{planned}");
@@ -714,5 +706,80 @@ async fn plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table(db: &Test
         db.scalar("SELECT COALESCE(SUM(counter), 0) FROM items")
             .await,
         0
+    );
+}
+
+/// The plan-drift guard: a `delete-aged-rows` walking an index on
+/// `created_at` is running when the index is dropped. The worker, looking at
+/// the plan every second, fails the operation naming the full scan (rows
+/// left aged, no young row touched); with the index back, `retry` finishes
+/// the job.
+async fn a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation(db: &TestDb) {
+    create_items(db, 2_000).await;
+    let enqueued = json(&delete_aged_items(
+        db,
+        "enqueue",
+        &[
+            "--batch-size",
+            "100",
+            "--sub-batch-size",
+            "10",
+            "--pause",
+            "20ms",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let _worker = spawn_worker(
+        db,
+        &["--node", "drift-worker", "--plan-check-interval", "1s"],
+    );
+    let aged = "SELECT COUNT(*) FROM items WHERE grp = 0";
+    until("the worker deletes aged rows", || async {
+        db.scalar(aged).await < 980
+    })
+    .await;
+    db.execute(if db.backend == "mysql" {
+        "DROP INDEX items_created_at_idx ON items"
+    } else {
+        "DROP INDEX items_created_at_idx"
+    })
+    .await;
+    until("the operation fails", || async {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Failed
+    })
+    .await;
+    let state = db.store.operation(id).await.unwrap().state;
+    let error = state.last_error.unwrap_or_default();
+    let scan = match db.backend {
+        "postgres" => "Seq Scan on items",
+        "mysql" => "table items access ALL possible_keys NULL",
+        _ => "SCAN items",
+    };
+    assert!(
+        error.starts_with("plan drift: the batch query now reads all of `items`")
+            && error.contains(scan)
+            && error.contains("Plan: "),
+        "{error}"
+    );
+    let left = db.scalar(aged).await;
+    assert!(left > 0, "stopped before the end, {left} aged rows left");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await,
+        1_000,
+        "no young row was touched"
+    );
+
+    db.execute("CREATE INDEX items_created_at_idx ON items (created_at)")
+        .await;
+    succeeded(&sluice(db, &["retry", &id.to_string()]));
+    until("the retried operation finishes", || async {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_eq!(db.scalar(aged).await, 0);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await,
+        1_000
     );
 }

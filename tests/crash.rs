@@ -12,11 +12,11 @@
 
 mod common;
 
-use std::process::Child;
 use std::time::Duration;
 
 use common::{
-    TestDb, assert_group_one_changed_once, create_counted_items, enqueue_increment, spawn_worker,
+    TestDb, Worker, assert_group_one_changed_once, create_counted_items, enqueue_increment,
+    spawn_worker,
 };
 use sluice_store::{BatchStatus, ListFilter, OperationStatus};
 
@@ -43,7 +43,7 @@ impl Dice {
 }
 
 /// A new worker process, named after how many were started before it.
-fn start(db: &TestDb, generation: &mut u32) -> (String, Child) {
+fn start(db: &TestDb, generation: &mut u32) -> (String, Worker) {
     *generation += 1;
     let node = format!("crash-worker-{generation}");
     let child = spawn_worker(

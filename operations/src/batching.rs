@@ -9,10 +9,11 @@
 //! processed) or in one already run (and is out of scope for this operation,
 //! provably: its key is at or below the cursor).
 
-use sluice_store::{Backend, Cursor, Ident, Statement, Store};
+use sluice_store::{Backend, Cursor, Ident, Statement, Store, StoreError};
 
 use crate::error::OperationError;
 use crate::shape::{Shape, Strategy};
+use crate::target::full_scan_line;
 
 /// Where the next batch of `shape` after `after` ends so that it holds `size`
 /// rows in scope (fewer when fewer remain), or `None` when no row is left.
@@ -33,6 +34,56 @@ pub async fn next_batch_end(
     Ok(store
         .fetch_cursor(&last_after(shape, columns, after), width)
         .await?)
+}
+
+/// The batch query a run would issue next and the planner's plan of it.
+#[derive(Debug, Clone)]
+pub struct BatchQueryPlan {
+    /// The query, from the operation's cursor (or, before its first batch,
+    /// from the first row of a keyset: an ordered walk from nowhere has no
+    /// range to look up).
+    pub query: Statement,
+    /// The planner's plan, one line per node.
+    pub plan: Vec<String>,
+    /// The plan's line that reads the whole target table, when it has one
+    /// (never for an empty table walked by keyset: it has nothing to scan).
+    pub full_scan: Option<String>,
+    /// The row a keyset walk started from when no cursor was given.
+    pub first: Option<Cursor>,
+}
+
+/// Asks the planner how it would run `shape`'s next batch query of `size`
+/// rows after `cursor`. Runs nothing but `EXPLAIN` (and, for a keyset with
+/// no cursor, a one-row read of where the table starts).
+pub async fn explain_batch_query(
+    store: &Store,
+    shape: &Shape,
+    cursor: Option<&Cursor>,
+    size: i64,
+) -> Result<BatchQueryPlan, StoreError> {
+    let first = match (shape.strategy(), cursor) {
+        (Strategy::Keyset(columns), None) => {
+            let any_row = Statement::new("SELECT ")
+                .idents(columns)
+                .push(" FROM ")
+                .ident(shape.table())
+                .push(" LIMIT 1");
+            store.fetch_cursor(&any_row, columns.len()).await?
+        }
+        _ => None,
+    };
+    let from = cursor.or(first.as_ref());
+    let query = probe(shape, from, size);
+    let plan = store.explain(&query).await?;
+    let nothing_to_scan = from.is_none() && matches!(shape.strategy(), Strategy::Keyset(_));
+    let full_scan = full_scan_line(&plan, shape.table().name(), store.backend().dialect())
+        .filter(|_| !nothing_to_scan);
+    Ok(BatchQueryPlan {
+        query,
+        plan,
+        full_scan,
+        first,
+    })
 }
 
 /// The statement finding the `n`th row in scope after `after` (and at or

@@ -18,12 +18,12 @@ use sluice_store::{
     spec::canonical_json,
 };
 
-use crate::batching::{LoopPick, next_batch_end, probe};
+use crate::batching::{BatchQueryPlan, LoopPick, explain_batch_query, next_batch_end, probe};
 use crate::error::OperationError;
 use crate::operation::{PreparedOperation, Registry};
 use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
-use crate::target::{check_key, check_target, check_time_column, full_scan_line, refuse_full_scan};
+use crate::target::{check_key, check_target, check_time_column, full_scan_refusal};
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -225,23 +225,11 @@ pub(crate) struct CheckedSpec {
     /// Its first batch query and the planner's plan of it, when this call
     /// asked the planner (not when an earlier operation of a bulk enqueue
     /// had the same one).
-    pub(crate) explained: Option<Explained>,
+    pub(crate) explained: Option<BatchQueryPlan>,
     /// The statement its first sub-batch would run, when its work is one
     /// statement and there is a first range to write it over (when
     /// planning, the range a first sub-batch would really cover).
     pub(crate) sub_batch: Option<Statement>,
-}
-
-/// A batch query the planner was asked about.
-pub(crate) struct Explained {
-    /// The query.
-    pub(crate) query: Statement,
-    /// The planner's plan, one line per node.
-    pub(crate) plan: Vec<String>,
-    /// The plan's line that reads the whole target table, when it has one
-    /// (and the table is not an empty one walked by keyset, which has
-    /// nothing to scan).
-    pub(crate) full_scan: Option<String>,
 }
 
 /// Binds `kind` to `arguments`, checks the target and the plan of its batch
@@ -275,34 +263,20 @@ pub(crate) async fn checked_spec(
             Strategy::Loop { key } => std::slice::from_ref(key),
         };
         check_key(store, shape.table(), batching_key).await?;
-        let first = match shape.strategy() {
-            Strategy::Keyset(columns) => {
-                let any_row = Statement::new("SELECT ")
-                    .idents(columns)
-                    .push(" FROM ")
-                    .ident(shape.table())
-                    .push(" LIMIT 1");
-                store.fetch_cursor(&any_row, columns.len()).await?
-            }
-            Strategy::Loop { .. } => None,
-        };
-        let query = probe(shape, first.as_ref(), options.batch_size);
         // Explained even with --force: the database checks the operator's SQL.
-        let plan = store.explain(&query).await.map_err(refused_sql)?;
-        // An empty table's keyset has no first row to start a range at, so
-        // its probe is an ordered walk from the start: nothing to refuse.
-        let nothing_to_scan = first.is_none() && matches!(shape.strategy(), Strategy::Keyset(_));
-        if !options.force && !nothing_to_scan && !checked.plan_only {
-            refuse_full_scan(store, shape.table(), shape.indexed_column(), &plan)?;
+        let explained_now = explain_batch_query(store, shape, None, options.batch_size)
+            .await
+            .map_err(refused_sql)?;
+        if !options.force
+            && !checked.plan_only
+            && let Some(line) = &explained_now.full_scan
+        {
+            return Err(full_scan_refusal(shape.table(), shape.indexed_column(), line).into());
         }
-        checked.targets.insert(key.clone(), first);
-        let full_scan = full_scan_line(&plan, shape.table().name(), store.backend().dialect())
-            .filter(|_| !nothing_to_scan);
-        explained = Some(Explained {
-            query,
-            plan,
-            full_scan,
-        });
+        checked
+            .targets
+            .insert(key.clone(), explained_now.first.clone());
+        explained = Some(explained_now);
     }
     let mut first_rows = checked.targets.get(&key).cloned().flatten();
     if checked.plan_only && first_rows.is_some() {

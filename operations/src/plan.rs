@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde::Serialize;
 use sluice_store::{Dialect, Probe, Statement, Store};
 
+use crate::batching::BatchQueryPlan;
 use crate::enqueue::{
-    Checked, CheckedSpec, EnqueueOptions, Explained, RowCount, checked_spec, count_rows,
-    refused_sql,
+    Checked, CheckedSpec, EnqueueOptions, RowCount, checked_spec, count_rows, refused_sql,
 };
 use crate::error::OperationError;
 use crate::operation::Registry;
@@ -103,10 +103,11 @@ pub async fn plan(
         explained,
         sub_batch,
     } = checked_spec(store, registry, kind, arguments, options, &mut checked).await?;
-    let Explained {
+    let BatchQueryPlan {
         query: batch_query,
         plan: query_plan,
         full_scan,
+        ..
     } = explained.expect("a fresh check explains the batch query");
     let dialect = store.backend().dialect();
     let table_name = spec.table.clone();

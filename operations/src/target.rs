@@ -399,13 +399,20 @@ pub fn refuse_full_scan(
     plan: &[String],
 ) -> Result<(), TargetError> {
     match full_scan_line(plan, table.name(), store.backend().dialect()) {
-        Some(line) => Err(TargetError::FullScan {
-            table: table.to_string(),
-            column: column.to_string(),
-            index_name: format!("{}_{}_idx", table.name(), column.name()),
-            plan: line,
-        }),
+        Some(line) => Err(full_scan_refusal(table, column, &line)),
         None => Ok(()),
+    }
+}
+
+/// The refusal of a statement over `table` filtering or ordering on
+/// `column` whose plan reads the whole table at `line`, naming the index
+/// that would serve it.
+pub(crate) fn full_scan_refusal(table: &Ident, column: &Ident, line: &str) -> TargetError {
+    TargetError::FullScan {
+        table: table.to_string(),
+        column: column.to_string(),
+        index_name: format!("{}_{}_idx", table.name(), column.name()),
+        plan: line.to_owned(),
     }
 }
 

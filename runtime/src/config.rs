@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::operation::PlanCheckEvery;
+
 /// How a runtime runs. [`RuntimeConfig::default`] suits an embedded SQLite
 /// runtime; every field can be set on the builder.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +62,10 @@ pub struct RuntimeConfig {
     pub restart_budget: u32,
     /// The window of `restart_budget`.
     pub restart_window: Duration,
+    /// How often an operation's owner asks the planner again how it runs
+    /// the batch query, failing the operation if it turned into a full
+    /// scan of the target (`None`: never).
+    pub plan_check: Option<PlanCheckEvery>,
 }
 
 impl Default for RuntimeConfig {
@@ -86,6 +92,7 @@ impl Default for RuntimeConfig {
             max_failure_ratio: 0.5,
             restart_budget: 3,
             restart_window: Duration::from_secs(60),
+            plan_check: Some(PlanCheckEvery::default()),
         }
     }
 }

@@ -41,6 +41,7 @@ pub use config::RuntimeConfig;
 pub use context::Progress;
 pub use control::{Action, ControlError, Controlled, Selection, control};
 pub use health::{HealthIndicator, Signal, indicator_fn};
+pub use operation::PlanCheckEvery;
 pub use replicas::{REPLICA_LAG_THRESHOLDS, ReplicaError, ReplicaLag};
 pub use runtime::{Idle, Left, Runtime, RuntimeBuilder, RuntimeError};
 pub use schedule::{Fired, ScheduleError, ScheduleSpec};

@@ -598,20 +598,48 @@ pub fn sluice_on(url: &str, args: &[&str]) -> Output {
 
 /// Starts a `sluice run` worker process against `db` (output discarded)
 /// with `args` after `run`.
-pub fn spawn_worker(db: &TestDb, args: &[&str]) -> Child {
+pub fn spawn_worker(db: &TestDb, args: &[&str]) -> Worker {
     spawn_worker_on(&db.url, args)
 }
 
 /// [`spawn_worker`] on a database URL of its own.
-pub fn spawn_worker_on(url: &str, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("run")
-        .args(args)
-        .env("SLUICE_DATABASE_URL", url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a worker")
+pub fn spawn_worker_on(url: &str, args: &[&str]) -> Worker {
+    Worker(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("run")
+            .args(args)
+            .env("SLUICE_DATABASE_URL", url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start a worker"),
+    )
+}
+
+/// A worker process that is killed (SIGKILL) and reaped when dropped, so a
+/// test that fails half-way leaves no `sluice run` behind to load the
+/// machine for the tests after it. Derefs to its [`Child`].
+pub struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Already gone when the test killed or awaited it: both are no-ops then.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Worker {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Worker {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
 }
 
 /// Fails the test, showing the command's stderr, unless it succeeded.

@@ -7,6 +7,7 @@ use sluice_store::{Event, Projection};
 
 use super::driver::{Driver, Now, Procedure, TickStage};
 use super::phase::{Ending, Finish, Phase, Role, Stopping};
+use super::plan_watch::{PlanVerdict, drift_error};
 use super::protocol::{Answer, Command};
 use super::trace::Note;
 use crate::health::Signal;
@@ -109,6 +110,9 @@ impl Driver {
                 self.renew_batch_lease(out, now);
                 self.procedure = Procedure::Tick(TickStage::Control);
             }
+            Answer::PlanChecked { full_scan, plan } => {
+                self.plan_checked(full_scan, &plan, out, now)
+            }
             Answer::Submitted(true) => {}
             Answer::Submitted(false) => {
                 // The pool is being replaced: try again shortly.
@@ -152,6 +156,36 @@ impl Driver {
                 self.stopping = Some(Stopping::Released("finished".into()));
             }
             _ => {}
+        }
+    }
+
+    /// The plan-drift guard's look at the batch query: a full scan where
+    /// the last look found an index fails the operation with the plan; one
+    /// from the run's start is told, not stopped ([`PlanVerdict`]).
+    pub(super) fn plan_checked(
+        &mut self,
+        full_scan: Option<String>,
+        plan: &[String],
+        out: &mut Vec<Command>,
+        now: Now,
+    ) {
+        let planned = self.projection.batches_planned;
+        let verdict = self.plan_watch.looked(full_scan.is_some(), now.at, planned);
+        let Some(line) = full_scan else {
+            return;
+        };
+        match verdict {
+            PlanVerdict::TurnedIntoFullScan => {
+                let error = drift_error(&self.projection.table, &line, plan);
+                out.push(Command::Trace(Note::PlanDrift {
+                    error: error.clone(),
+                }));
+                self.phase = Phase::Failing { error };
+            }
+            PlanVerdict::ScansFromTheStart => {
+                out.push(Command::Trace(Note::PlanScans { line }));
+            }
+            PlanVerdict::Fine => {}
         }
     }
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use sluice_store::{Event, Lease, Projection};
 
 use super::phase::{ActiveBatch, Phase, Role, Stopping};
+use super::plan_watch::{PlanCheckEvery, PlanWatch};
 use super::protocol::{Command, Input, NextPlan};
 use crate::config::RuntimeConfig;
 use crate::health::Signal;
@@ -44,6 +45,8 @@ pub struct Driver {
     /// commits); sets the backoff before the next try.
     pub(super) store_faults: u32,
     pub(super) last_renewal: Instant,
+    /// What this run has seen of the batch query's plan.
+    pub(super) plan_watch: PlanWatch,
 }
 
 /// What the driver needs of the runtime's configuration.
@@ -68,6 +71,9 @@ pub struct Settings {
     /// The operation walks key ranges (else it loops over "the next rows
     /// that match", which only one worker can take).
     pub ranges: bool,
+    /// How often the owner looks at the batch query's plan again (`None`:
+    /// never).
+    pub plan_check: Option<PlanCheckEvery>,
 }
 
 impl Settings {
@@ -83,6 +89,7 @@ impl Settings {
             max_failure_ratio: config.max_failure_ratio,
             parallel_batches: config.parallel_batches,
             ranges,
+            plan_check: config.plan_check,
         }
     }
 }
@@ -163,6 +170,7 @@ impl Driver {
             leftovers_possible,
             store_faults: 0,
             last_renewal: now,
+            plan_watch: PlanWatch::default(),
         }
     }
 
@@ -314,6 +322,16 @@ impl Driver {
             from: self.projection.cursor.clone(),
             size: throttled_size(base_size, self.percent()),
         }
+    }
+
+    /// Whether the owner looks at the batch query's plan before planning
+    /// its next batch ([`PlanWatch::due`]).
+    pub(super) fn plan_check_due(&self, now: Now) -> bool {
+        self.is_owner()
+            && self.settings.plan_check.is_some_and(|every| {
+                self.plan_watch
+                    .due(every, now.at, self.projection.batches_planned)
+            })
     }
 
     pub(super) fn limit_reached(&self, now: Now) -> Option<String> {

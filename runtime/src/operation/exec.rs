@@ -9,7 +9,7 @@ use std::time::Instant;
 use ractor::{ActorProcessingErr, ActorRef};
 use sluice_operations::{
     OperationError,
-    batching::{keyset_columns, next_batch_end, nth_after},
+    batching::{explain_batch_query, keyset_columns, next_batch_end, nth_after},
 };
 use sluice_store::{Batch, Cursor, Effect, Expected, NextBatch, OperationStatus};
 
@@ -86,6 +86,15 @@ impl OperationState {
                 },
                 Err(e) => Err(e.into()),
             },
+            Command::CheckPlan { from, size } => {
+                explain_batch_query(store, self.operation.shape(), from.as_ref(), size)
+                    .await
+                    .map(|looked| Answer::PlanChecked {
+                        full_scan: looked.full_scan,
+                        plan: looked.plan,
+                    })
+                    .map_err(OperationError::from)
+            }
             Command::PlanAhead(plan) => self.plan_ahead(&plan).await,
             Command::PlanAndClaim(plan) => self.plan_and_claim(&plan).await,
             Command::Complete {

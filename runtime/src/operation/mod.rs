@@ -34,6 +34,7 @@ mod driver;
 mod exec;
 mod failure;
 mod phase;
+mod plan_watch;
 mod protocol;
 mod step;
 #[cfg(test)]
@@ -51,6 +52,7 @@ use tracing::Span;
 
 pub use driver::{Driver, Now, Settings};
 pub use phase::{ActiveBatch, Ending, Phase, Role, Stopping};
+pub use plan_watch::PlanCheckEvery;
 pub use protocol::{Answer, Command, Input, NextPlan};
 pub use trace::Note;
 

@@ -80,9 +80,16 @@ pub enum Answer {
     Renewed(Lease),
     /// `Dispatch`: whether the pool took the sub-batch.
     Submitted(bool),
+    /// `CheckPlan`: the batch query's plan now.
+    PlanChecked {
+        /// The plan's line that reads the whole target table, if any.
+        full_scan: Option<String>,
+        /// The whole plan, one line per node.
+        plan: Vec<String>,
+    },
 }
 
-/// What the actor carries out. The first ten are requests: the store (or
+/// What the actor carries out. The first twelve are requests: the store (or
 /// the pool) answers them with an [`Answer`].
 #[derive(Debug)]
 pub enum Command {
@@ -153,6 +160,14 @@ pub enum Command {
     RenewLease(Lease),
     /// Send a sub-batch to the pool.
     Dispatch(SubBatchRequest),
+    /// Ask the planner how it would run the batch query of `size` rows
+    /// after `from` (the plan-drift guard's look; nothing is run).
+    CheckPlan {
+        /// The operation's cursor.
+        from: Option<Cursor>,
+        /// The batch size.
+        size: i64,
+    },
     /// Renew a batch's lease (best effort).
     RenewBatchLease(BatchLease),
     /// Give a batch back to be claimed again (best effort).
@@ -185,6 +200,7 @@ impl Command {
                 | Command::FailBatchAndOperation { .. }
                 | Command::RenewLease(_)
                 | Command::Dispatch(_)
+                | Command::CheckPlan { .. }
         )
     }
 }

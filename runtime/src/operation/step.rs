@@ -102,6 +102,11 @@ impl Driver {
         if !self.is_owner() {
             return self.request(out, Command::Claim);
         }
+        if self.plan_check_due(now) {
+            let from = self.projection.cursor.clone();
+            let size = self.projection.batch_size;
+            return self.request(out, Command::CheckPlan { from, size });
+        }
         let plans_ahead = self.plans_ahead();
         let ahead = plans_ahead && self.may_plan_ahead(now);
         let limit = self.limit_reached(now);
@@ -198,8 +203,8 @@ impl Driver {
     /// Whether the batch after the one closing is planned in the same
     /// commit: only by a lone owner (no helpers, no leftover to claim
     /// first) with rows left, going on (not stopping, not stopped by the
-    /// health signal, not at a limit). Otherwise the next step decides, as
-    /// for a first batch.
+    /// health signal, not at a limit, no look at the plan due). Otherwise
+    /// the next step decides, as for a first batch.
     pub(super) fn next_batch_now(&self, now: Now) -> bool {
         self.is_owner()
             && !self.plans_ahead()
@@ -208,6 +213,7 @@ impl Driver {
             && self.stopping.is_none()
             && !self.is_stop()
             && self.limit_reached(now).is_none()
+            && !self.plan_check_due(now)
     }
 
     /// Takes a sub-batch's report: its rows into the batch's count and

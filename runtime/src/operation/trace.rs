@@ -90,6 +90,17 @@ pub enum Note {
         /// The error.
         error: String,
     },
+    /// The batch query's plan turned into a full scan: the operation fails.
+    PlanDrift {
+        /// The error it fails with.
+        error: String,
+    },
+    /// The batch query's plan reads the whole table from the run's start
+    /// (forced at enqueue, or changed before the run): it goes on.
+    PlanScans {
+        /// The plan's line that scans.
+        line: String,
+    },
 }
 
 impl OperationState {
@@ -152,6 +163,12 @@ impl OperationState {
             }
             Note::Stopping { why } => {
                 tracing::info!(parent: &self.run_span, operation = id, why = ?why, "operation actor stopping");
+            }
+            Note::PlanDrift { error } => {
+                tracing::error!(parent: &self.run_span, operation = id, error = %error, "the batch query's plan turned into a full scan");
+            }
+            Note::PlanScans { line } => {
+                tracing::warn!(parent: &self.run_span, operation = id, plan = %line, "the batch query reads the whole table (enqueued with --force, or its index went before this run)");
             }
             Note::WindDownTrouble { error } => {
                 tracing::warn!(operation = id, error = %error, "could not give back what the actor holds; the store's leases lapse instead");

@@ -32,6 +32,7 @@ fn settings() -> Settings {
         max_failure_ratio: 0.5,
         parallel_batches: 1,
         ranges: true,
+        plan_check: None,
     }
 }
 
@@ -245,6 +246,7 @@ fn describe(command: &Command) -> String {
         Command::FailBatchAndOperation { .. } => "FailBatchAndOperation".into(),
         Command::RenewLease(_) => "RenewLease".into(),
         Command::Dispatch(request) => format!("Dispatch({})", request.size),
+        Command::CheckPlan { size, .. } => format!("CheckPlan({size})"),
         Command::RenewBatchLease(_) => "RenewBatchLease".into(),
         Command::ReleaseBatch(_) => "ReleaseBatch".into(),
         Command::ScheduleStep(after) => format!("ScheduleStep({}ms)", after.as_millis()),
@@ -265,4 +267,5 @@ fn recorded(commands: &[Command]) -> Option<&Event> {
 mod control;
 mod failures;
 mod flow;
+mod plan_drift;
 mod stopping;
