@@ -7,7 +7,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use sluice_operations::{
-    EnqueueOptions, Registry, builtin::UpdateInBatchesArguments, enqueue, plan,
+    EnqueueOptions, Registry,
+    builtin::{UpdateInBatchesArguments, enqueue_kind},
+    plan,
 };
 use sluice_store::{Limits, Store};
 
@@ -41,6 +43,24 @@ pub enum EnqueueCommand {
         #[arg(long)]
         set: String,
         /// The condition, e.g. "status = 'stale'" (your own SQL; every row when omitted).
+        #[arg(long = "where")]
+        condition: Option<String>,
+        #[command(flatten)]
+        common: CommonOptions,
+    },
+    /// Move the rows matching a WHERE into an archive table (created with
+    /// the same columns if absent), in ranges of a unique key: each
+    /// sub-batch copies and deletes its rows in one transaction, so every
+    /// row ends in exactly one of the two tables.
+    ArchiveRows {
+        /// The table rows are moved out of.
+        #[arg(long)]
+        table: String,
+        /// The archive table they are moved into.
+        #[arg(long)]
+        into: String,
+        /// The condition, e.g. "created_at < '2025-01-01'" (your own SQL;
+        /// every row when omitted).
         #[arg(long = "where")]
         condition: Option<String>,
         #[command(flatten)]
@@ -139,6 +159,20 @@ impl From<EnqueueCommand> for Recipe {
                     common,
                 )
             }
+            EnqueueCommand::ArchiveRows {
+                table,
+                into,
+                condition,
+                common,
+            } => {
+                let arguments = json!({
+                    "table": table,
+                    "into": into,
+                    "key": common.key,
+                    "where": condition,
+                });
+                ("archive-rows", arguments, common)
+            }
         };
         let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         let options = EnqueueOptions {
@@ -197,7 +231,7 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
             _ => Ok(()),
         };
     }
-    let enqueued = enqueue(store, &registry, recipe.kind, &arguments, &recipe.options).await?;
+    let enqueued = enqueue_kind(store, &registry, recipe.kind, &arguments, &recipe.options).await?;
     let record = store.operation(enqueued.id).await?;
     if recipe.json {
         let value = json!({

@@ -22,6 +22,7 @@ for_each_backend!(
     show_counts_the_rows_a_cancelled_batch_committed,
     plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table,
     a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation,
+    archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_not_fit,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
@@ -782,4 +783,110 @@ async fn a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation(db: &Tes
         db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await,
         1_000
     );
+}
+
+/// `archive-rows` from the command line: a dry run creates nothing; the
+/// first run creates the archive table and moves exactly the rows in scope
+/// with their values; a second one fills the same table; an archive table
+/// that does not fit, or the live table itself, is refused with exit 2 and
+/// nothing changed (no operation, no table).
+async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_not_fit(
+    db: &TestDb,
+) {
+    create_items(db, 1_000).await;
+    db.execute("UPDATE items SET counter = id % 7").await;
+    let sum = "SELECT CAST(COALESCE(SUM(id * 10 + counter), 0) AS BIGINT) FROM ";
+    let before = db
+        .scalar(&format!("{sum}items WHERE grp = 1 AND id < 1500"))
+        .await;
+    let archive = |into: &str, condition: &str, extra: &[&str]| {
+        let mut args = vec![
+            "enqueue",
+            "archive-rows",
+            "--table",
+            "items",
+            "--into",
+            into,
+            "--where",
+            condition,
+            "--batch-size",
+            "100",
+            "--sub-batch-size",
+            "30",
+        ];
+        args.extend_from_slice(extra);
+        sluice(db, &args)
+    };
+    let table_exists = |name: &'static str| async move {
+        let query = match db.backend {
+            "sqlite" => format!("SELECT COUNT(*) FROM sqlite_master WHERE name = '{name}'"),
+            "postgres" => format!(
+                "SELECT COUNT(*) FROM pg_tables WHERE tablename = '{name}' AND schemaname = current_schema()"
+            ),
+            _ => format!(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = '{name}' AND table_schema = DATABASE()"
+            ),
+        };
+        db.scalar(&query).await == 1
+    };
+
+    let dry = archive("items_archive", "grp = 1 AND id < 1500", &["--dry-run"]);
+    succeeded(&dry);
+    assert!(
+        !table_exists("items_archive").await,
+        "a dry run creates nothing"
+    );
+
+    succeeded(&archive("items_archive", "grp = 1 AND id < 1500", &[]));
+    assert!(table_exists("items_archive").await);
+    succeeded(&sluice(db, &["run", "--until-idle", "--node", "archiver"]));
+    let in_scope = "grp = 1 AND id < 1500";
+    assert_eq!(
+        db.scalar(&format!("SELECT COUNT(*) FROM items WHERE {in_scope}"))
+            .await,
+        0
+    );
+    let moved = db.scalar("SELECT COUNT(*) FROM items_archive").await;
+    assert_eq!(moved, 250, "ids 3..1497 step 3 with g odd");
+    assert_eq!(db.scalar(&format!("{sum}items_archive")).await, before);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 750);
+
+    // A second operation fills the same (fitting) table.
+    succeeded(&archive("items_archive", "grp = 1", &[]));
+    succeeded(&sluice(db, &["run", "--until-idle", "--node", "archiver"]));
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items_archive").await, 500);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await,
+        0
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 500);
+
+    // Refused: an archive lacking a column, the live table itself.
+    db.execute("CREATE TABLE thin_archive (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL)")
+        .await;
+    let operations = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
+    for (into, says) in [
+        ("thin_archive", "its column `counter` has no such column"),
+        ("items", "another table to move rows into"),
+        (
+            "items_archive; DROP TABLE items",
+            "is not a plain SQL identifier",
+        ),
+    ] {
+        let refused = archive(into, "grp = 0", &[]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{into}: {stderr}");
+        assert!(stderr.contains(says), "{into}: {stderr}");
+    }
+    // A refusal after the table was created drops it again: here, a full
+    // scan (no index serves `counter`) with an archive that did not exist.
+    let refused = archive("new_archive", "counter = 3", &["--key", "counter"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(!table_exists("new_archive").await, "dropped again");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_operations").await,
+        operations,
+        "nothing enqueued"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 500);
 }

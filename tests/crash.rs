@@ -6,6 +6,9 @@
 //! share the operation (`--parallel-batches 2`): the one holding it plans a
 //! batch ahead and the other helps, so kills land on owners and helpers.
 //!
+//! The same kills run an `archive-rows`: every row ends in exactly one of
+//! the live and archive tables, with its values.
+//!
 //! `SLUICE_CRASH_ROWS` (default 1,000,000) and `SLUICE_CRASH_KILLS`
 //! (default 20) size it; a soak run raises them. `SLUICE_CRASH_SEED`
 //! replays a run's kill schedule (each run prints its seed).
@@ -20,7 +23,10 @@ use common::{
 };
 use sluice_store::{BatchStatus, ListFilter, OperationStatus};
 
-postgres_and_mysql!(workers_killed_at_random_moments_change_every_row_exactly_once);
+postgres_and_mysql!(
+    workers_killed_at_random_moments_change_every_row_exactly_once,
+    archiving_workers_killed_at_random_moments_move_every_row_exactly_once,
+);
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -62,35 +68,22 @@ fn start(db: &TestDb, generation: &mut u32) -> (String, Worker) {
     (node, child)
 }
 
-async fn workers_killed_at_random_moments_change_every_row_exactly_once(db: &TestDb) {
-    let rows = env("SLUICE_CRASH_ROWS", 1_000_000) as i64;
-    let kills = env("SLUICE_CRASH_KILLS", 20);
-    let seed = env(
+/// The seed of this run's kill schedule (`SLUICE_CRASH_SEED`, or the clock).
+fn seed() -> u64 {
+    env(
         "SLUICE_CRASH_SEED",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos() as u64
             | 1,
-    );
-    eprintln!("crash suite: {rows} rows, {kills} kills, SLUICE_CRASH_SEED={seed}");
-    let mut dice = Dice(seed);
-    create_counted_items(db, rows).await;
-    let matching = db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await;
-    let enqueued = enqueue_increment(
-        db,
-        &[
-            "--where",
-            "grp = 1",
-            "--batch-size",
-            "5000",
-            "--sub-batch-size",
-            "1000",
-            "--pause",
-            "10ms",
-        ],
-    );
-    let id = enqueued["id"].as_i64().unwrap();
+    )
+}
+
+/// Runs operation `id` (`matching` rows in scope) with two worker processes,
+/// SIGKILLing one at each of `kills` random moments spread over the run and
+/// starting another, until it finishes. Returns how many kills landed.
+async fn run_with_kills(db: &TestDb, id: i64, matching: i64, kills: u64, dice: &mut Dice) -> u64 {
     let mut generation = 0;
     let mut workers = vec![start(db, &mut generation), start(db, &mut generation)];
     let progress = || async { db.store.operation(id).await.unwrap().state };
@@ -135,15 +128,45 @@ async fn workers_killed_at_random_moments_change_every_row_exactly_once(db: &Tes
         || async { progress().await.status == OperationStatus::Finished },
     )
     .await;
-    for (_, mut child) in workers {
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
+    drop(workers); // killed
+    killed
+}
+
+async fn workers_killed_at_random_moments_change_every_row_exactly_once(db: &TestDb) {
+    let rows = env("SLUICE_CRASH_ROWS", 1_000_000) as i64;
+    let kills = env("SLUICE_CRASH_KILLS", 20);
+    let seed = seed();
+    eprintln!("crash suite: {rows} rows, {kills} kills, SLUICE_CRASH_SEED={seed}");
+    let mut dice = Dice(seed);
+    create_counted_items(db, rows).await;
+    let matching = db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await;
+    let enqueued = enqueue_increment(
+        db,
+        &[
+            "--where",
+            "grp = 1",
+            "--batch-size",
+            "5000",
+            "--sub-batch-size",
+            "1000",
+            "--pause",
+            "10ms",
+        ],
+    );
+    let id = enqueued["id"].as_i64().unwrap();
+    let killed = run_with_kills(db, id, matching, kills, &mut dice).await;
     eprintln!("crash suite: {killed} workers killed");
     assert_eq!(killed, kills, "every kill landed before the end");
 
     // Exactly once: every matching row changed once, no other row touched.
     assert_group_one_changed_once(db).await;
+    assert_finished_after_takeovers(db, id, matching).await;
+}
+
+/// Operation `id` finished with `matching` rows done, every batch
+/// succeeded and counted them, it was taken over at least once, and every
+/// operation's event log replays to its stored state.
+async fn assert_finished_after_takeovers(db: &TestDb, id: i64, matching: i64) {
     let record = db.store.operation(id).await.unwrap();
     assert_eq!(record.state.status, OperationStatus::Finished);
     assert_eq!(record.state.rows_done, matching);
@@ -153,7 +176,6 @@ async fn workers_killed_at_random_moments_change_every_row_exactly_once(db: &Tes
         batches.iter().map(|b| b.rows_affected).sum::<i64>(),
         matching
     );
-    // Every operation's event log replays to its stored state.
     let all = db
         .store
         .list(&ListFilter {
@@ -177,4 +199,73 @@ async fn workers_killed_at_random_moments_change_every_row_exactly_once(db: &Tes
         started >= 2,
         "the operation was taken over ({started} starts)"
     );
+}
+
+/// `archive-rows` under the same kills: `items(id, grp, counter)` with a
+/// per-row value, half of it (`grp = 1`) moved into `items_archive`. At the
+/// end the live table holds exactly the other half, the archive exactly
+/// this half, each row once and with its values (`SLUICE_ARCHIVE_ROWS`,
+/// default 200,000, and `SLUICE_ARCHIVE_KILLS`, default 10, size it).
+async fn archiving_workers_killed_at_random_moments_move_every_row_exactly_once(db: &TestDb) {
+    let rows = env("SLUICE_ARCHIVE_ROWS", 200_000) as i64;
+    let kills = env("SLUICE_ARCHIVE_KILLS", 10);
+    let seed = seed();
+    eprintln!("archive crash suite: {rows} rows, {kills} kills, SLUICE_CRASH_SEED={seed}");
+    let mut dice = Dice(seed);
+    create_counted_items(db, rows).await;
+    // A value per row, so a row copied with the wrong values shows.
+    db.execute("UPDATE items SET counter = id % 1000").await;
+    let matching = db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await;
+    let checksum = |table: &'static str, grp: i64| async move {
+        db.scalar(&format!(
+            "SELECT CAST(COALESCE(SUM(id * 7 + counter), 0) AS BIGINT) FROM {table} WHERE grp = {grp}"
+        ))
+        .await
+    };
+    let (kept_sum, moved_sum) = (checksum("items", 0).await, checksum("items", 1).await);
+    let enqueued = common::json(&common::sluice(
+        db,
+        &[
+            "enqueue",
+            "archive-rows",
+            "--table",
+            "items",
+            "--into",
+            "items_archive",
+            "--where",
+            "grp = 1",
+            "--batch-size",
+            "2000",
+            "--sub-batch-size",
+            "500",
+            "--pause",
+            "10ms",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let killed = run_with_kills(db, id, matching, kills, &mut dice).await;
+    eprintln!("archive crash suite: {killed} workers killed");
+    assert_eq!(killed, kills, "every kill landed before the end");
+
+    // Every row in exactly one table, with its values.
+    let count = |sql: &'static str| db.scalar(sql);
+    assert_eq!(count("SELECT COUNT(*) FROM items WHERE grp = 1").await, 0);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM items WHERE grp = 0").await,
+        rows - matching
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM items_archive").await, matching);
+    assert_eq!(
+        count("SELECT COUNT(DISTINCT id) FROM items_archive WHERE grp = 1").await,
+        matching,
+        "no row archived twice, none of the other group"
+    );
+    assert_eq!(checksum("items", 0).await, kept_sum, "kept rows unchanged");
+    assert_eq!(
+        checksum("items_archive", 1).await,
+        moved_sum,
+        "archived rows hold their values"
+    );
+    assert_finished_after_takeovers(db, id, matching).await;
 }

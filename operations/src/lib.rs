@@ -23,7 +23,7 @@ mod sqlite_time;
 mod sub_batch;
 pub mod target;
 
-pub use builtin::{DeleteAgedRows, UpdateInBatches};
+pub use builtin::{ArchiveRows, DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use enqueue::{
     COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, RowCount, enqueue, enqueue_many,

@@ -174,11 +174,13 @@ impl Registry {
         Registry::default()
     }
 
-    /// A registry with the built-in kinds (`delete-aged-rows`, `update-in-batches`).
+    /// A registry with the built-in kinds (`delete-aged-rows`,
+    /// `update-in-batches`, `archive-rows`).
     pub fn with_builtins() -> Self {
         let mut registry = Registry::new();
         registry.register(crate::builtin::DeleteAgedRows);
         registry.register(crate::builtin::UpdateInBatches);
+        registry.register(crate::builtin::ArchiveRows);
         registry
     }
 

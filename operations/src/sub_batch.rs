@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use sluice_store::{
-    Backend, BatchLease, Cursor, Ident, SqlValue, Statement, Store, SubBatchSession, SubBatchTx,
+    Backend, BatchLease, Cursor, Dialect, Ident, SqlValue, Statement, Store, SubBatchSession,
+    SubBatchTx,
 };
 use tracing::{Instrument, Span};
 
@@ -25,6 +26,7 @@ pub struct SubBatch<'a> {
     tx: SubBatchTx<'a>,
     rows: SubBatchRows<'a>,
     system: &'static str,
+    dialect: Dialect,
 }
 
 /// Which rows one sub-batch covers, and the statements that change exactly
@@ -191,6 +193,11 @@ impl<'a> SubBatch<'a> {
         self.tx.lease()
     }
 
+    /// The SQL dialect the sub-batch's statements are written in.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     /// The rows, and the statements that change exactly them.
     pub fn rows(&self) -> &SubBatchRows<'a> {
         &self.rows
@@ -262,6 +269,7 @@ pub async fn run_sub_batch(
 ) -> Result<SubBatchOutcome, OperationError> {
     let store = session.store();
     let system = db_system(store);
+    let dialect = store.backend().dialect();
     // PostgreSQL bounds a one-statement sub-batch itself
     // (`statement_timeout`); SQLite's statements have no such setting.
     let timed_here = !matches!(store.backend(), Backend::Postgres(_));
@@ -332,6 +340,7 @@ pub async fn run_sub_batch(
                     tx,
                     rows: rows.clone(),
                     system,
+                    dialect,
                 };
                 let changed = operation.run(&mut sub_batch).await?;
                 let record = statement_span(system, "sluice_batches", SubBatchTx::RECORD);

@@ -36,7 +36,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
-use sluice_operations::{EnqueueOptions, OperationError, Registry, enqueue};
+use sluice_operations::{EnqueueOptions, OperationError, Registry, builtin::enqueue_kind};
 use sluice_store::{FireOutcome, OperationStatus, Origin, Schedule, Store, StoreError};
 
 mod actor;
@@ -264,7 +264,7 @@ async fn fire(
         let arguments = registry
             .arguments_at(&schedule.kind, store, stored, at(now))
             .await?;
-        enqueue(store, registry, &schedule.kind, &arguments, &options).await
+        enqueue_kind(store, registry, &schedule.kind, &arguments, &options).await
     }
     .await;
     Ok(match enqueued {
