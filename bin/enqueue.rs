@@ -59,10 +59,17 @@ pub enum EnqueueCommand {
         /// The archive table they are moved into.
         #[arg(long)]
         into: String,
-        /// The condition, e.g. "created_at < '2025-01-01'" (your own SQL;
-        /// every row when omitted).
+        /// The condition, e.g. "status = 'closed'" (your own SQL; every row
+        /// when omitted and no time scope is given).
         #[arg(long = "where")]
         condition: Option<String>,
+        /// A time scope, as delete-aged-rows takes: the time column…
+        #[arg(long, requires = "older_than")]
+        column: Option<String>,
+        /// …and rows older than this are moved (e.g. 90d), measured at each
+        /// enqueue (each fire, for a schedule).
+        #[arg(long, requires = "column", value_parser = duration_as_typed, allow_hyphen_values = true)]
+        older_than: Option<String>,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -163,14 +170,20 @@ impl From<EnqueueCommand> for Recipe {
                 table,
                 into,
                 condition,
+                column,
+                older_than,
                 common,
             } => {
-                let arguments = json!({
+                let mut arguments = json!({
                     "table": table,
                     "into": into,
                     "key": common.key,
                     "where": condition,
                 });
+                if let (Some(column), Some(older_than)) = (column, older_than) {
+                    arguments["column"] = column.into();
+                    arguments["older_than"] = older_than.into();
+                }
                 ("archive-rows", arguments, common)
             }
         };

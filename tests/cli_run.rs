@@ -861,6 +861,24 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
     );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 500);
 
+    // A time scope, as delete-aged-rows takes (every row left is aged),
+    // with a condition: both must hold.
+    let aged = archive(
+        "items_archive",
+        "id < 1500",
+        &["--column", "created_at", "--older-than", "30d"],
+    );
+    succeeded(&aged);
+    succeeded(&sluice(db, &["run", "--until-idle", "--node", "archiver"]));
+    // Even g below 500: 249 rows.
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items_archive").await, 749);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE id < 1500")
+            .await,
+        0
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 251);
+
     // Refused: an archive lacking a column, the live table itself.
     db.execute("CREATE TABLE thin_archive (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL)")
         .await;
@@ -888,5 +906,5 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
         operations,
         "nothing enqueued"
     );
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 500);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 251);
 }

@@ -108,12 +108,33 @@ pub struct ArchiveRowsArguments {
     pub into: String,
     /// A unique, indexed column the ranges walk (usually the primary key).
     pub key: String,
-    /// The operator's condition (`None`: every row).
+    /// The operator's condition (`None`: every row, or the time scope).
     #[serde(rename = "where")]
     pub condition: Option<String>,
-    /// The live table's columns, in table order, copied by name.
+    /// A time scope, as `delete-aged-rows` takes: the time column…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+    /// …the age asked for (`90d`), resolved into `cutoff` at each enqueue…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<String>,
+    /// …and rows whose `column` is below this are in scope (with `where`,
+    /// both must hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cutoff: Option<Cutoff>,
+    /// The live table's columns, in table order, copied by position.
     #[serde(default)]
     pub columns: Vec<String>,
+}
+
+impl Cutoff {
+    /// The bound value rows are compared with.
+    pub fn value(&self) -> SqlValue {
+        match self {
+            Cutoff::Timestamp(at) => SqlValue::Timestamp(*at),
+            Cutoff::EpochSeconds(s) => SqlValue::Int(*s),
+            Cutoff::Text(t) => SqlValue::Text(t.clone()),
+        }
+    }
 }
 
 impl DeleteAgedRows {
@@ -205,11 +226,7 @@ impl Operation for DeleteAgedRows {
     }
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
-        let cutoff = match &arguments.cutoff {
-            Cutoff::Timestamp(at) => SqlValue::Timestamp(*at),
-            Cutoff::EpochSeconds(s) => SqlValue::Int(*s),
-            Cutoff::Text(t) => SqlValue::Text(t.clone()),
-        };
+        let cutoff = arguments.cutoff.value();
         Shape::loop_until_done(&arguments.table, &arguments.key)?
             .seek_by(&arguments.column)?
             .scope(Filter::new().lt(&arguments.column, cutoff))
@@ -329,10 +346,32 @@ impl Operation for ArchiveRows {
         for column in &arguments.columns {
             Ident::parse(column)?;
         }
-        match &arguments.condition {
-            Some(condition) => shape.scope(Filter::new().expression(condition)),
-            None => Ok(shape),
+        let mut scope = Filter::new();
+        if let Some(condition) = &arguments.condition {
+            scope = scope.expression(condition);
         }
+        match (&arguments.column, &arguments.cutoff) {
+            (Some(column), Some(cutoff)) => scope = scope.lt(column, cutoff.value()),
+            (None, None) => {}
+            _ => {
+                return Err(OperationError::Arguments(
+                    "archive-rows takes a time scope as a column and an age (--column with \
+                     --older-than)"
+                        .into(),
+                ));
+            }
+        }
+        shape.scope(scope)
+    }
+
+    /// With a time scope, the request as asked (the age), not the cutoff
+    /// resolved from it.
+    fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
+        let mut asked = arguments.clone();
+        if asked.older_than.is_some() {
+            asked.cutoff = None;
+        }
+        serde_json::to_value(asked).unwrap_or_default()
     }
 
     async fn run(
@@ -381,19 +420,40 @@ impl Operation for ArchiveRows {
         Ok(deleted)
     }
 
-    /// Fills `columns` from the live table as it is now, and checks the
-    /// archive table, if it exists, has each of them with the same type.
+    /// Fills `columns` from the live table as it is now, resolves a time
+    /// scope's age into a cutoff from `now` (as `delete-aged-rows` does),
+    /// and checks the archive table, if it exists, has each column with the
+    /// same type.
     async fn arguments_at(
         &self,
         store: &Store,
         stored: serde_json::Value,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<serde_json::Value, OperationError> {
         let mut arguments: ArchiveRowsArguments = serde_json::from_value(stored)
             .map_err(|e| OperationError::Arguments(format!("archive-rows: {e}")))?;
         let table = Ident::parse(&arguments.table)?;
         let into = Ident::parse(&arguments.into)?;
         Ident::parse(&arguments.key)?;
+        if let Some(older_than) = &arguments.older_than {
+            let Some(column) = &arguments.column else {
+                return Err(OperationError::Arguments(
+                    "archive-rows: --older-than needs --column, the time column it measures".into(),
+                ));
+            };
+            let age = crate::duration::parse_duration(older_than)
+                .map_err(|e| OperationError::Arguments(format!("older_than: {e}")))?;
+            let aged = DeleteAgedRows::arguments(
+                store,
+                &arguments.table,
+                column,
+                &arguments.key,
+                age,
+                now,
+            )
+            .await?;
+            arguments.cutoff = Some(aged.cutoff);
+        }
         let columns = store.table_columns(&table).await?;
         if columns.is_empty() {
             return Err(crate::target::TargetError::UnknownTable {
@@ -702,6 +762,9 @@ mod tests {
             into: into.into(),
             key: "id".into(),
             condition: Some("grp = 1".into()),
+            column: None,
+            older_than: None,
+            cutoff: None,
             columns: columns.iter().map(|c| (*c).to_owned()).collect(),
         };
         let same = ArchiveRows.shape(&args("items", &["id"])).unwrap_err();
@@ -715,6 +778,15 @@ mod tests {
             ArchiveRows
                 .shape(&args("items_archive", &["id", "grp"]))
                 .is_ok()
+        );
+        let half_a_time_scope = ArchiveRowsArguments {
+            column: Some("created_at".into()),
+            ..args("items_archive", &["id"])
+        };
+        let error = ArchiveRows.shape(&half_a_time_scope).unwrap_err();
+        assert!(
+            error.to_string().contains("--column with --older-than"),
+            "{error}"
         );
     }
 
