@@ -230,21 +230,22 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                 ..Default::default()
             };
             let mut records = store.list(&filter).await?;
+            let mut paces = Vec::with_capacity(records.len());
             for record in &mut records {
                 record.state.rows_done += uncounted_rows(store, record).await?;
+                // Only an operation with work ahead has a pace worth reading
+                // its log for.
+                paces.push(if record.state.status.is_active() {
+                    Some(recent_pace(store, record).await?)
+                } else {
+                    None
+                });
             }
-            render::list(&records, json)
+            render::list(&records, &paces, json)
         }
         Command::Show { id, json } => {
             let record = committed(store, id).await?;
-            let state = &record.state;
-            let left = state
-                .estimated_rows
-                .filter(|_| state.status.is_active())
-                .map(|total| (total - state.rows_done).max(0));
-            let now = chrono::Utc::now().timestamp_millis();
-            let events = store.events(id, 0).await?;
-            let pace = RecentPace::read(&events, left, now, PACE_WINDOW_MS);
+            let pace = recent_pace(store, &record).await?;
             render::show(&record, &pace, json)
         }
         Command::Events { id, json } => {
@@ -351,6 +352,22 @@ fn bounded_duration(
         ));
     }
     Ok(duration)
+}
+
+/// The pace of `record` over the last hour of its log, with an ETA while it
+/// has work ahead.
+async fn recent_pace(
+    store: &Store,
+    record: &sluice_store::OperationRecord,
+) -> Result<RecentPace, Failure> {
+    let state = &record.state;
+    let left = state
+        .estimated_rows
+        .filter(|_| state.status.is_active())
+        .map(|total| (total - state.rows_done).max(0));
+    let now = chrono::Utc::now().timestamp_millis();
+    let events = store.events(record.id, 0).await?;
+    Ok(RecentPace::read(&events, left, now, PACE_WINDOW_MS))
 }
 
 /// How often a plan is looked at again: from a second to an hour.

@@ -11,21 +11,52 @@ use sluice_store::{Cursor, Event, Health, OperationRecord, RecentPace, RecordedE
 use crate::failure::Failure;
 
 /// `sluice list`.
-pub fn list(records: &[OperationRecord], as_json: bool) -> Result<(), Failure> {
+///
+/// `paces[i]` is the recent pace of `records[i]` (`None` for one with no
+/// work ahead): its ETA at that pace and the share of the last hour it was
+/// held by a health stop or a pause.
+pub fn list(
+    records: &[OperationRecord],
+    paces: &[Option<RecentPace>],
+    as_json: bool,
+) -> Result<(), Failure> {
     if as_json {
-        return print_json(&records.iter().map(operation_json).collect::<Vec<_>>());
+        let values: Vec<_> = records
+            .iter()
+            .zip(paces)
+            .map(|(record, pace)| {
+                let mut value = operation_json(record);
+                value["pace"] = json!(pace);
+                value
+            })
+            .collect();
+        return print_json(&values);
     }
     if records.is_empty() {
         println!("no operations");
         return Ok(());
     }
     let header = [
-        "ID", "STATUS", "KIND", "TABLE", "DONE", "ROWS", "BATCHES", "HEALTH", "UPDATED",
+        "ID", "STATUS", "KIND", "TABLE", "DONE", "ROWS", "BATCHES", "HEALTH", "ETA", "HELD",
+        "UPDATED",
     ];
     let rows: Vec<Vec<String>> = records
         .iter()
-        .map(|r| {
+        .zip(paces)
+        .map(|(r, pace)| {
             let s = &r.state;
+            let eta = pace
+                .as_ref()
+                .and_then(|p| p.eta_ms)
+                .map_or("-".to_owned(), |ms| {
+                    rough_duration(u64::try_from(ms).unwrap_or(0))
+                });
+            let held = pace
+                .as_ref()
+                .filter(|p| p.held_ms > 0)
+                .map_or("-".to_owned(), |p| {
+                    format!("{:.0} %", p.held_share() * 100.0)
+                });
             vec![
                 r.id.to_string(),
                 s.status.as_str().to_owned(),
@@ -35,6 +66,8 @@ pub fn list(records: &[OperationRecord], as_json: bool) -> Result<(), Failure> {
                 s.rows_done.to_string(),
                 format!("{}/{}", s.batches_succeeded, s.batches_planned),
                 health(s.health),
+                eta,
+                held,
                 time(s.updated_at),
             ]
         })

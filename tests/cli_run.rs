@@ -141,6 +141,24 @@ async fn a_second_process_pauses_and_resumes_a_running_worker(db: &TestDb) {
     // Its pace says what holds it.
     let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
     assert_eq!(shown["pace"]["held_by"], "paused: deploy", "{shown}");
+    // So does `list`: its ETA at the recent pace and the share held.
+    let listed = json(&sluice(db, &["list", "--json"]));
+    let pace = &listed[0]["pace"];
+    assert_eq!(pace["held_by"], "paused: deploy", "{listed}");
+    assert!(pace["held_ms"].as_i64().unwrap() > 0, "{listed}");
+    // (An ETA only once a batch finished before the pause: none may have.)
+    assert!(
+        pace["eta_ms"].is_null() || pace["eta_ms"].as_i64().unwrap() > 0,
+        "{listed}"
+    );
+    let table = String::from_utf8_lossy(&sluice(db, &["list"]).stdout).into_owned();
+    let mut lines = table.lines();
+    let header = lines.next().unwrap_or_default();
+    assert!(
+        header.contains(" ETA ") && header.contains(" HELD "),
+        "{table}"
+    );
+    assert!(lines.next().unwrap_or_default().contains(" %"), "{table}");
     let resumed = sluice(db, &["resume", &id.to_string()]);
     assert!(resumed.status.success());
     until("the operation finishes", || async {
