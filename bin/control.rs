@@ -5,7 +5,7 @@
 //! statuses the state machine accepts the event in.
 
 use clap::Args;
-use sluice_runtime::{Selection, control};
+use sluice_runtime::{Selection, control, pause_until};
 use sluice_store::Store;
 
 use crate::failure::Failure;
@@ -31,15 +31,88 @@ pub struct ControlArgs {
     json: bool,
 }
 
+/// `sluice pause`: the target, and optionally when it resumes by itself.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    target: ControlArgs,
+    /// Resume by itself then: a time (2026-12-01T06:00Z, RFC 3339 with or
+    /// without seconds) or a duration from now (2h). A running worker
+    /// resumes it, recording `resumed`; any later pause or resume of the
+    /// same target cancels it.
+    #[arg(long, value_parser = parse_until)]
+    until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 pub use sluice_runtime::Action;
+
+/// Pauses what `args` name, until `--until` when given.
+pub async fn pause(store: &Store, args: &PauseArgs) -> Result<(), Failure> {
+    let Some(until) = args.until else {
+        return apply(store, Action::Pause, &args.target).await;
+    };
+    if until <= chrono::Utc::now() {
+        return Err(Failure::BadInput(format!(
+            "--until {} is already past",
+            until.format("%Y-%m-%dT%H:%M:%SZ")
+        )));
+    }
+    let target = &args.target;
+    let reason = format!(
+        "{} (until {})",
+        target.reason,
+        until.format("%Y-%m-%dT%H:%M:%SZ")
+    );
+    let outcome = pause_until(
+        store,
+        &target.selection(),
+        &reason,
+        until.timestamp_millis(),
+    )
+    .await?;
+    render::controlled("pause", &outcome.changed, &outcome.skipped, target.json)
+}
+
+/// A time to resume at: RFC 3339 (seconds optional) or a duration from now.
+fn parse_until(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    let text = text.trim();
+    if let Ok(at) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&chrono::Utc));
+    }
+    // `2026-12-01T06:00Z` / `+01:00`: RFC 3339 without seconds.
+    if let Some(split) = text
+        .rfind(['Z', '+', '-'])
+        .filter(|&i| i > 10)
+    {
+        let (minutes, zone) = text.split_at(split);
+        if let Ok(at) = chrono::DateTime::parse_from_rfc3339(&format!("{minutes}:00{zone}")) {
+            return Ok(at.with_timezone(&chrono::Utc));
+        }
+    }
+    match sluice_operations::parse_duration(text) {
+        Ok(after) => chrono::Duration::from_std(after)
+            .ok()
+            .and_then(|after| chrono::Utc::now().checked_add_signed(after))
+            .ok_or_else(|| format!("`{text}` is too far ahead")),
+        Err(_) => Err(format!(
+            "`{text}` is neither a time (2026-12-01T06:00Z) nor a duration (2h)"
+        )),
+    }
+}
 
 /// Applies `action` to the operations `args` name and reports what changed.
 pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<(), Failure> {
-    let selection = match (&args.id, &args.kind) {
-        (Some(id), _) => Selection::One(*id),
-        (None, Some(kind)) => Selection::Kind(kind.clone()),
-        (None, None) => Selection::All,
-    };
-    let outcome = control(store, action, &selection, &args.reason).await?;
+    let outcome = control(store, action, &args.selection(), &args.reason).await?;
     render::controlled(action.verb(), &outcome.changed, &outcome.skipped, args.json)
+}
+
+impl ControlArgs {
+    /// The operations named.
+    fn selection(&self) -> Selection {
+        match (&self.id, &self.kind) {
+            (Some(id), _) => Selection::One(*id),
+            (None, Some(kind)) => Selection::Kind(kind.clone()),
+            (None, None) => Selection::All,
+        }
+    }
 }

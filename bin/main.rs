@@ -106,7 +106,7 @@ enum Command {
     /// Pause operations: no new sub-batch starts until they are resumed.
     /// With --kind or --all also a kill switch kept in the database: no
     /// worker starts an operation of the kind and its scheduled fires are refused.
-    Pause(control::ControlArgs),
+    Pause(control::PauseArgs),
     /// Resume paused operations (with --kind or --all, lifting the kill switch).
     Resume(control::ControlArgs),
     /// Cancel operations for good.
@@ -246,13 +246,15 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Show { id, json } => {
             let record = committed(store, id).await?;
             let pace = recent_pace(store, &record).await?;
-            render::show(&record, &pace, json)
+            let target = sluice_runtime::Selection::One(id).target();
+            let resume_at = store.timed_resume(&target).await?.map(|r| r.resume_at);
+            render::show(&record, &pace, resume_at, json)
         }
         Command::Events { id, json } => {
             store.operation(id).await?;
             render::events(&store.events(id, 0).await?, json)
         }
-        Command::Pause(args) => control::apply(store, control::Action::Pause, &args).await,
+        Command::Pause(args) => control::pause(store, &args).await,
         Command::Resume(args) => control::apply(store, control::Action::Resume, &args).await,
         Command::Cancel(args) => control::apply(store, control::Action::Cancel, &args).await,
         Command::Retry(args) => control::apply(store, control::Action::Retry, &args).await,

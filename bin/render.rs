@@ -77,10 +77,19 @@ pub fn list(
 }
 
 /// `sluice show`.
-pub fn show(record: &OperationRecord, pace: &RecentPace, as_json: bool) -> Result<(), Failure> {
+///
+/// `resume_at`: when a pause with an end (`pause --until`) resumes it,
+/// epoch milliseconds.
+pub fn show(
+    record: &OperationRecord,
+    pace: &RecentPace,
+    resume_at: Option<i64>,
+    as_json: bool,
+) -> Result<(), Failure> {
     if as_json {
         let mut value = operation_json(record);
         value["pace"] = json!(pace);
+        value["resume_at"] = json!(resume_at);
         return print_json(&value);
     }
     let s = &record.state;
@@ -89,7 +98,13 @@ pub fn show(record: &OperationRecord, pace: &RecentPace, as_json: bool) -> Resul
     let mut lines = vec![
         ("id", record.id.to_string()),
         ("kind", s.kind.clone()),
-        ("status", s.status.as_str().to_owned()),
+        (
+            "status",
+            match resume_at {
+                Some(at) => format!("{} until {}", s.status.as_str(), time(at)),
+                None => s.status.as_str().to_owned(),
+            },
+        ),
         ("table", s.table.clone()),
         (
             "batching columns",

@@ -23,6 +23,7 @@ for_each_backend!(
     plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table,
     a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation,
     archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_not_fit,
+    a_pause_until_a_time_is_resumed_by_a_running_worker,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
@@ -925,4 +926,93 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
         "nothing enqueued"
     );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 251);
+}
+
+/// `pause --until`: a running worker's scheduler resumes the operation once
+/// the time has come, recording `resumed`; a manual resume cancels the
+/// timed one; a kill switch with an end is lifted the same way; a past or
+/// unreadable time is refused.
+async fn a_pause_until_a_time_is_resumed_by_a_running_worker(db: &TestDb) {
+    create_items(db, 6_000).await;
+    let op = enqueue_increment(
+        db,
+        &[
+            "--sub-batch-size",
+            "50",
+            "--batch-size",
+            "200",
+            "--pause",
+            "20ms",
+        ],
+    );
+    let id = op["id"].as_i64().unwrap();
+    let id_text = id.to_string();
+    for (until, says) in [
+        ("2020-01-01T00:00Z", "is already past"),
+        ("tomorrow", "is neither a time"),
+    ] {
+        let refused = sluice(db, &["pause", &id_text, "--until", until]);
+        assert_eq!(refused.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&refused.stderr).contains(says));
+    }
+    let _worker = worker(db, "timed-worker");
+    until_items_changed(db, 0).await;
+    succeeded(&sluice(
+        db,
+        &["pause", &id_text, "--until", "2s", "--reason", "peak"],
+    ));
+    let shown = json(&sluice(db, &["show", &id_text, "--json"]));
+    assert_eq!(shown["status"], "paused", "{shown}");
+    assert!(shown["resume_at"].as_i64().is_some(), "{shown}");
+    until("the worker resumes it by itself", || async {
+        db.store.operation(id).await.unwrap().state.status != OperationStatus::Paused
+    })
+    .await;
+    let kinds: Vec<String> = db
+        .store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event.kind().to_owned())
+        .collect();
+    let paused = kinds.iter().position(|k| k == "paused").unwrap();
+    // (The batch in flight when it paused records its outcome in between.)
+    assert!(kinds[paused..].contains(&"resumed".to_owned()), "{kinds:?}");
+    assert!(
+        db.store
+            .timed_resume(&format!("operation:{id}"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the timed resume is used up"
+    );
+
+    // A manual resume cancels a timed one.
+    succeeded(&sluice(db, &["pause", &id_text, "--until", "1h"]));
+    succeeded(&sluice(db, &["resume", &id_text]));
+    let shown = json(&sluice(db, &["show", &id_text, "--json"]));
+    assert!(shown["resume_at"].is_null(), "{shown}");
+
+    // A kill switch with an end: lifted by the worker, its operation resumed.
+    succeeded(&sluice(
+        db,
+        &["pause", "--kind", "update-in-batches", "--until", "2s"],
+    ));
+    assert_eq!(db.store.switches().await.unwrap().len(), 1);
+    until("the worker lifts the switch", || async {
+        db.store.switches().await.unwrap().is_empty()
+    })
+    .await;
+    until("the operation finishes", || async {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
+            .await,
+        0,
+        "every row once, across the pauses"
+    );
+    db.store.verify(id).await.unwrap();
 }

@@ -6,6 +6,11 @@
 //! new one waits as pending) and scheduled fires of it are refused with the
 //! reason; resuming lifts it and resumes the kind's paused operations.
 //!
+//! A pause may carry an end ([`pause_until`]): the store keeps it, and a
+//! worker's scheduler resumes the target once it has passed
+//! ([`resume_due`]), recording `resumed` as any resume does. Any later
+//! pause or resume of the same target cancels it.
+//!
 //! Each control is an event appended through the state machine, so it works
 //! from any process (a running worker notices within its control interval;
 //! on PostgreSQL it is also announced, and listening workers act at once)
@@ -38,6 +43,32 @@ pub enum Selection {
     Kind(String),
     /// Every operation.
     All,
+}
+
+impl Selection {
+    /// How the store names the selection's timed resume: `operation:<id>`,
+    /// `kind:<kind>` or `*`.
+    pub fn target(&self) -> String {
+        match self {
+            Selection::One(id) => format!("operation:{id}"),
+            Selection::Kind(kind) => format!("kind:{kind}"),
+            Selection::All => "*".to_owned(),
+        }
+    }
+
+    /// The selection [`Selection::target`] named, if `target` is one.
+    pub fn from_target(target: &str) -> Option<Selection> {
+        if target == "*" {
+            return Some(Selection::All);
+        }
+        if let Some(id) = target.strip_prefix("operation:") {
+            return id.parse().ok().map(Selection::One);
+        }
+        target
+            .strip_prefix("kind:")
+            .filter(|kind| !kind.is_empty())
+            .map(|kind| Selection::Kind(kind.to_owned()))
+    }
 }
 
 /// What a control did.
@@ -97,8 +128,61 @@ impl Action {
 }
 
 /// Applies `action` (with `reason`, recorded for pause and cancel) to the
-/// operations `selection` names.
+/// operations `selection` names. A pause or resume also cancels the
+/// selection's timed resume, if it had one.
 pub async fn control(
+    store: &Store,
+    action: Action,
+    selection: &Selection,
+    reason: &str,
+) -> Result<Controlled, ControlError> {
+    let outcome = apply(store, action, selection, reason).await?;
+    if matches!(action, Action::Pause | Action::Resume) {
+        store.clear_timed_resume(&selection.target()).await?;
+    }
+    Ok(outcome)
+}
+
+/// Pauses what `selection` names (as [`control`]) until `until` (epoch
+/// milliseconds), when a worker's scheduler resumes it ([`resume_due`]).
+pub async fn pause_until(
+    store: &Store,
+    selection: &Selection,
+    reason: &str,
+    until: i64,
+) -> Result<Controlled, ControlError> {
+    let outcome = control(store, Action::Pause, selection, reason).await?;
+    store.set_timed_resume(&selection.target(), until).await?;
+    Ok(outcome)
+}
+
+/// Resumes every target whose timed resume has come (by the store's
+/// clock), as an operator's resume would, and forgets it; an operation no
+/// longer paused is left as it is. Returns the targets and what resuming
+/// them did. Two workers doing it at once resume each target once (the
+/// state machine refuses the second `resumed`).
+pub async fn resume_due(store: &Store) -> Result<Vec<(String, Controlled)>, ControlError> {
+    let mut resumed = Vec::new();
+    for due in store.due_timed_resumes().await? {
+        let Some(selection) = Selection::from_target(&due.target) else {
+            store.clear_timed_resume(&due.target).await?;
+            continue;
+        };
+        let outcome = match control(store, Action::Resume, &selection, "").await {
+            Ok(outcome) => outcome,
+            Err(ControlError::NotApplicable { .. }) => {
+                store.clear_timed_resume(&due.target).await?;
+                Controlled::default()
+            }
+            Err(other) => return Err(other),
+        };
+        resumed.push((due.target, outcome));
+    }
+    Ok(resumed)
+}
+
+/// [`control`] without touching timed resumes.
+async fn apply(
     store: &Store,
     action: Action,
     selection: &Selection,
@@ -173,4 +257,23 @@ async fn announced(store: &Store, outcome: Controlled) -> Controlled {
         tracing::warn!(%error, "control not announced; workers find it at their next control poll");
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Selection;
+
+    #[test]
+    fn a_selection_s_target_names_it_back() {
+        for selection in [
+            Selection::One(42),
+            Selection::Kind("delete-aged-rows".into()),
+            Selection::All,
+        ] {
+            assert_eq!(Selection::from_target(&selection.target()), Some(selection));
+        }
+        for unknown in ["", "operation:", "operation:x", "kind:", "everything"] {
+            assert_eq!(Selection::from_target(unknown), None, "{unknown}");
+        }
+    }
 }

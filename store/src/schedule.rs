@@ -104,6 +104,16 @@ pub struct Switch {
     pub set_at: i64,
 }
 
+/// A pause with an end: `target` (`operation:<id>`, `kind:<kind>` or `*`)
+/// is resumed once `resume_at` has passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct TimedResume {
+    /// What is resumed.
+    pub target: String,
+    /// When, epoch milliseconds.
+    pub resume_at: i64,
+}
+
 impl Store {
     /// Stores a new schedule.
     ///
@@ -327,6 +337,58 @@ impl Store {
         Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
             .bind(kind)
             .fetch_optional(pool)
+            .await?))
+    }
+
+    /// Sets `target` to be resumed at `resume_at` (epoch milliseconds),
+    /// replacing an earlier time.
+    pub async fn set_timed_resume(&self, target: &str, resume_at: i64) -> Result<(), StoreError> {
+        const UPSERT: &str = "INSERT INTO sluice_resumes (target, resume_at) VALUES ($1, $2) \
+             ON CONFLICT (target) DO UPDATE SET resume_at = excluded.resume_at";
+        const MYSQL_UPSERT: &str = "INSERT INTO sluice_resumes (target, resume_at) VALUES ($1, $2) \
+             ON DUPLICATE KEY UPDATE resume_at = VALUES(resume_at)";
+        let upsert = match self.backend().dialect() {
+            Dialect::MySql => MYSQL_UPSERT,
+            Dialect::Sqlite | Dialect::Postgres => UPSERT,
+        };
+        on_pool!(self, |pool| sqlx::query(upsert)
+            .bind(target)
+            .bind(resume_at)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(())
+    }
+
+    /// Forgets `target`'s timed resume; false when it had none.
+    pub async fn clear_timed_resume(&self, target: &str) -> Result<bool, StoreError> {
+        const DELETE: &str = "DELETE FROM sluice_resumes WHERE target = $1";
+        Ok(on_pool!(self, |pool| sqlx::query(DELETE)
+            .bind(target)
+            .execute(pool)
+            .await?
+            .rows_affected())
+            > 0)
+    }
+
+    /// The timed resume of `target`, if one is set.
+    pub async fn timed_resume(&self, target: &str) -> Result<Option<TimedResume>, StoreError> {
+        const SELECT: &str = "SELECT * FROM sluice_resumes WHERE target = $1";
+        Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
+            .bind(target)
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    /// The timed resumes whose time has come by the store's clock, earliest
+    /// first.
+    pub async fn due_timed_resumes(&self) -> Result<Vec<TimedResume>, StoreError> {
+        const SELECT: &str =
+            "SELECT * FROM sluice_resumes WHERE resume_at <= $1 ORDER BY resume_at, target";
+        let now = self.clock().now_ms();
+        Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
+            .bind(now)
+            .fetch_all(pool)
             .await?))
     }
 }

@@ -1,5 +1,6 @@
 //! The scheduler: every `schedule_interval` (and at start-up) it fires the
-//! schedules that are due ([`crate::schedule::fire_due`]). It runs on every
+//! schedules that are due ([`crate::schedule::fire_due`]) and resumes the
+//! pauses whose end has come ([`crate::control::resume_due`]). It runs on every
 //! node; the store's compare-and-set on each schedule's due time makes one
 //! node fire each tick. It keeps no state of its own.
 
@@ -54,6 +55,22 @@ impl Actor for Scheduler {
                 tracing::warn!(error = %e, "scheduler could not reach the store; next tick");
             }
             Err(e) => return Err(e.into()),
+        }
+        match crate::control::resume_due(&context.store).await {
+            Ok(resumed) => {
+                for (target, outcome) in &resumed {
+                    tracing::info!(target = %target, operations = ?outcome.changed, "paused until now: resumed");
+                }
+                if resumed
+                    .iter()
+                    .any(|(_, outcome)| !outcome.changed.is_empty())
+                {
+                    let _ = supervisor.cast(SupervisorMessage::ReconcileNow);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduler could not resume a timed pause; next tick");
+            }
         }
         Ok(())
     }
