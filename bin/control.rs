@@ -80,10 +80,7 @@ fn parse_until(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
         return Ok(at.with_timezone(&chrono::Utc));
     }
     // `2026-12-01T06:00Z` / `+01:00`: RFC 3339 without seconds.
-    if let Some(split) = text
-        .rfind(['Z', '+', '-'])
-        .filter(|&i| i > 10)
-    {
+    if let Some(split) = text.rfind(['Z', '+', '-']).filter(|&i| i > 10) {
         let (minutes, zone) = text.split_at(split);
         if let Ok(at) = chrono::DateTime::parse_from_rfc3339(&format!("{minutes}:00{zone}")) {
             return Ok(at.with_timezone(&chrono::Utc));

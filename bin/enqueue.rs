@@ -10,6 +10,7 @@ use sluice_operations::{
     EnqueueOptions, Registry,
     builtin::{UpdateInBatchesArguments, enqueue_kind},
     plan,
+    window::WindowOption,
 };
 use sluice_store::{Limits, Store};
 
@@ -102,6 +103,14 @@ pub struct CommonOptions {
     /// Accept it even though its batch query would scan the whole table.
     #[arg(long)]
     force: bool,
+    /// Work only in these daily hours (e.g. 00:00-06:00; 22:00-04:00 runs
+    /// overnight): outside them no sub-batch starts, and workers pause the
+    /// operation until the next opening.
+    #[arg(long, value_name = "HH:MM-HH:MM")]
+    window: Option<String>,
+    /// The IANA time zone `--window` is read in.
+    #[arg(long, default_value = "UTC", requires = "window")]
+    time_zone: String,
     /// Print the operation (or the plan) as JSON.
     #[arg(long)]
     json: bool,
@@ -198,6 +207,10 @@ impl From<EnqueueCommand> for Recipe {
             },
             priority: common.priority,
             force: common.force,
+            window: common.window.map(|hours| WindowOption {
+                hours,
+                time_zone: common.time_zone,
+            }),
             ..EnqueueOptions::default()
         };
         Recipe {

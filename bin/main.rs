@@ -248,7 +248,11 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             let pace = recent_pace(store, &record).await?;
             let target = sluice_runtime::Selection::One(id).target();
             let resume_at = store.timed_resume(&target).await?.map(|r| r.resume_at);
-            render::show(&record, &pace, resume_at, json)
+            let window = store
+                .window_for(id, &record.state.kind)
+                .await?
+                .map(|w| format!("{} {}", w.run_window, w.time_zone));
+            render::show(&record, &pace, resume_at, window, json)
         }
         Command::Events { id, json } => {
             store.operation(id).await?;

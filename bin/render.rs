@@ -78,18 +78,21 @@ pub fn list(
 
 /// `sluice show`.
 ///
-/// `resume_at`: when a pause with an end (`pause --until`) resumes it,
-/// epoch milliseconds.
+/// `resume_at`: when a pause with an end (`pause --until`, or a run
+/// window's) resumes it, epoch milliseconds; `window`: the run window it
+/// obeys, as `00:00-06:00 Europe/Paris`.
 pub fn show(
     record: &OperationRecord,
     pace: &RecentPace,
     resume_at: Option<i64>,
+    window: Option<String>,
     as_json: bool,
 ) -> Result<(), Failure> {
     if as_json {
         let mut value = operation_json(record);
         value["pace"] = json!(pace);
         value["resume_at"] = json!(resume_at);
+        value["window"] = json!(window);
         return print_json(&value);
     }
     let s = &record.state;
@@ -106,6 +109,10 @@ pub fn show(
             },
         ),
         ("table", s.table.clone()),
+        (
+            "run window",
+            window.unwrap_or_else(|| "any time".to_owned()),
+        ),
         (
             "batching columns",
             if s.batching_columns.is_empty() {

@@ -11,6 +11,7 @@ use common::{
     TestDb, Worker, assert_group_one_changed_once, enqueue_increment, json, released, sluice,
     spawn_worker, succeeded, until, until_items_changed,
 };
+use sluice_operations::window::RunWindow;
 use sluice_store::{ListFilter, OperationStatus};
 
 for_each_backend!(
@@ -24,6 +25,7 @@ for_each_backend!(
     a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation,
     archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_not_fit,
     a_pause_until_a_time_is_resumed_by_a_running_worker,
+    a_run_window_pauses_the_operation_when_it_closes_until_it_opens,
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
@@ -964,9 +966,14 @@ async fn a_pause_until_a_time_is_resumed_by_a_running_worker(db: &TestDb) {
     let shown = json(&sluice(db, &["show", &id_text, "--json"]));
     assert_eq!(shown["status"], "paused", "{shown}");
     assert!(shown["resume_at"].as_i64().is_some(), "{shown}");
-    until("the worker resumes it by itself", || async {
-        db.store.operation(id).await.unwrap().state.status != OperationStatus::Paused
-    })
+    let target = format!("operation:{id}");
+    until(
+        "the worker resumes it by itself and forgets the time",
+        || async {
+            db.store.operation(id).await.unwrap().state.status != OperationStatus::Paused
+                && db.store.timed_resume(&target).await.unwrap().is_none()
+        },
+    )
     .await;
     let kinds: Vec<String> = db
         .store
@@ -979,14 +986,6 @@ async fn a_pause_until_a_time_is_resumed_by_a_running_worker(db: &TestDb) {
     let paused = kinds.iter().position(|k| k == "paused").unwrap();
     // (The batch in flight when it paused records its outcome in between.)
     assert!(kinds[paused..].contains(&"resumed".to_owned()), "{kinds:?}");
-    assert!(
-        db.store
-            .timed_resume(&format!("operation:{id}"))
-            .await
-            .unwrap()
-            .is_none(),
-        "the timed resume is used up"
-    );
 
     // A manual resume cancels a timed one.
     succeeded(&sluice(db, &["pause", &id_text, "--until", "1h"]));
@@ -1004,6 +1003,119 @@ async fn a_pause_until_a_time_is_resumed_by_a_running_worker(db: &TestDb) {
         db.store.switches().await.unwrap().is_empty()
     })
     .await;
+    finishes_with_every_row_changed_once(db, id).await;
+}
+
+/// `--window`: bad windows and zones are refused with exit 2 and nothing
+/// enqueued; an operation whose window closes while it runs is paused by
+/// the worker until the next opening (no sub-batch starts after the close:
+/// the driver's rule, unit-tested with an injected clock), and continues
+/// once its window is open again.
+async fn a_run_window_pauses_the_operation_when_it_closes_until_it_opens(db: &TestDb) {
+    create_items(db, 12_000).await;
+    for (window, zone, says) in [
+        ("25:00-06:00", "UTC", "invalid run window `25:00-06:00`"),
+        (
+            "00:00-06:00",
+            "Mars/Olympus",
+            "unknown time zone `Mars/Olympus`",
+        ),
+    ] {
+        let refused = sluice(
+            db,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = counter + 1",
+                "--window",
+                window,
+                "--time-zone",
+                zone,
+            ],
+        );
+        assert_eq!(refused.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+
+    // Open since an hour ago, closing 6 s from now (UTC). Sub-batches of 20
+    // rows 20 ms apart change at most 1,000 rows a second: rows are left.
+    let now = chrono::Utc::now();
+    let hours = format!(
+        "{}-{}",
+        (now - chrono::Duration::hours(1)).format("%H:%M:%S"),
+        (now + chrono::Duration::seconds(6)).format("%H:%M:%S")
+    );
+    let op = enqueue_increment(
+        db,
+        &[
+            "--batch-size",
+            "200",
+            "--sub-batch-size",
+            "20",
+            "--pause",
+            "20ms",
+            "--window",
+            &hours,
+        ],
+    );
+    let id = op["id"].as_i64().unwrap();
+    let id_text = id.to_string();
+    let shown = json(&sluice(db, &["show", &id_text, "--json"]));
+    // Shown as stored (a time on the minute loses its `:00`).
+    let shown_window = shown["window"].as_str().unwrap_or_default();
+    let (shown_hours, zone) = shown_window.split_once(' ').unwrap_or_default();
+    assert_eq!(zone, "UTC", "{shown}");
+    assert_eq!(
+        RunWindow::parse(shown_hours, zone).ok(),
+        RunWindow::parse(&hours, "UTC").ok(),
+        "{shown}"
+    );
+    let _worker = worker(db, "window-worker");
+    until_items_changed(db, 0).await;
+    until("the window closes and the worker pauses it", || async {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Paused
+    })
+    .await;
+    let events = db.store.events(id, 0).await.unwrap();
+    let paused = events
+        .iter()
+        .find_map(|e| match &e.event {
+            sluice_store::Event::Paused { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        paused.starts_with(&format!("outside its run window {hours} UTC (until ")),
+        "{paused}"
+    );
+    // Resumed at the next opening, about a day away.
+    let shown = json(&sluice(db, &["show", &id_text, "--json"]));
+    let resume_at = shown["resume_at"].as_i64().unwrap();
+    let opening = (now - chrono::Duration::hours(1)).timestamp_millis() + 86_400_000;
+    assert!(
+        (resume_at - opening).abs() < 2_000,
+        "{resume_at} vs {opening}"
+    );
+    let changed = db
+        .scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+        .await;
+    assert!(changed < 12_000, "stopped when the window closed");
+
+    // The opening comes (the window moved so it is open, the resume due).
+    db.execute("UPDATE sluice_windows SET run_window = '00:00-23:59:59'")
+        .await;
+    db.execute("UPDATE sluice_resumes SET resume_at = 0").await;
+    finishes_with_every_row_changed_once(db, id).await;
+}
+
+/// Waits for operation `id` to finish, then checks every row of `items`
+/// was changed exactly once (`counter = 1`) and its log replays.
+async fn finishes_with_every_row_changed_once(db: &TestDb, id: i64) {
     until("the operation finishes", || async {
         db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
     })
@@ -1012,7 +1124,7 @@ async fn a_pause_until_a_time_is_resumed_by_a_running_worker(db: &TestDb) {
         db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
             .await,
         0,
-        "every row once, across the pauses"
+        "every row once"
     );
     db.store.verify(id).await.unwrap();
 }

@@ -46,6 +46,10 @@ pub struct EnqueueOptions {
     pub tenant_id: Option<String>,
     /// Accept it even when its batch query would scan the whole table.
     pub force: bool,
+    /// The daily hours it may work in: outside them no sub-batch starts,
+    /// and workers pause it until the next opening. Stored beside the
+    /// operation ([`Store::set_window`]) once it is enqueued.
+    pub window: Option<crate::window::WindowOption>,
 }
 
 impl Default for EnqueueOptions {
@@ -59,6 +63,7 @@ impl Default for EnqueueOptions {
             origin: Origin::User,
             tenant_id: None,
             force: false,
+            window: None,
         }
     }
 }
@@ -80,6 +85,15 @@ pub async fn enqueue(
 ) -> Result<Enqueued, OperationError> {
     let span = enqueue_span(kind);
     async {
+        let window = match &options.window {
+            Some(option) => Some(
+                option
+                    .parse()
+                    .map_err(|e| OperationError::Arguments(e.to_string()))?
+                    .text(),
+            ),
+            None => None,
+        };
         let CheckedSpec {
             mut spec, scope, ..
         } = checked_spec(
@@ -97,6 +111,15 @@ pub async fn enqueue(
         spec.trace_context = traceparent(&Span::current());
         let enqueued = store.enqueue(spec).await?;
         Span::current().record("sluice.operation.id", enqueued.id);
+        if let Some((hours, time_zone)) = window
+            && enqueued.created
+        {
+            // Right after the operation: a worker that starts it within
+            // these milliseconds obeys the window from its scheduler's
+            // next tick, which pauses it while the window is closed.
+            let target = format!("operation:{}", enqueued.id);
+            store.set_window(&target, &hours, &time_zone).await?;
+        }
         Ok(enqueued)
     }
     .instrument(span)
@@ -150,6 +173,14 @@ pub async fn enqueue_many(
 ) -> Result<Vec<Enqueued>, OperationError> {
     let mut checked = Checked::default();
     let mut specs = Vec::with_capacity(operations.len());
+    if let Some(index) = operations.iter().position(|o| o.options.window.is_some()) {
+        return Err(OperationError::InBulk {
+            index,
+            source: Box::new(OperationError::Arguments(
+                "a run window is not taken in a bulk enqueue; enqueue it alone".into(),
+            )),
+        });
+    }
     for (index, operation) in operations.iter().enumerate() {
         let spec = async {
             let CheckedSpec { mut spec, .. } = checked_spec(

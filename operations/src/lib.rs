@@ -22,6 +22,7 @@ mod shape;
 mod sqlite_time;
 mod sub_batch;
 pub mod target;
+pub mod window;
 
 pub use builtin::{ArchiveRows, DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, format_duration, parse_duration};

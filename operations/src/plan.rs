@@ -95,6 +95,11 @@ pub async fn plan(
     options: &EnqueueOptions,
     probe: bool,
 ) -> Result<Plan, OperationError> {
+    if let Some(window) = &options.window {
+        window
+            .parse()
+            .map_err(|e| OperationError::Arguments(e.to_string()))?;
+    }
     let mut checked = Checked::for_plan();
     let CheckedSpec {
         spec,

@@ -11,6 +11,9 @@
 //! ([`resume_due`]), recording `resumed` as any resume does. Any later
 //! pause or resume of the same target cancels it.
 //!
+//! A run window works through the same pauses: outside it the target is
+//! paused until its next opening ([`close_windows`]).
+//!
 //! Each control is an event appended through the state machine, so it works
 //! from any process (a running worker notices within its control interval;
 //! on PostgreSQL it is also announced, and listening workers act at once)
@@ -19,7 +22,9 @@
 //! which operations changed and which were skipped because their status
 //! changed meanwhile.
 
-use sluice_store::{Event, Expected, ListFilter, Store, StoreError};
+use sluice_store::{Event, Expected, ListFilter, OperationStatus, Store, StoreError};
+
+use sluice_operations::window::RunWindow;
 
 /// An operator control.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +184,65 @@ pub async fn resume_due(store: &Store) -> Result<Vec<(String, Controlled)>, Cont
         resumed.push((due.target, outcome));
     }
     Ok(resumed)
+}
+
+/// Pauses each target whose run window ([`RunWindow`]) is closed at the
+/// store's clock until its next opening ([`pause_until`]), reason
+/// `outside its run window 00:00-06:00 Europe/Paris (until …)`; the timed
+/// resume brings it back then. A target already held (an operation paused
+/// or failed, a kind or everything switched off) is left alone, and the
+/// window of an operation that ended is removed. Returns the targets paused
+/// and what pausing them did.
+pub async fn close_windows(store: &Store) -> Result<Vec<(String, Controlled)>, ControlError> {
+    let now = chrono::DateTime::from_timestamp_millis(store.clock().now_ms())
+        .unwrap_or_else(chrono::Utc::now);
+    let mut closed = Vec::new();
+    for stored in store.windows().await? {
+        let Ok(window) = RunWindow::parse(&stored.run_window, &stored.time_zone) else {
+            continue;
+        };
+        let Some(selection) = Selection::from_target(&stored.target) else {
+            continue;
+        };
+        if window.is_open(now) {
+            continue;
+        }
+        let held = match &selection {
+            Selection::One(id) => match store.operation(*id).await {
+                Ok(record) if record.state.status.is_terminal() => {
+                    store.clear_window(&stored.target).await?;
+                    continue;
+                }
+                Ok(record) => !matches!(
+                    record.state.status,
+                    OperationStatus::Pending | OperationStatus::Running
+                ),
+                Err(StoreError::NotFound(_)) => {
+                    store.clear_window(&stored.target).await?;
+                    continue;
+                }
+                Err(other) => return Err(other.into()),
+            },
+            Selection::Kind(kind) => store.switch_for(kind).await?.is_some(),
+            Selection::All => store.switches().await?.iter().any(|s| s.scope == "*"),
+        };
+        if held {
+            continue;
+        }
+        let until = window.next_opening(now);
+        let (hours, zone) = window.text();
+        let reason = format!(
+            "outside its run window {hours} {zone} (until {})",
+            until.format("%Y-%m-%dT%H:%M:%SZ")
+        );
+        match pause_until(store, &selection, &reason, until.timestamp_millis()).await {
+            Ok(outcome) => closed.push((stored.target, outcome)),
+            // Its status changed meanwhile: the next tick looks again.
+            Err(ControlError::NotApplicable { .. }) => {}
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(closed)
 }
 
 /// [`control`] without touching timed resumes.

@@ -39,7 +39,9 @@ pub mod supervisor;
 
 pub use config::RuntimeConfig;
 pub use context::Progress;
-pub use control::{Action, ControlError, Controlled, Selection, control, pause_until, resume_due};
+pub use control::{
+    Action, ControlError, Controlled, Selection, close_windows, control, pause_until, resume_due,
+};
 pub use health::{HealthIndicator, Signal, indicator_fn};
 pub use operation::PlanCheckEvery;
 pub use replicas::{REPLICA_LAG_THRESHOLDS, ReplicaError, ReplicaLag};

@@ -114,6 +114,18 @@ pub struct TimedResume {
     pub resume_at: i64,
 }
 
+/// A run window as stored: `target` (`operation:<id>`, `kind:<kind>` or
+/// `*`) works only within `run_window` (`00:00-06:00`) local to `time_zone`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct StoredWindow {
+    /// What it applies to.
+    pub target: String,
+    /// The daily hours, `HH:MM-HH:MM`.
+    pub run_window: String,
+    /// The IANA time zone they are read in.
+    pub time_zone: String,
+}
+
 impl Store {
     /// Stores a new schedule.
     ///
@@ -296,10 +308,7 @@ impl Store {
              ON CONFLICT (scope) DO UPDATE SET reason = excluded.reason, set_at = excluded.set_at";
         const MYSQL_UPSERT: &str = "INSERT INTO sluice_switches (scope, reason, set_at) VALUES ($1, $2, $3) \
              ON DUPLICATE KEY UPDATE reason = VALUES(reason), set_at = VALUES(set_at)";
-        let upsert = match self.backend().dialect() {
-            Dialect::MySql => MYSQL_UPSERT,
-            Dialect::Sqlite | Dialect::Postgres => UPSERT,
-        };
+        let upsert = self.upsert(UPSERT, MYSQL_UPSERT);
         let now = self.clock().now_ms();
         on_pool!(self, |pool| sqlx::query(upsert)
             .bind(scope)
@@ -314,12 +323,7 @@ impl Store {
     /// Lifts the kill switch for `scope`; false when none was set.
     pub async fn clear_switch(&self, scope: &str) -> Result<bool, StoreError> {
         const DELETE: &str = "DELETE FROM sluice_switches WHERE scope = $1";
-        Ok(on_pool!(self, |pool| sqlx::query(DELETE)
-            .bind(scope)
-            .execute(pool)
-            .await?
-            .rows_affected())
-            > 0)
+        self.delete_by_key(DELETE, scope).await
     }
 
     /// Every kill switch set.
@@ -347,10 +351,7 @@ impl Store {
              ON CONFLICT (target) DO UPDATE SET resume_at = excluded.resume_at";
         const MYSQL_UPSERT: &str = "INSERT INTO sluice_resumes (target, resume_at) VALUES ($1, $2) \
              ON DUPLICATE KEY UPDATE resume_at = VALUES(resume_at)";
-        let upsert = match self.backend().dialect() {
-            Dialect::MySql => MYSQL_UPSERT,
-            Dialect::Sqlite | Dialect::Postgres => UPSERT,
-        };
+        let upsert = self.upsert(UPSERT, MYSQL_UPSERT);
         on_pool!(self, |pool| sqlx::query(upsert)
             .bind(target)
             .bind(resume_at)
@@ -363,12 +364,7 @@ impl Store {
     /// Forgets `target`'s timed resume; false when it had none.
     pub async fn clear_timed_resume(&self, target: &str) -> Result<bool, StoreError> {
         const DELETE: &str = "DELETE FROM sluice_resumes WHERE target = $1";
-        Ok(on_pool!(self, |pool| sqlx::query(DELETE)
-            .bind(target)
-            .execute(pool)
-            .await?
-            .rows_affected())
-            > 0)
+        self.delete_by_key(DELETE, target).await
     }
 
     /// The timed resume of `target`, if one is set.
@@ -390,5 +386,79 @@ impl Store {
             .bind(now)
             .fetch_all(pool)
             .await?))
+    }
+
+    /// Sets `target`'s run window, replacing an earlier one. The caller
+    /// checks the window and zone parse.
+    pub async fn set_window(
+        &self,
+        target: &str,
+        run_window: &str,
+        time_zone: &str,
+    ) -> Result<(), StoreError> {
+        const UPSERT: &str = "INSERT INTO sluice_windows (target, run_window, time_zone) \
+             VALUES ($1, $2, $3) ON CONFLICT (target) DO UPDATE \
+             SET run_window = excluded.run_window, time_zone = excluded.time_zone";
+        const MYSQL_UPSERT: &str = "INSERT INTO sluice_windows (target, run_window, time_zone) \
+             VALUES ($1, $2, $3) ON DUPLICATE KEY UPDATE \
+             run_window = VALUES(run_window), time_zone = VALUES(time_zone)";
+        let upsert = self.upsert(UPSERT, MYSQL_UPSERT);
+        on_pool!(self, |pool| sqlx::query(upsert)
+            .bind(target)
+            .bind(run_window)
+            .bind(time_zone)
+            .execute(pool)
+            .await?
+            .rows_affected());
+        Ok(())
+    }
+
+    /// Removes `target`'s run window; false when it had none.
+    pub async fn clear_window(&self, target: &str) -> Result<bool, StoreError> {
+        const DELETE: &str = "DELETE FROM sluice_windows WHERE target = $1";
+        self.delete_by_key(DELETE, target).await
+    }
+
+    /// Every run window set.
+    pub async fn windows(&self) -> Result<Vec<StoredWindow>, StoreError> {
+        const SELECT: &str = "SELECT * FROM sluice_windows ORDER BY target";
+        Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// The run window operation `id` of `kind` obeys: its own, else its
+    /// kind's, else the one for everything.
+    pub async fn window_for(
+        &self,
+        id: i64,
+        kind: &str,
+    ) -> Result<Option<StoredWindow>, StoreError> {
+        const SELECT: &str = "SELECT * FROM sluice_windows WHERE target IN ($1, $2, '*') \
+             ORDER BY CASE WHEN target = '*' THEN 2 WHEN target = $2 THEN 1 ELSE 0 END LIMIT 1";
+        Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
+            .bind(format!("operation:{id}"))
+            .bind(format!("kind:{kind}"))
+            .fetch_optional(pool)
+            .await?))
+    }
+
+    /// `generic` (`ON CONFLICT … DO UPDATE`, SQLite and PostgreSQL), or
+    /// `mysql` (`ON DUPLICATE KEY UPDATE`) on MySQL.
+    fn upsert(&self, generic: &'static str, mysql: &'static str) -> &'static str {
+        match self.backend().dialect() {
+            Dialect::MySql => mysql,
+            Dialect::Sqlite | Dialect::Postgres => generic,
+        }
+    }
+
+    /// Runs `delete` (one `$1` key) with `key`; true when a row went.
+    async fn delete_by_key(&self, delete: &'static str, key: &str) -> Result<bool, StoreError> {
+        Ok(on_pool!(self, |pool| sqlx::query(delete)
+            .bind(key)
+            .execute(pool)
+            .await?
+            .rows_affected())
+            > 0)
     }
 }

@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
+
 use sluice_store::{Event, Lease, Projection};
 
 use super::phase::{ActiveBatch, Phase, Role, Stopping};
@@ -18,6 +20,7 @@ use super::protocol::{Command, Input, NextPlan};
 use crate::config::RuntimeConfig;
 use crate::health::Signal;
 use crate::sizing::{BatchSizer, backoff, throttled_pause, throttled_size};
+use sluice_operations::window::RunWindow;
 
 /// The decision machine of one operation actor.
 #[derive(Debug)]
@@ -74,6 +77,8 @@ pub struct Settings {
     /// How often the owner looks at the batch query's plan again (`None`:
     /// never).
     pub plan_check: Option<PlanCheckEvery>,
+    /// The daily hours it may work in (`None`: any time).
+    pub window: Option<RunWindow>,
 }
 
 impl Settings {
@@ -90,6 +95,7 @@ impl Settings {
             parallel_batches: config.parallel_batches,
             ranges,
             plan_check: config.plan_check,
+            window: None,
         }
     }
 }
@@ -100,6 +106,8 @@ impl Settings {
 pub struct Now {
     /// The time.
     pub at: Instant,
+    /// The same moment on the wall clock (run windows are read on it).
+    pub wall: DateTime<Utc>,
     /// The jitter fraction.
     pub jitter: f64,
 }
@@ -332,6 +340,13 @@ impl Driver {
                 self.plan_watch
                     .due(every, now.at, self.projection.batches_planned)
             })
+    }
+
+    /// Whether `now` is outside the operation's run window.
+    pub(super) fn outside_window(&self, now: Now) -> bool {
+        self.settings
+            .window
+            .is_some_and(|window| !window.is_open(now.wall))
     }
 
     pub(super) fn limit_reached(&self, now: Now) -> Option<String> {

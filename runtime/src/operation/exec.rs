@@ -361,6 +361,7 @@ fn now() -> Now {
         .map_or(0, |d| d.subsec_nanos());
     Now {
         at: Instant::now(),
+        wall: chrono::Utc::now(),
         jitter: f64::from(nanos % 1_000) / 1_000.0,
     }
 }

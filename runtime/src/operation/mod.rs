@@ -60,6 +60,7 @@ use crate::context::RuntimeContext;
 use crate::health::{HealthMessage, HealthSnapshot};
 use crate::pool::SubBatchReport;
 use crate::sizing::BatchSizer;
+use sluice_operations::window::RunWindow;
 
 /// The operation actor.
 #[derive(Debug)]
@@ -233,8 +234,17 @@ impl Actor for OperationActor {
         }
         stamp(&run_span);
         tracing::info!(parent: &run_span, operation = record.id, kind = %record.state.kind, node = %node, "operation started");
+        // Its run window as stored when it starts (a stored one that no
+        // longer parses is ignored here; `sluice window` refuses those).
+        let window = store
+            .window_for(record.id, &record.state.kind)
+            .await?
+            .and_then(|w| RunWindow::parse(&w.run_window, &w.time_zone).ok());
         let driver = Driver::new(
-            Settings::new(config, ranges),
+            Settings {
+                window,
+                ..Settings::new(config, ranges)
+            },
             sizer,
             role,
             record.state,

@@ -32,6 +32,17 @@ impl Driver {
             // Resumed by the health message that lifts the stop.
             return;
         }
+        if self.outside_window(now)
+            && matches!(
+                self.phase,
+                Phase::Idle | Phase::Opening(_) | Phase::Running { .. }
+            )
+        {
+            // Outside its run window no batch opens and no sub-batch
+            // starts (an outcome is still recorded); the scheduler pauses
+            // the operation until the opening, which stops this actor.
+            return self.schedule_step(out, self.settings.control_interval);
+        }
         self.advance(out, now);
     }
 
@@ -203,7 +214,8 @@ impl Driver {
     /// Whether the batch after the one closing is planned in the same
     /// commit: only by a lone owner (no helpers, no leftover to claim
     /// first) with rows left, going on (not stopping, not stopped by the
-    /// health signal, not at a limit, no look at the plan due). Otherwise
+    /// health signal, not at a limit, no look at the plan due, inside its
+    /// run window). Otherwise
     /// the next step decides, as for a first batch.
     pub(super) fn next_batch_now(&self, now: Now) -> bool {
         self.is_owner()
@@ -214,6 +226,7 @@ impl Driver {
             && !self.is_stop()
             && self.limit_reached(now).is_none()
             && !self.plan_check_due(now)
+            && !self.outside_window(now)
     }
 
     /// Takes a sub-batch's report: its rows into the batch's count and

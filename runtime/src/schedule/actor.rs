@@ -56,6 +56,16 @@ impl Actor for Scheduler {
             }
             Err(e) => return Err(e.into()),
         }
+        match crate::control::close_windows(&context.store).await {
+            Ok(closed) => {
+                for (target, outcome) in &closed {
+                    tracing::info!(target = %target, operations = ?outcome.changed, "run window closed: paused until it opens");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduler could not close a run window; next tick");
+            }
+        }
         match crate::control::resume_due(&context.store).await {
             Ok(resumed) => {
                 for (target, outcome) in &resumed {

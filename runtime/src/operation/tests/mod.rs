@@ -33,6 +33,7 @@ fn settings() -> Settings {
         parallel_batches: 1,
         ranges: true,
         plan_check: None,
+        window: None,
     }
 }
 
@@ -124,6 +125,13 @@ fn backoff_ms(attempt: u32) -> u128 {
     crate::sizing::backoff(attempt, RETRY_BASE, settings().retry_cap, 0.5).as_millis()
 }
 
+/// The wall clock when a harness starts: 2026-12-01 12:00:00 UTC.
+fn wall_start() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339("2026-12-01T12:00:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+}
+
 /// One driver, a clock the test moves, and the answers it is given.
 struct Harness {
     driver: Driver,
@@ -171,6 +179,7 @@ impl Harness {
     fn now(&self) -> Now {
         Now {
             at: self.t0 + self.elapsed,
+            wall: wall_start() + self.elapsed,
             jitter: 0.5,
         }
     }
@@ -269,3 +278,4 @@ mod failures;
 mod flow;
 mod plan_drift;
 mod stopping;
+mod window;
