@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use sluice_store::{SqlValue, Statement, Store};
 
-use common::{env, postgres_url};
+use common::{env, postgres_url, sluice};
 
 const SHARED: u32 = 4;
 
@@ -139,18 +139,4 @@ async fn measure(store: &Store, url: &str, rows: i64, workers: u32) -> f64 {
         by_node.values().collect::<Vec<_>>()
     );
     took
-}
-
-fn sluice(url: &str, args: &[&str]) -> Vec<u8> {
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_DATABASE_URL", url)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
 }

@@ -44,6 +44,64 @@ pub struct PauseArgs {
     until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// `sluice limit`: a rate limit shared by every worker.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("limit").required(true).args(["rate", "clear"])))]
+pub struct LimitArgs {
+    /// The operation's id.
+    id: Option<i64>,
+    /// Every operation of this kind, together.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Every operation, together.
+    #[arg(long)]
+    all: bool,
+    /// Rows a second (e.g. 5000/s).
+    #[arg(long, value_parser = crate::parse_rate)]
+    rate: Option<i64>,
+    /// Remove the limit.
+    #[arg(long)]
+    clear: bool,
+}
+
+/// Sets or removes a rate limit. An operation already running obeys a new
+/// one from its next run; its own limit is best given at enqueue
+/// (`--max-rate`).
+pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
+    let selection = match (&args.id, &args.kind, args.all) {
+        (Some(id), None, false) => {
+            store.operation(*id).await?;
+            Selection::One(*id)
+        }
+        (None, Some(kind), false) if !kind.trim().is_empty() => Selection::Kind(kind.clone()),
+        (None, None, true) => Selection::All,
+        _ => {
+            return Err(Failure::BadInput(
+                "name exactly one of an operation id, --kind K or --all".into(),
+            ));
+        }
+    };
+    let target = selection.target();
+    match args.rate {
+        Some(rate) => {
+            store.set_rate_limit(&target, rate).await?;
+            println!("{target}: at most {rate} rows/s, all workers together");
+        }
+        None => {
+            let removed = store.clear_rate_limit(&target).await?;
+            println!(
+                "{target}: {}",
+                if removed {
+                    "rate limit removed"
+                } else {
+                    "had no rate limit"
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
 pub use sluice_runtime::Action;
 
 /// Pauses what `args` name, until `--until` when given.

@@ -108,6 +108,10 @@ pub struct CommonOptions {
     /// operation until the next opening.
     #[arg(long, value_name = "HH:MM-HH:MM")]
     window: Option<String>,
+    /// At most this many rows a second (e.g. 5000 or 5000/s), all workers
+    /// together.
+    #[arg(long, value_parser = crate::parse_rate, allow_hyphen_values = true)]
+    max_rate: Option<i64>,
     /// The IANA time zone `--window` is read in.
     #[arg(long, default_value = "UTC", requires = "window")]
     time_zone: String,
@@ -207,6 +211,7 @@ impl From<EnqueueCommand> for Recipe {
             },
             priority: common.priority,
             force: common.force,
+            max_rate: common.max_rate,
             window: common.window.map(|hours| WindowOption {
                 hours,
                 time_zone: common.time_zone,

@@ -113,6 +113,9 @@ enum Command {
     Cancel(control::ControlArgs),
     /// Retry failed operations from their persisted cursor and failed batches.
     Retry(control::ControlArgs),
+    /// Limit the rows a second of one operation, a kind or everything, all
+    /// workers together (a token bucket in the database).
+    Limit(control::LimitArgs),
     /// Delete the batch records of operations finished or cancelled long ago (event logs are kept).
     Prune(PruneArgs),
     /// Serve the operator console's HTTP API (`/api`, `/metrics`, `/healthz`, `/readyz`).
@@ -262,6 +265,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Resume(args) => control::apply(store, control::Action::Resume, &args).await,
         Command::Cancel(args) => control::apply(store, control::Action::Cancel, &args).await,
         Command::Retry(args) => control::apply(store, control::Action::Retry, &args).await,
+        Command::Limit(args) => control::limit(store, &args).await,
         Command::Serve(args) => serve::run(store, args).await,
         Command::Prune(args) => {
             let deleted = store.prune(args.older_than, args.chunk).await?;
@@ -374,6 +378,18 @@ async fn recent_pace(
     let now = chrono::Utc::now().timestamp_millis();
     let events = store.events(record.id, 0).await?;
     Ok(RecentPace::read(&events, left, now, PACE_WINDOW_MS))
+}
+
+/// A rate in rows a second: `5000` or `5000/s`, at least 1.
+fn parse_rate(text: &str) -> Result<i64, String> {
+    let number = text.trim().trim_end_matches("/s");
+    match number.parse::<i64>() {
+        Ok(rate) if rate >= 1 => Ok(rate),
+        _ => Err(format!(
+            "`{}` is not a rate: give rows a second, at least 1 (e.g. 5000/s)",
+            text.trim()
+        )),
+    }
 }
 
 /// How often a plan is looked at again: from a second to an hour.

@@ -6,6 +6,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::{
     TestDb, Worker, assert_group_one_changed_once, enqueue_increment, json, released, sluice,
@@ -29,6 +30,8 @@ for_each_backend!(
 );
 
 postgres_only!(a_killed_worker_s_operation_is_taken_over);
+
+postgres_and_mysql!(four_workers_sharing_a_kind_s_rate_limit_never_exceed_it);
 
 fn worker(db: &TestDb, node: &str) -> Worker {
     spawn_worker(
@@ -1127,4 +1130,77 @@ async fn finishes_with_every_row_changed_once(db: &TestDb, id: i64) {
         "every row once"
     );
     db.store.verify(id).await.unwrap();
+}
+
+/// `sluice limit --kind`: four worker processes, each running one of four
+/// operations of the kind, share one token bucket in the database. At
+/// every moment sampled, the rows changed are at most what the limit
+/// allows since it was set (its one-second burst plus the rate times the
+/// time since), and at the end every row was changed once.
+async fn four_workers_sharing_a_kind_s_rate_limit_never_exceed_it(db: &TestDb) {
+    const RATE: f64 = 1_000.0;
+    create_items(db, 8_000).await;
+    let set = std::time::Instant::now();
+    succeeded(&sluice(
+        db,
+        &["limit", "--kind", "update-in-batches", "--rate", "1000/s"],
+    ));
+    let ids: Vec<i64> = (0..4)
+        .map(|k| {
+            let condition = format!("id % 4 = {k}");
+            enqueue_increment(
+                db,
+                &[
+                    "--where",
+                    &condition,
+                    "--batch-size",
+                    "500",
+                    "--sub-batch-size",
+                    "50",
+                ],
+            )["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    let _workers: Vec<Worker> = (0..4)
+        .map(|n| {
+            spawn_worker(
+                db,
+                &["--node", &format!("limited-{n}"), "--concurrency", "1"],
+            )
+        })
+        .collect();
+    let mut samples = 0;
+    loop {
+        let changed = db
+            .scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+            .await;
+        let allowed = RATE + RATE * set.elapsed().as_secs_f64();
+        assert!(
+            changed as f64 <= allowed,
+            "{changed} rows changed where the limit allows {allowed:.0}"
+        );
+        samples += 1;
+        if changed == 8_000 {
+            break;
+        }
+        assert!(
+            set.elapsed() < Duration::from_secs(300),
+            "the operations finish"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(samples > 10, "sampled along the way ({samples})");
+    for id in ids {
+        until("the operation finishes", || async {
+            db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+        })
+        .await;
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
+            .await,
+        0
+    );
 }

@@ -246,3 +246,19 @@ pub async fn aged_operations(store: &Store, n: usize) -> Vec<sluice_operations::
         })
         .collect()
 }
+
+/// Runs the built `sluice` binary against `url` and returns its stdout;
+/// panics with its stderr unless it succeeded.
+pub fn sluice(url: &str, args: &[&str]) -> Vec<u8> {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env("SLUICE_DATABASE_URL", url)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}

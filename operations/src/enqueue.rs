@@ -50,6 +50,9 @@ pub struct EnqueueOptions {
     /// and workers pause it until the next opening. Stored beside the
     /// operation ([`Store::set_window`]) once it is enqueued.
     pub window: Option<crate::window::WindowOption>,
+    /// At most this many rows a second, all workers together (a rate
+    /// limit stored beside the operation, [`Store::set_rate_limit`]).
+    pub max_rate: Option<i64>,
 }
 
 impl Default for EnqueueOptions {
@@ -64,6 +67,7 @@ impl Default for EnqueueOptions {
             tenant_id: None,
             force: false,
             window: None,
+            max_rate: None,
         }
     }
 }
@@ -94,6 +98,13 @@ pub async fn enqueue(
             ),
             None => None,
         };
+        if let Some(rate) = options.max_rate
+            && rate < 1
+        {
+            return Err(OperationError::Arguments(format!(
+                "the rate limit must be at least 1 row a second, not {rate}"
+            )));
+        }
         let CheckedSpec {
             mut spec, scope, ..
         } = checked_spec(
@@ -119,6 +130,12 @@ pub async fn enqueue(
             // next tick, which pauses it while the window is closed.
             let target = format!("operation:{}", enqueued.id);
             store.set_window(&target, &hours, &time_zone).await?;
+        }
+        if let Some(rate) = options.max_rate
+            && enqueued.created
+        {
+            let target = format!("operation:{}", enqueued.id);
+            store.set_rate_limit(&target, rate).await?;
         }
         Ok(enqueued)
     }
@@ -173,11 +190,15 @@ pub async fn enqueue_many(
 ) -> Result<Vec<Enqueued>, OperationError> {
     let mut checked = Checked::default();
     let mut specs = Vec::with_capacity(operations.len());
-    if let Some(index) = operations.iter().position(|o| o.options.window.is_some()) {
+    if let Some(index) = operations
+        .iter()
+        .position(|o| o.options.window.is_some() || o.options.max_rate.is_some())
+    {
         return Err(OperationError::InBulk {
             index,
             source: Box::new(OperationError::Arguments(
-                "a run window is not taken in a bulk enqueue; enqueue it alone".into(),
+                "a run window or rate limit is not taken in a bulk enqueue; enqueue it alone"
+                    .into(),
             )),
         });
     }

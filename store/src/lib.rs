@@ -46,7 +46,9 @@ pub use pace::{PACE_WINDOW_MS, RecentPace};
 pub use probe::Probe;
 pub use queries::{Appended, Expected, PROMOTE_AFTER_MS};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, NextBatch, OperationRecord};
-pub use schedule::{FireOutcome, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume};
+pub use schedule::{
+    FireOutcome, RateLimit, RowsTaken, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume,
+};
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use store::{Enqueued, ListFilter, Store};

@@ -110,6 +110,10 @@ impl Driver {
                 self.renew_batch_lease(out, now);
                 self.procedure = Procedure::Tick(TickStage::Control);
             }
+            Answer::RowsTaken(taken) => {
+                self.rows_taken = Some(now.at + taken.wait);
+                self.rate_binding = taken.binding;
+            }
             Answer::PlanChecked { full_scan, plan } => {
                 self.plan_checked(full_scan, &plan, out, now)
             }

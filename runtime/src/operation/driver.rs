@@ -50,6 +50,11 @@ pub struct Driver {
     pub(super) last_renewal: Instant,
     /// What this run has seen of the batch query's plan.
     pub(super) plan_watch: PlanWatch,
+    /// The next sub-batch's rows were taken from the rate limits; it may
+    /// start once this time has come.
+    pub(super) rows_taken: Option<Instant>,
+    /// The rate limit that made the last sub-batch wait, if one did.
+    pub(super) rate_binding: Option<sluice_store::RateLimit>,
 }
 
 /// What the driver needs of the runtime's configuration.
@@ -79,6 +84,9 @@ pub struct Settings {
     pub plan_check: Option<PlanCheckEvery>,
     /// The daily hours it may work in (`None`: any time).
     pub window: Option<RunWindow>,
+    /// A rate limit applies (its own, its kind's or everyone's): each
+    /// sub-batch's rows are taken from the store's buckets first.
+    pub rate_limited: bool,
 }
 
 impl Settings {
@@ -96,6 +104,7 @@ impl Settings {
             ranges,
             plan_check: config.plan_check,
             window: None,
+            rate_limited: false,
         }
     }
 }
@@ -179,6 +188,8 @@ impl Driver {
             store_faults: 0,
             last_renewal: now,
             plan_watch: PlanWatch::default(),
+            rows_taken: None,
+            rate_binding: None,
         }
     }
 
@@ -219,6 +230,11 @@ impl Driver {
     /// The health signal obeyed.
     pub fn signal(&self) -> &Signal {
         &self.signal
+    }
+
+    /// The rate limit that held the last sub-batch back, if one did.
+    pub fn rate_binding(&self) -> Option<&sluice_store::RateLimit> {
+        self.rate_binding.as_ref()
     }
 
     /// Rows the open batch's committed sub-batches changed (not yet in the

@@ -95,6 +95,14 @@ impl OperationState {
                     })
                     .map_err(OperationError::from)
             }
+            Command::TakeRows { rows } => {
+                let kind = &self.driver.projection().kind;
+                store
+                    .take_rows(self.id, kind, rows)
+                    .await
+                    .map(Answer::RowsTaken)
+                    .map_err(OperationError::from)
+            }
             Command::PlanAhead(plan) => self.plan_ahead(&plan).await,
             Command::PlanAndClaim(plan) => self.plan_and_claim(&plan).await,
             Command::Complete {
@@ -331,7 +339,10 @@ impl OperationState {
     pub(super) fn report(&self) {
         let p = self.driver.projection();
         let held_back = match self.driver.signal() {
-            crate::health::Signal::Normal => None,
+            crate::health::Signal::Normal => self
+                .driver
+                .rate_binding()
+                .map(|limit| format!("rate-limited: {} rows/s", limit.rows_per_second)),
             crate::health::Signal::Throttle { percent, reason } => {
                 Some(format!("throttled to {percent}%: {reason}"))
             }

@@ -240,9 +240,15 @@ impl Actor for OperationActor {
             .window_for(record.id, &record.state.kind)
             .await?
             .and_then(|w| RunWindow::parse(&w.run_window, &w.time_zone).ok());
+        // Rate limits set when it starts (its own, its kind's, everyone's).
+        let rate_limited = !store
+            .rate_limits_for(record.id, &record.state.kind)
+            .await?
+            .is_empty();
         let driver = Driver::new(
             Settings {
                 window,
+                rate_limited,
                 ..Settings::new(config, ranges)
             },
             sizer,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use sluice_operations::{OperationError, SubBatchOutcome, SubBatchRequest};
-use sluice_store::{BatchLease, Cursor, Event, Lease, Projection};
+use sluice_store::{BatchLease, Cursor, Event, Lease, Projection, RowsTaken};
 
 use super::phase::ActiveBatch;
 use super::trace::Note;
@@ -80,6 +80,8 @@ pub enum Answer {
     Renewed(Lease),
     /// `Dispatch`: whether the pool took the sub-batch.
     Submitted(bool),
+    /// `TakeRows`: the wait before the rows may start, and the binding limit.
+    RowsTaken(RowsTaken),
     /// `CheckPlan`: the batch query's plan now.
     PlanChecked {
         /// The plan's line that reads the whole target table, if any.
@@ -89,7 +91,7 @@ pub enum Answer {
     },
 }
 
-/// What the actor carries out. The first twelve are requests: the store (or
+/// What the actor carries out. The first thirteen are requests: the store (or
 /// the pool) answers them with an [`Answer`].
 #[derive(Debug)]
 pub enum Command {
@@ -160,6 +162,12 @@ pub enum Command {
     RenewLease(Lease),
     /// Send a sub-batch to the pool.
     Dispatch(SubBatchRequest),
+    /// Take a sub-batch's rows from the operation's rate limits (shared by
+    /// every worker through the store).
+    TakeRows {
+        /// The rows the next sub-batch may change.
+        rows: i64,
+    },
     /// Ask the planner how it would run the batch query of `size` rows
     /// after `from` (the plan-drift guard's look; nothing is run).
     CheckPlan {
@@ -201,6 +209,7 @@ impl Command {
                 | Command::RenewLease(_)
                 | Command::Dispatch(_)
                 | Command::CheckPlan { .. }
+                | Command::TakeRows { .. }
         )
     }
 }

@@ -85,19 +85,31 @@ impl Driver {
     }
 
     /// Sends the open batch's next sub-batch to the pool, starting where the
-    /// last committed one ended.
+    /// last committed one ended; under a rate limit, once its rows were
+    /// taken and their wait is over.
     pub(super) fn dispatch(&mut self, out: &mut Vec<Command>, now: Now) {
         let percent = self.percent();
         let timeout = self.settings.sub_batch_timeout;
         let Phase::Running { batch, in_flight } = &mut self.phase else {
             return;
         };
+        let size = throttled_size(batch.sub_batch_size, percent);
+        if self.settings.rate_limited {
+            match self.rows_taken {
+                // Rows first: the store says how long they wait.
+                None => return self.request(out, Command::TakeRows { rows: size }),
+                Some(at) if now.at < at => {
+                    return self.schedule_step(out, at.saturating_duration_since(now.at));
+                }
+                Some(_) => self.rows_taken = None,
+            }
+        }
         *in_flight = Some(now.at);
         let request = SubBatchRequest {
             lease: batch.lease.clone(),
             from: batch.progress.clone(),
             end: batch.end.clone(),
-            size: throttled_size(batch.sub_batch_size, percent),
+            size,
             timeout,
         };
         self.request(out, Command::Dispatch(request));

@@ -34,6 +34,7 @@ fn settings() -> Settings {
         ranges: true,
         plan_check: None,
         window: None,
+        rate_limited: false,
     }
 }
 
@@ -256,6 +257,7 @@ fn describe(command: &Command) -> String {
         Command::RenewLease(_) => "RenewLease".into(),
         Command::Dispatch(request) => format!("Dispatch({})", request.size),
         Command::CheckPlan { size, .. } => format!("CheckPlan({size})"),
+        Command::TakeRows { rows } => format!("TakeRows({rows})"),
         Command::RenewBatchLease(_) => "RenewBatchLease".into(),
         Command::ReleaseBatch(_) => "ReleaseBatch".into(),
         Command::ScheduleStep(after) => format!("ScheduleStep({}ms)", after.as_millis()),
@@ -277,5 +279,6 @@ mod control;
 mod failures;
 mod flow;
 mod plan_drift;
+mod rate;
 mod stopping;
 mod window;
