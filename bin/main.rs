@@ -250,12 +250,16 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             let record = committed(store, id).await?;
             let pace = recent_pace(store, &record).await?;
             let target = sluice_runtime::Selection::One(id).target();
-            let resume_at = store.timed_resume(&target).await?.map(|r| r.resume_at);
-            let window = store
-                .window_for(id, &record.state.kind)
-                .await?
-                .map(|w| format!("{} {}", w.run_window, w.time_zone));
-            render::show(&record, &pace, resume_at, window, json)
+            let kind = &record.state.kind;
+            let held = render::Held {
+                resume_at: store.timed_resume(&target).await?.map(|r| r.resume_at),
+                window: store
+                    .window_for(id, kind)
+                    .await?
+                    .map(|w| format!("{} {}", w.run_window, w.time_zone)),
+                rate_limits: store.rate_limits_for(id, kind).await?,
+            };
+            render::show(&record, &pace, held, json)
         }
         Command::Events { id, json } => {
             store.operation(id).await?;

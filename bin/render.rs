@@ -76,25 +76,39 @@ pub fn list(
     Ok(())
 }
 
+/// What holds an operation to a time or a pace beside its own state, for
 /// `sluice show`.
-///
-/// `resume_at`: when a pause with an end (`pause --until`, or a run
-/// window's) resumes it, epoch milliseconds; `window`: the run window it
-/// obeys, as `00:00-06:00 Europe/Paris`.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Held {
+    /// When a pause with an end (`pause --until`, or a run window's)
+    /// resumes it, epoch milliseconds.
+    pub resume_at: Option<i64>,
+    /// The run window it obeys, as `00:00-06:00 Europe/Paris`.
+    pub window: Option<String>,
+    /// The rate limits it obeys (its own, its kind's, everyone's).
+    pub rate_limits: Vec<sluice_store::RateLimit>,
+}
+
+/// `sluice show`.
 pub fn show(
     record: &OperationRecord,
     pace: &RecentPace,
-    resume_at: Option<i64>,
-    window: Option<String>,
+    held: Held,
     as_json: bool,
 ) -> Result<(), Failure> {
     if as_json {
         let mut value = operation_json(record);
         value["pace"] = json!(pace);
-        value["resume_at"] = json!(resume_at);
-        value["window"] = json!(window);
+        value["resume_at"] = json!(held.resume_at);
+        value["window"] = json!(held.window);
+        value["rate_limits"] = json!(held.rate_limits);
         return print_json(&value);
     }
+    let Held {
+        resume_at,
+        window,
+        rate_limits,
+    } = held;
     let s = &record.state;
     let cursor = |c: &Option<Cursor>| c.as_ref().map_or("-".to_owned(), Cursor::to_string);
     let optional = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
@@ -112,6 +126,18 @@ pub fn show(
         (
             "run window",
             window.unwrap_or_else(|| "any time".to_owned()),
+        ),
+        (
+            "rate limits",
+            if rate_limits.is_empty() {
+                "none".to_owned()
+            } else {
+                rate_limits
+                    .iter()
+                    .map(|l| format!("{} rows/s ({})", l.rows_per_second, l.target))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         ),
         (
             "batching columns",

@@ -1171,6 +1171,12 @@ async fn four_workers_sharing_a_kind_s_rate_limit_never_exceed_it(db: &TestDb) {
             )
         })
         .collect();
+    let shown = json(&sluice(db, &["show", &ids[0].to_string(), "--json"]));
+    assert_eq!(
+        shown["rate_limits"],
+        serde_json::json!([{"target": "kind:update-in-batches", "rows_per_second": 1000}]),
+        "{shown}"
+    );
     let mut samples = 0;
     loop {
         let changed = db
