@@ -1,0 +1,433 @@
+//! `archive-rows`: moves the rows in scope into an archive table, exactly
+//! once whatever crashes, and what enqueueing it needs first (its table).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sluice_store::{Backend, Dialect, Ident, Statement, Store};
+
+use super::{Cutoff, DeleteAgedRows};
+use crate::error::OperationError;
+use crate::operation::Operation;
+use crate::shape::{Filter, Shape};
+use crate::sub_batch::SubBatch;
+
+/// `archive-rows`: moves the rows of `table` matching `where` into `into`
+/// (`INSERT … SELECT` and `DELETE` of the same rows, or on PostgreSQL one
+/// `DELETE … RETURNING` feeding the `INSERT`), in ranges of `key`. Each
+/// sub-batch's copy, delete and progress record commit together, and on
+/// MySQL and SQLite a copy and a delete that disagree on how many rows
+/// they saw roll the sub-batch back: whatever crashes, every row is in
+/// exactly one of the two tables.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ArchiveRows;
+
+/// Arguments of [`ArchiveRows`]. `columns` is filled when the operation is
+/// enqueued ([`Operation::arguments_at`]): the live table's columns then,
+/// each of which the archive table must have with the same type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveRowsArguments {
+    /// The live table rows are moved out of.
+    pub table: String,
+    /// The archive table they are moved into.
+    pub into: String,
+    /// A unique, indexed column the ranges walk (usually the primary key).
+    pub key: String,
+    /// The operator's condition (`None`: every row, or the time scope).
+    #[serde(rename = "where")]
+    pub condition: Option<String>,
+    /// A time scope, as `delete-aged-rows` takes: the time column…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<String>,
+    /// …the age asked for (`90d`), resolved into `cutoff` at each enqueue…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<String>,
+    /// …and rows whose `column` is below this are in scope (with `where`,
+    /// both must hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cutoff: Option<Cutoff>,
+    /// The live table's columns, in table order, copied by position.
+    #[serde(default)]
+    pub columns: Vec<String>,
+}
+
+#[async_trait]
+impl Operation for ArchiveRows {
+    type Arguments = ArchiveRowsArguments;
+
+    fn kind(&self) -> &'static str {
+        "archive-rows"
+    }
+
+    fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
+        let shape = Shape::range(&arguments.table, &arguments.key)?;
+        let into = Ident::parse(&arguments.into)?;
+        if into == *shape.table() {
+            return Err(OperationError::Arguments(format!(
+                "archive-rows needs another table to move rows into than `{}`",
+                arguments.table
+            )));
+        }
+        if arguments.columns.is_empty() {
+            return Err(OperationError::Arguments(
+                "archive-rows needs the live table's columns (filled at enqueue)".into(),
+            ));
+        }
+        for column in &arguments.columns {
+            Ident::parse(column)?;
+        }
+        let mut scope = Filter::new();
+        if let Some(condition) = &arguments.condition {
+            scope = scope.expression(condition);
+        }
+        match (&arguments.column, &arguments.cutoff) {
+            (Some(column), Some(cutoff)) => scope = scope.lt(column, cutoff.value()),
+            (None, None) => {}
+            _ => {
+                return Err(OperationError::Arguments(
+                    "archive-rows takes a time scope as a column and an age (--column with \
+                     --older-than)"
+                        .into(),
+                ));
+            }
+        }
+        shape.scope(scope)
+    }
+
+    /// With a time scope, the request as asked (the age), not the cutoff
+    /// resolved from it.
+    fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
+        let mut asked = arguments.clone();
+        if asked.older_than.is_some() {
+            asked.cutoff = None;
+        }
+        serde_json::to_value(asked).unwrap_or_default()
+    }
+
+    async fn run(
+        &self,
+        arguments: &Self::Arguments,
+        sub_batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        let into = Ident::parse(&arguments.into)?;
+        let columns = arguments
+            .columns
+            .iter()
+            .map(|c| Ident::parse(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let table = sub_batch.table().clone();
+        // Every column of the live table, by position: a column added to
+        // (or dropped from) it since enqueue makes the counts differ and the
+        // statement fail, rather than copy rows without it.
+        let insert = || {
+            Statement::new("INSERT INTO ")
+                .ident(&into)
+                .push(" (")
+                .idents(&columns)
+                .push(") ")
+        };
+        if sub_batch.dialect() == Dialect::Postgres {
+            // One statement: the rows deleted are exactly the rows copied.
+            let statement = sub_batch
+                .rows_where(Statement::new("WITH moved AS (DELETE FROM ").ident(&table))
+                .push(" RETURNING *) INSERT INTO ")
+                .ident(&into)
+                .push(" (")
+                .idents(&columns)
+                .push(") SELECT * FROM moved");
+            return sub_batch.execute(&statement).await;
+        }
+        let copied = sub_batch
+            .execute(&sub_batch.rows_where(insert().push("SELECT * FROM ").ident(&table)))
+            .await?;
+        let deleted = sub_batch.delete().await?;
+        if copied != deleted {
+            return Err(OperationError::Failed(format!(
+                "archive-rows copied {copied} rows into `{into}` but found {deleted} to delete \
+                 from `{table}` (rows changed meanwhile); rolled back, to be tried again"
+            )));
+        }
+        Ok(deleted)
+    }
+
+    /// Fills `columns` from the live table as it is now, resolves a time
+    /// scope's age into a cutoff from `now` (as `delete-aged-rows` does),
+    /// and checks the archive table, if it exists, has each column with the
+    /// same type.
+    async fn arguments_at(
+        &self,
+        store: &Store,
+        stored: serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<serde_json::Value, OperationError> {
+        let mut arguments: ArchiveRowsArguments = serde_json::from_value(stored)
+            .map_err(|e| OperationError::Arguments(format!("archive-rows: {e}")))?;
+        let table = Ident::parse(&arguments.table)?;
+        let into = Ident::parse(&arguments.into)?;
+        Ident::parse(&arguments.key)?;
+        if let Some(older_than) = &arguments.older_than {
+            let Some(column) = &arguments.column else {
+                return Err(OperationError::Arguments(
+                    "archive-rows: --older-than needs --column, the time column it measures".into(),
+                ));
+            };
+            let age = crate::duration::parse_duration(older_than)
+                .map_err(|e| OperationError::Arguments(format!("older_than: {e}")))?;
+            let aged = DeleteAgedRows::arguments(
+                store,
+                &arguments.table,
+                column,
+                &arguments.key,
+                age,
+                now,
+            )
+            .await?;
+            arguments.cutoff = Some(aged.cutoff);
+        }
+        let columns = store.table_columns(&table).await?;
+        if columns.is_empty() {
+            return Err(crate::target::TargetError::UnknownTable {
+                table: arguments.table.clone(),
+            }
+            .into());
+        }
+        check_archive(store, &table, &into, &columns).await?;
+        arguments.columns = columns;
+        serde_json::to_value(arguments).map_err(|e| OperationError::Arguments(e.to_string()))
+    }
+}
+
+/// Enqueues `kind` as [`crate::enqueue()`] does, after what a built-in
+/// kind needs first: `archive-rows` gets its archive table
+/// ([`ArchiveRows::enqueue`]). The command line and schedules enqueue
+/// through it.
+pub async fn enqueue_kind(
+    store: &Store,
+    registry: &crate::operation::Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+    options: &crate::EnqueueOptions,
+) -> Result<sluice_store::Enqueued, OperationError> {
+    if kind == ArchiveRows.kind() {
+        ArchiveRows::enqueue(store, registry, arguments, options).await
+    } else {
+        crate::enqueue::enqueue(store, registry, kind, arguments, options).await
+    }
+}
+
+impl ArchiveRows {
+    /// Enqueues `archive-rows` with `arguments` (as [`Operation::arguments_at`]
+    /// filled them): creates the archive table first when it does not
+    /// exist ([`ArchiveRows::create_archive`]), and drops it again, still
+    /// empty, when enqueue refuses the operation, so a refusal changes
+    /// nothing.
+    pub async fn enqueue(
+        store: &Store,
+        registry: &crate::operation::Registry,
+        arguments: &serde_json::Value,
+        options: &crate::EnqueueOptions,
+    ) -> Result<sluice_store::Enqueued, OperationError> {
+        let parsed: ArchiveRowsArguments = serde_json::from_value(arguments.clone())
+            .map_err(|e| OperationError::Arguments(format!("archive-rows: {e}")))?;
+        let created = ArchiveRows::create_archive(store, &parsed).await?;
+        let enqueued =
+            crate::enqueue::enqueue(store, registry, "archive-rows", arguments, options).await;
+        if enqueued.is_err() && created {
+            let into = Ident::parse(&parsed.into)?;
+            store
+                .execute(&Statement::new("DROP TABLE ").ident(&into))
+                .await?;
+        }
+        enqueued
+    }
+
+    /// Creates the archive table of `arguments` when it does not exist:
+    /// the live table's columns and types (PostgreSQL `LIKE`, MySQL
+    /// `LIKE` with its indexes, SQLite `CREATE TABLE … AS` an empty
+    /// select), with a unique index on the key so a row cannot be archived
+    /// twice. Returns whether it created one. Checked ([`ArchiveRows`]'s
+    /// `arguments_at`) before, so an existing table is left as it is.
+    pub async fn create_archive(
+        store: &Store,
+        arguments: &ArchiveRowsArguments,
+    ) -> Result<bool, OperationError> {
+        let table = Ident::parse(&arguments.table)?;
+        let into = Ident::parse(&arguments.into)?;
+        let key = Ident::parse(&arguments.key)?;
+        if !store.table_columns(&into).await?.is_empty() {
+            return Ok(false);
+        }
+        match store.backend() {
+            Backend::Postgres(_) => {
+                store
+                    .execute(
+                        &Statement::new("CREATE TABLE ")
+                            .ident(&into)
+                            .push(" (LIKE ")
+                            .ident(&table)
+                            .push(")"),
+                    )
+                    .await?;
+                store
+                    .execute(
+                        &Statement::new("ALTER TABLE ")
+                            .ident(&into)
+                            .push(" ADD UNIQUE (")
+                            .ident(&key)
+                            .push(")"),
+                    )
+                    .await?;
+            }
+            Backend::MySql(_) => {
+                store
+                    .execute(
+                        &Statement::new("CREATE TABLE ")
+                            .ident(&into)
+                            .push(" LIKE ")
+                            .ident(&table),
+                    )
+                    .await?;
+            }
+            Backend::Sqlite(_) => {
+                store
+                    .execute(
+                        &Statement::new("CREATE TABLE ")
+                            .ident(&into)
+                            .push(" AS SELECT * FROM ")
+                            .ident(&table)
+                            .push(" WHERE 0"),
+                    )
+                    .await?;
+                if into.schema().is_none() {
+                    let index = Ident::parse(&format!("{}_{}_archived", into.name(), key.name()))?;
+                    store
+                        .execute(
+                            &Statement::new("CREATE UNIQUE INDEX ")
+                                .ident(&index)
+                                .push(" ON ")
+                                .ident(&into)
+                                .push(" (")
+                                .ident(&key)
+                                .push(")"),
+                        )
+                        .await?;
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Refuses an existing archive table `into` that lacks one of the live
+/// table's `columns` or gives it another type (SQLite: another type
+/// affinity). A missing archive table is fine: enqueue creates it.
+async fn check_archive(
+    store: &Store,
+    table: &Ident,
+    into: &Ident,
+    columns: &[String],
+) -> Result<(), OperationError> {
+    if into == table {
+        return Err(OperationError::Arguments(format!(
+            "archive-rows needs another table to move rows into than `{table}`"
+        )));
+    }
+    if store.table_columns(into).await?.is_empty() {
+        return Ok(());
+    }
+    let sqlite = matches!(store.backend(), Backend::Sqlite(_));
+    for column in columns {
+        let live = store.column_type(table, column).await?.unwrap_or_default();
+        let archived = store.column_type(into, column).await?;
+        let same = match &archived {
+            None => false,
+            Some(archived) if sqlite => sqlite_affinity(archived) == sqlite_affinity(&live),
+            Some(archived) => archived.eq_ignore_ascii_case(&live),
+        };
+        if !same {
+            let found =
+                archived.map_or_else(|| "no such column".to_owned(), |t| format!("type {t}"));
+            return Err(OperationError::Arguments(format!(
+                "archive table `{into}` does not fit `{table}`: its column `{column}` has {found}, \
+                 where `{table}` has type {live}; archive into a new table (it is created with \
+                 the same columns) or make `{into}` match"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// SQLite's type affinity of a declared column type (its five rules, in
+/// order): what a column created by `CREATE TABLE … AS` keeps of it.
+fn sqlite_affinity(declared: &str) -> &'static str {
+    let upper = declared.to_ascii_uppercase();
+    if upper.contains("INT") {
+        "INTEGER"
+    } else if ["CHAR", "CLOB", "TEXT"].iter().any(|t| upper.contains(t)) {
+        "TEXT"
+    } else if upper.contains("BLOB") || upper.trim().is_empty() {
+        "BLOB"
+    } else if ["REAL", "FLOA", "DOUB"].iter().any(|t| upper.contains(t)) {
+        "REAL"
+    } else {
+        "NUMERIC"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_affinities_follow_its_rules() {
+        for (declared, affinity) in [
+            ("BIGINT", "INTEGER"),
+            ("INT", "INTEGER"),
+            ("VARCHAR(20)", "TEXT"),
+            ("TEXT", "TEXT"),
+            ("", "BLOB"),
+            ("DOUBLE PRECISION", "REAL"),
+            ("NUM", "NUMERIC"),
+            ("DECIMAL(10,2)", "NUMERIC"),
+            ("POINT", "INTEGER"), // "POINT" holds "INT": rule 1 wins
+        ] {
+            assert_eq!(sqlite_affinity(declared), affinity, "{declared}");
+        }
+    }
+
+    #[test]
+    fn archive_rows_refuses_its_own_table_and_unsafe_names() {
+        let args = |into: &str, columns: &[&str]| ArchiveRowsArguments {
+            table: "items".into(),
+            into: into.into(),
+            key: "id".into(),
+            condition: Some("grp = 1".into()),
+            column: None,
+            older_than: None,
+            cutoff: None,
+            columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+        };
+        let same = ArchiveRows.shape(&args("items", &["id"])).unwrap_err();
+        assert!(same.to_string().contains("another table"), "{same}");
+        assert!(matches!(
+            ArchiveRows.shape(&args("items_archive; DROP TABLE items", &["id"])),
+            Err(OperationError::Unsafe(_))
+        ));
+        assert!(ArchiveRows.shape(&args("items_archive", &[])).is_err());
+        assert!(
+            ArchiveRows
+                .shape(&args("items_archive", &["id", "grp"]))
+                .is_ok()
+        );
+        let half_a_time_scope = ArchiveRowsArguments {
+            column: Some("created_at".into()),
+            ..args("items_archive", &["id"])
+        };
+        let error = ArchiveRows.shape(&half_a_time_scope).unwrap_err();
+        assert!(
+            error.to_string().contains("--column with --older-than"),
+            "{error}"
+        );
+    }
+}
