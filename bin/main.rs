@@ -249,7 +249,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Show { id, json } => {
             let record = committed(store, id).await?;
             let pace = recent_pace(store, &record).await?;
-            let target = sluice_runtime::Selection::One(id).target();
+            let target = sluice_store::operation_target(id);
             let kind = &record.state.kind;
             let held = render::Held {
                 resume_at: store.timed_resume(&target).await?.map(|r| r.resume_at),

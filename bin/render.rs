@@ -78,7 +78,7 @@ pub fn list(
 
 /// What holds an operation to a time or a pace beside its own state, for
 /// `sluice show`.
-#[derive(Debug, Default, serde::Serialize)]
+#[derive(Debug, Default)]
 pub struct Held {
     /// When a pause with an end (`pause --until`, or a run window's)
     /// resumes it, epoch milliseconds.

@@ -15,7 +15,7 @@ use tracing::{Instrument, Span};
 
 use sluice_store::{
     Cursor, Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError,
-    spec::canonical_json,
+    operation_target, spec::canonical_json,
 };
 
 use crate::batching::{BatchQueryPlan, LoopPick, explain_batch_query, next_batch_end, probe};
@@ -122,19 +122,18 @@ pub async fn enqueue(
         spec.trace_context = traceparent(&Span::current());
         let enqueued = store.enqueue(spec).await?;
         Span::current().record("sluice.operation.id", enqueued.id);
+        // Right after the operation: a worker that starts it within these
+        // milliseconds obeys them from its next run (a closed window from
+        // its scheduler's next tick, which pauses it).
+        let target = operation_target(enqueued.id);
         if let Some((hours, time_zone)) = window
             && enqueued.created
         {
-            // Right after the operation: a worker that starts it within
-            // these milliseconds obeys the window from its scheduler's
-            // next tick, which pauses it while the window is closed.
-            let target = format!("operation:{}", enqueued.id);
             store.set_window(&target, &hours, &time_zone).await?;
         }
         if let Some(rate) = options.max_rate
             && enqueued.created
         {
-            let target = format!("operation:{}", enqueued.id);
             store.set_rate_limit(&target, rate).await?;
         }
         Ok(enqueued)

@@ -22,7 +22,9 @@
 //! which operations changed and which were skipped because their status
 //! changed meanwhile.
 
-use sluice_store::{Event, Expected, ListFilter, OperationStatus, Store, StoreError};
+use sluice_store::{
+    Event, Expected, ListFilter, OperationStatus, Store, StoreError, kind_target, operation_target,
+};
 
 use sluice_operations::window::RunWindow;
 
@@ -55,8 +57,8 @@ impl Selection {
     /// `kind:<kind>` or `*`.
     pub fn target(&self) -> String {
         match self {
-            Selection::One(id) => format!("operation:{id}"),
-            Selection::Kind(kind) => format!("kind:{kind}"),
+            Selection::One(id) => operation_target(*id),
+            Selection::Kind(kind) => kind_target(kind),
             Selection::All => "*".to_owned(),
         }
     }

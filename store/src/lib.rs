@@ -48,6 +48,7 @@ pub use queries::{Appended, Expected, PROMOTE_AFTER_MS};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, NextBatch, OperationRecord};
 pub use schedule::{
     FireOutcome, RateLimit, RowsTaken, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume,
+    kind_target, operation_target,
 };
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};

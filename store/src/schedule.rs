@@ -104,6 +104,18 @@ pub struct Switch {
     pub set_at: i64,
 }
 
+/// How the rows of one operation's timed resume, run window and rate limit
+/// name it (`operation:<id>`; a kind's are `kind:<kind>`, everything's `*`).
+pub fn operation_target(id: i64) -> String {
+    format!("operation:{id}")
+}
+
+/// How the rows of a kind's timed resume, run window and rate limit name
+/// it (`kind:<kind>`).
+pub fn kind_target(kind: &str) -> String {
+    format!("kind:{kind}")
+}
+
 /// A pause with an end: `target` (`operation:<id>`, `kind:<kind>` or `*`)
 /// is resumed once `resume_at` has passed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
@@ -458,8 +470,8 @@ impl Store {
         const SELECT: &str = "SELECT * FROM sluice_windows WHERE target IN ($1, $2, '*') \
              ORDER BY CASE WHEN target = '*' THEN 2 WHEN target = $2 THEN 1 ELSE 0 END LIMIT 1";
         Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
-            .bind(format!("operation:{id}"))
-            .bind(format!("kind:{kind}"))
+            .bind(operation_target(id))
+            .bind(kind_target(kind))
             .fetch_optional(pool)
             .await?))
     }
@@ -502,8 +514,8 @@ impl Store {
         const SELECT: &str = "SELECT target, rows_per_second FROM sluice_rate_limits \
              WHERE target IN ($1, $2, '*') ORDER BY target";
         Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
-            .bind(format!("operation:{id}"))
-            .bind(format!("kind:{kind}"))
+            .bind(operation_target(id))
+            .bind(kind_target(kind))
             .fetch_all(pool)
             .await?))
     }
@@ -529,7 +541,7 @@ impl Store {
             Dialect::Postgres | Dialect::MySql => TAKE,
         };
         let now = self.clock().now_ms();
-        let (own, kinds) = (format!("operation:{id}"), format!("kind:{kind}"));
+        let (own, kinds) = (operation_target(id), kind_target(kind));
         let buckets: Vec<(String, i64, f64)> = on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query(take)
