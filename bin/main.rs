@@ -244,7 +244,8 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     None
                 });
             }
-            render::list(&records, &paces, json)
+            let binding = store.binding_rate_limits().await?;
+            render::list(&records, &paces, &binding, json)
         }
         Command::Show { id, json } => {
             let record = committed(store, id).await?;
@@ -258,6 +259,12 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     .await?
                     .map(|w| format!("{} {}", w.run_window, w.time_zone)),
                 rate_limits: store.rate_limits_for(id, kind).await?,
+                binding_limit: sluice_store::binding_limit(
+                    &store.binding_rate_limits().await?,
+                    id,
+                    kind,
+                )
+                .cloned(),
             };
             render::show(&record, &pace, held, json)
         }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 use sluice_operations::{Plan, RowCount};
-use sluice_store::{Cursor, Event, Health, OperationRecord, RecentPace, RecordedEvent};
+use sluice_store::{
+    Cursor, Event, Health, OperationRecord, RateLimit, RecentPace, RecordedEvent, binding_limit,
+};
 
 use crate::failure::Failure;
 
@@ -15,11 +17,18 @@ use crate::failure::Failure;
 /// `paces[i]` is the recent pace of `records[i]` (`None` for one with no
 /// work ahead): its ETA at that pace and the share of the last hour it was
 /// held by a health stop or a pause.
+///
+/// `binding` is the rate limits binding now (from
+/// `Store::binding_rate_limits`): each running operation says which of
+/// them, or of its health, holds its pace.
 pub fn list(
     records: &[OperationRecord],
     paces: &[Option<RecentPace>],
+    binding: &[RateLimit],
     as_json: bool,
 ) -> Result<(), Failure> {
+    let pace_of =
+        |r: &OperationRecord| Binding::of(r, binding_limit(binding, r.id, &r.state.kind).cloned());
     if as_json {
         let values: Vec<_> = records
             .iter()
@@ -27,6 +36,7 @@ pub fn list(
             .map(|(record, pace)| {
                 let mut value = operation_json(record);
                 value["pace"] = json!(pace);
+                value["binding"] = json!(pace_of(record));
                 value
             })
             .collect();
@@ -37,7 +47,7 @@ pub fn list(
         return Ok(());
     }
     let header = [
-        "ID", "STATUS", "KIND", "TABLE", "DONE", "ROWS", "BATCHES", "HEALTH", "ETA", "HELD",
+        "ID", "STATUS", "KIND", "TABLE", "DONE", "ROWS", "BATCHES", "BINDING", "ETA", "HELD",
         "UPDATED",
     ];
     let rows: Vec<Vec<String>> = records
@@ -65,7 +75,7 @@ pub fn list(
                 percent(r),
                 s.rows_done.to_string(),
                 format!("{}/{}", s.batches_succeeded, s.batches_planned),
-                health(s.health),
+                pace_of(r).map_or("-".to_owned(), |b| b.short()),
                 eta,
                 held,
                 time(s.updated_at),
@@ -86,7 +96,77 @@ pub struct Held {
     /// The run window it obeys, as `00:00-06:00 Europe/Paris`.
     pub window: Option<String>,
     /// The rate limits it obeys (its own, its kind's, everyone's).
-    pub rate_limits: Vec<sluice_store::RateLimit>,
+    pub rate_limits: Vec<RateLimit>,
+    /// The one of them binding it now, if one is.
+    pub binding_limit: Option<RateLimit>,
+}
+
+/// What holds a running operation's pace now: a health stop, the health
+/// throttle, a rate limit (one that made a worker wait within the last few
+/// seconds), or nothing but its adaptive batch size.
+#[derive(Debug, Serialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum Binding {
+    /// A health signal stops it.
+    HealthStop {
+        /// Why.
+        reason: Option<String>,
+    },
+    /// A health signal throttles it.
+    HealthThrottle {
+        /// Its share of the normal pace.
+        percent: u8,
+        /// Why.
+        reason: Option<String>,
+    },
+    /// A rate limit.
+    RateLimit(RateLimit),
+    /// Nothing beyond its adaptive batch size and pause.
+    BatchSize,
+}
+
+impl Binding {
+    /// What binds `record` now, `limit` being the rate limit that does if
+    /// one does; `None` unless it is running.
+    pub fn of(record: &OperationRecord, limit: Option<RateLimit>) -> Option<Binding> {
+        let s = &record.state;
+        if s.status != sluice_store::OperationStatus::Running {
+            return None;
+        }
+        let reason = s.health_reason.clone();
+        Some(match (s.health, limit) {
+            (Health::Stopped, _) => Binding::HealthStop { reason },
+            (Health::Throttled { percent }, _) => Binding::HealthThrottle { percent, reason },
+            (Health::Normal, Some(limit)) => Binding::RateLimit(limit),
+            (Health::Normal, None) => Binding::BatchSize,
+        })
+    }
+
+    /// As a sentence: `rate-limited: 5000 rows/s (kind:purge)`.
+    fn says(&self) -> String {
+        let why =
+            |reason: &Option<String>| reason.as_ref().map_or(String::new(), |r| format!(": {r}"));
+        match self {
+            Binding::HealthStop { reason } => format!("stopped{}", why(reason)),
+            Binding::HealthThrottle { percent, reason } => {
+                format!("throttled to {percent}%{}", why(reason))
+            }
+            Binding::RateLimit(l) => {
+                format!("rate-limited: {} rows/s ({})", l.rows_per_second, l.target)
+            }
+            Binding::BatchSize => "its batch size (no limit or health signal holds it)".into(),
+        }
+    }
+
+    /// As a table cell: `rate 5000/s`.
+    fn short(&self) -> String {
+        match self {
+            Binding::HealthStop { .. } => "stopped".into(),
+            Binding::HealthThrottle { percent, .. } => format!("throttled {percent}%"),
+            Binding::RateLimit(l) => format!("rate {}/s", l.rows_per_second),
+            Binding::BatchSize => "batch size".into(),
+        }
+    }
 }
 
 /// `sluice show`.
@@ -102,13 +182,16 @@ pub fn show(
         value["resume_at"] = json!(held.resume_at);
         value["window"] = json!(held.window);
         value["rate_limits"] = json!(held.rate_limits);
+        value["binding"] = json!(Binding::of(record, held.binding_limit));
         return print_json(&value);
     }
     let Held {
         resume_at,
         window,
         rate_limits,
+        binding_limit,
     } = held;
+    let binding = Binding::of(record, binding_limit);
     let s = &record.state;
     let cursor = |c: &Option<Cursor>| c.as_ref().map_or("-".to_owned(), Cursor::to_string);
     let optional = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
@@ -158,6 +241,7 @@ pub fn show(
             ),
         ),
         ("pace", pace_text(pace)),
+        ("binding now", binding.map_or("-".to_owned(), |b| b.says())),
         (
             "batches",
             format!(

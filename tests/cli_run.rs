@@ -1178,7 +1178,20 @@ async fn four_workers_sharing_a_kind_s_rate_limit_never_exceed_it(db: &TestDb) {
         "{shown}"
     );
     let mut samples = 0;
+    // While the limit holds them back, `show` and `list` say it binds.
+    let binding = serde_json::json!({
+        "by": "rate_limit", "target": "kind:update-in-batches", "rows_per_second": 1000
+    });
+    let mut seen_binding = false;
     loop {
+        if !seen_binding {
+            let shown = json(&sluice(db, &["show", &ids[0].to_string(), "--json"]));
+            if shown["binding"] == binding {
+                let listed = String::from_utf8_lossy(&sluice(db, &["list"]).stdout).into_owned();
+                assert!(listed.contains("rate 1000/s"), "{listed}");
+                seen_binding = true;
+            }
+        }
         let changed = db
             .scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
             .await;
@@ -1198,6 +1211,7 @@ async fn four_workers_sharing_a_kind_s_rate_limit_never_exceed_it(db: &TestDb) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(samples > 10, "sampled along the way ({samples})");
+    assert!(seen_binding, "show named the kind's limit as binding");
     for id in ids {
         until("the operation finishes", || async {
             db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished

@@ -10,7 +10,8 @@ use common::TestDb;
 use serde_json::json;
 use sluice_store::{
     Appended, BatchStatus, Cursor, Event, Expected, Health, IllegalTransition, ListFilter,
-    ManualClock, NextBatch, OperationSpec, OperationStatus, Store, StoreError,
+    ManualClock, NextBatch, OperationSpec, OperationStatus, RateLimit, Store, StoreError,
+    binding_limit,
 };
 
 for_each_backend!(
@@ -36,6 +37,7 @@ for_each_backend!(
     owner_completes_and_plans_the_next_batch_in_one_commit,
     a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit,
     transaction_sub_batches_run_on_a_connection_their_session_lends,
+    rate_limit_buckets_refill_go_into_debt_and_stamp_the_binding_limit,
 );
 
 postgres_only!(
@@ -2109,4 +2111,62 @@ async fn a_batch_spending_its_attempts_fails_its_operation_in_the_same_commit(db
     );
     assert_eq!(kinds.last(), Some(&"batch_failed"));
     db.store.verify(id).await.unwrap();
+}
+
+/// The token buckets, on a clock the test moves: a full bucket lets one
+/// second's worth go at once; past it the debt sets the wait and the
+/// deepest debt's limit binds (stamped for `show` and `list` until a few
+/// seconds after the wait); refills are capped at one second's worth.
+async fn rate_limit_buckets_refill_go_into_debt_and_stamp_the_binding_limit(db: &TestDb) {
+    let (store, clock) = with_clock(db);
+    store.set_rate_limit("kind:purge", 1_000).await.unwrap();
+    store.set_rate_limit("operation:7", 500).await.unwrap();
+    store.set_rate_limit("kind:other", 10).await.unwrap();
+    let ms = |taken: &sluice_store::RowsTaken| taken.wait.as_millis();
+    // Operation 7's own bucket (500) is the lower: 400 rows fit in it.
+    let taken = store.take_rows(7, "purge", 400).await.unwrap();
+    assert_eq!((ms(&taken), taken.binding), (0, None));
+    assert!(store.binding_rate_limits().await.unwrap().is_empty());
+    // 400 more: its own bucket owes 300 rows, 600 ms at 500 rows/s; the
+    // kind's (1,000) is still above zero.
+    let taken = store.take_rows(7, "purge", 400).await.unwrap();
+    let own = RateLimit {
+        target: "operation:7".into(),
+        rows_per_second: 500,
+    };
+    assert_eq!((ms(&taken), taken.binding.as_ref()), (600, Some(&own)));
+    let binding = store.binding_rate_limits().await.unwrap();
+    assert_eq!(binding, vec![own.clone()]);
+    assert_eq!(binding_limit(&binding, 7, "purge"), Some(&own));
+    assert_eq!(binding_limit(&binding, 8, "purge"), None, "not another's");
+    // Another operation of the kind is not held by operation 7's limit.
+    let other = store.take_rows(8, "purge", 100).await.unwrap();
+    assert_eq!((ms(&other), other.binding), (0, None));
+    // The wait passes: the debt is paid, a second's refill is capped.
+    clock.advance(10_000);
+    let taken = store.take_rows(7, "purge", 500).await.unwrap();
+    assert_eq!((ms(&taken), taken.binding), (0, None));
+    // The stamp counted for the wait and a few seconds after it only.
+    assert!(store.binding_rate_limits().await.unwrap().is_empty());
+    // A cleared limit no longer holds anything; the kind's refills.
+    assert!(store.clear_rate_limit("operation:7").await.unwrap());
+    clock.advance(1_000);
+    let taken = store.take_rows(7, "purge", 900).await.unwrap();
+    assert_eq!((ms(&taken), taken.binding), (0, None));
+    let taken = store.take_rows(7, "purge", 600).await.unwrap();
+    let kind = RateLimit {
+        target: "kind:purge".into(),
+        rows_per_second: 1_000,
+    };
+    assert_eq!((ms(&taken), taken.binding), (500, Some(kind.clone())));
+    assert_eq!(
+        binding_limit(&store.binding_rate_limits().await.unwrap(), 8, "purge"),
+        Some(&kind),
+        "a kind's limit binds every operation of the kind"
+    );
+    // The largest limit, idle for a year, refills without overflowing.
+    store.set_rate_limit("*", i64::MAX).await.unwrap();
+    clock.advance(365 * 86_400_000);
+    let taken = store.take_rows(9, "another", 1_000).await.unwrap();
+    assert_eq!((ms(&taken), taken.binding), (0, None));
 }

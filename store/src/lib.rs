@@ -23,6 +23,7 @@ pub mod pace;
 mod positional;
 mod probe;
 mod queries;
+pub mod rate_limit;
 pub mod record;
 pub mod schedule;
 pub mod spec;
@@ -45,10 +46,11 @@ pub use operator_sql::{Assignments, Condition, OperatorSqlError};
 pub use pace::{PACE_WINDOW_MS, RecentPace};
 pub use probe::Probe;
 pub use queries::{Appended, Expected, PROMOTE_AFTER_MS};
+pub use rate_limit::{HOLD_GRACE_MS, RateLimit, RowsTaken, binding_limit};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, NextBatch, OperationRecord};
 pub use schedule::{
-    FireOutcome, RateLimit, RowsTaken, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume,
-    kind_target, operation_target,
+    FireOutcome, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume, kind_target,
+    operation_target,
 };
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};

@@ -138,27 +138,6 @@ pub struct StoredWindow {
     pub time_zone: String,
 }
 
-/// A rate limit as stored: `target` (`operation:<id>`, `kind:<kind>` or
-/// `*`) may change at most `rows_per_second` rows a second, all workers
-/// together.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
-pub struct RateLimit {
-    /// What it applies to.
-    pub target: String,
-    /// The limit.
-    pub rows_per_second: i64,
-}
-
-/// What taking rows from the rate limits found: how long to wait before
-/// the rows may start, and the limit that set it (the one deepest in debt).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowsTaken {
-    /// Zero when the rows may start now.
-    pub wait: std::time::Duration,
-    /// The binding limit, when there is a wait.
-    pub binding: Option<RateLimit>,
-}
-
 impl Store {
     /// Stores a new schedule.
     ///
@@ -476,112 +455,9 @@ impl Store {
             .await?))
     }
 
-    /// Sets `target`'s rate limit, its bucket full (one second's worth).
-    pub async fn set_rate_limit(
-        &self,
-        target: &str,
-        rows_per_second: i64,
-    ) -> Result<(), StoreError> {
-        const UPSERT: &str = "INSERT INTO sluice_rate_limits (target, rows_per_second, tokens, refilled_at) \
-             VALUES ($1, $2, $2, $3) ON CONFLICT (target) DO UPDATE SET \
-             rows_per_second = excluded.rows_per_second, tokens = excluded.tokens, \
-             refilled_at = excluded.refilled_at";
-        const MYSQL_UPSERT: &str = "INSERT INTO sluice_rate_limits (target, rows_per_second, tokens, refilled_at) \
-             VALUES ($1, $2, $2, $3) ON DUPLICATE KEY UPDATE \
-             rows_per_second = VALUES(rows_per_second), tokens = VALUES(tokens), \
-             refilled_at = VALUES(refilled_at)";
-        let upsert = self.upsert(UPSERT, MYSQL_UPSERT);
-        let now = self.clock().now_ms();
-        on_pool!(self, |pool| sqlx::query(upsert)
-            .bind(target)
-            .bind(rows_per_second)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected());
-        Ok(())
-    }
-
-    /// Removes `target`'s rate limit; false when it had none.
-    pub async fn clear_rate_limit(&self, target: &str) -> Result<bool, StoreError> {
-        const DELETE: &str = "DELETE FROM sluice_rate_limits WHERE target = $1";
-        self.delete_by_key(DELETE, target).await
-    }
-
-    /// The rate limits operation `id` of `kind` obeys: its own, its
-    /// kind's and the one for everything, those that are set.
-    pub async fn rate_limits_for(&self, id: i64, kind: &str) -> Result<Vec<RateLimit>, StoreError> {
-        const SELECT: &str = "SELECT target, rows_per_second FROM sluice_rate_limits \
-             WHERE target IN ($1, $2, '*') ORDER BY target";
-        Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
-            .bind(operation_target(id))
-            .bind(kind_target(kind))
-            .fetch_all(pool)
-            .await?))
-    }
-
-    /// Takes `rows` from the buckets of operation `id` of `kind` (each
-    /// refilled first at its rate for the time since its last refill, up to
-    /// one second's worth), in one transaction, so workers sharing a limit
-    /// never take the same tokens. A bucket may go into debt: the wait is
-    /// the time its rate takes to pay the deepest debt back. Rows started
-    /// only after their wait are, over any span `t`, at most one second's
-    /// worth plus `t` times the limit.
-    pub async fn take_rows(&self, id: i64, kind: &str, rows: i64) -> Result<RowsTaken, StoreError> {
-        const TAKE: &str = "UPDATE sluice_rate_limits SET \
-             tokens = LEAST(rows_per_second, tokens + GREATEST(0, $1 - refilled_at) * rows_per_second / 1000.0) - $2, \
-             refilled_at = GREATEST(refilled_at, $1) WHERE target IN ($3, $4, '*')";
-        const SQLITE_TAKE: &str = "UPDATE sluice_rate_limits SET \
-             tokens = MIN(rows_per_second, tokens + MAX(0, $1 - refilled_at) * rows_per_second / 1000.0) - $2, \
-             refilled_at = MAX(refilled_at, $1) WHERE target IN ($3, $4, '*')";
-        const READ: &str = "SELECT target, rows_per_second, tokens FROM sluice_rate_limits \
-             WHERE target IN ($1, $2, '*')";
-        let take = match self.backend().dialect() {
-            Dialect::Sqlite => SQLITE_TAKE,
-            Dialect::Postgres | Dialect::MySql => TAKE,
-        };
-        let now = self.clock().now_ms();
-        let (own, kinds) = (operation_target(id), kind_target(kind));
-        let buckets: Vec<(String, i64, f64)> = on_pool!(self, |pool| {
-            let mut tx = pool.begin().await?;
-            sqlx::query(take)
-                .bind(now)
-                .bind(rows)
-                .bind(&own)
-                .bind(&kinds)
-                .execute(&mut *tx)
-                .await?;
-            let buckets = sqlx::query_as(READ)
-                .bind(&own)
-                .bind(&kinds)
-                .fetch_all(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            buckets
-        });
-        let deepest = buckets
-            .into_iter()
-            .filter(|(_, _, tokens)| *tokens < 0.0)
-            .map(|(target, rate, tokens)| (-tokens * 1000.0 / rate as f64, target, rate))
-            .max_by(|a, b| a.0.total_cmp(&b.0));
-        Ok(match deepest {
-            Some((ms, target, rows_per_second)) => RowsTaken {
-                wait: std::time::Duration::from_micros((ms * 1000.0).ceil() as u64),
-                binding: Some(RateLimit {
-                    target,
-                    rows_per_second,
-                }),
-            },
-            None => RowsTaken {
-                wait: std::time::Duration::ZERO,
-                binding: None,
-            },
-        })
-    }
-
     /// `generic` (`ON CONFLICT … DO UPDATE`, SQLite and PostgreSQL), or
     /// `mysql` (`ON DUPLICATE KEY UPDATE`) on MySQL.
-    fn upsert(&self, generic: &'static str, mysql: &'static str) -> &'static str {
+    pub(crate) fn upsert(&self, generic: &'static str, mysql: &'static str) -> &'static str {
         match self.backend().dialect() {
             Dialect::MySql => mysql,
             Dialect::Sqlite | Dialect::Postgres => generic,
@@ -589,7 +465,11 @@ impl Store {
     }
 
     /// Runs `delete` (one `$1` key) with `key`; true when a row went.
-    async fn delete_by_key(&self, delete: &'static str, key: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn delete_by_key(
+        &self,
+        delete: &'static str,
+        key: &str,
+    ) -> Result<bool, StoreError> {
         Ok(on_pool!(self, |pool| sqlx::query(delete)
             .bind(key)
             .execute(pool)

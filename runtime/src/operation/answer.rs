@@ -117,6 +117,7 @@ impl Driver {
             Answer::PlanChecked { full_scan, plan } => {
                 self.plan_checked(full_scan, &plan, out, now)
             }
+            Answer::RateLimited(limited) => self.rate_limits_read(limited, now),
             Answer::Submitted(true) => {}
             Answer::Submitted(false) => {
                 // The pool is being replaced: try again shortly.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sluice_operations::OperationError;
 use sluice_store::{Event, Health, OperationStatus, Projection, StoreError};
 
-use super::driver::{Driver, Now, Procedure, TickStage};
+use super::driver::{Driver, Now, Procedure, Settings, TickStage};
 use super::phase::{Phase, Role, Stopping};
 use super::protocol::Command;
 use super::trace::Note;
@@ -84,6 +84,7 @@ impl Driver {
                 }
             }
             TickStage::Control => self.request(out, Command::Reload),
+            TickStage::Limits => self.request(out, Command::CheckRateLimits),
             TickStage::Ahead => {
                 if self.stopping.is_none() && self.plans_ahead() && self.may_plan_ahead(now) {
                     let plan = self.next_plan(self.projection.batch_size);
@@ -137,9 +138,35 @@ impl Driver {
         if self.stopping.is_none() && self.plans_ahead() {
             // Refill what helpers took, from the row just read.
             self.projection = state;
-            self.procedure = Procedure::Tick(TickStage::Ahead);
+        }
+        let limits_due =
+            now.at.saturating_duration_since(self.limits_checked) >= Settings::LIMITS_CHECK;
+        self.procedure = if self.stopping.is_none() && limits_due {
+            Procedure::Tick(TickStage::Limits)
         } else {
-            self.procedure = Procedure::None;
+            self.after_tick_reads()
+        };
+    }
+
+    /// A rate limit applies now or not, as the tick read: obeyed from the
+    /// next sub-batch.
+    pub(super) fn rate_limits_read(&mut self, limited: bool, now: Now) {
+        self.settings.rate_limited = limited;
+        self.limits_checked = now.at;
+        if !limited {
+            self.rate_binding = None;
+            self.rows_taken = None;
+        }
+        self.procedure = self.after_tick_reads();
+    }
+
+    /// The tick's last stage once it has read what it reads: refilling the
+    /// batches planned ahead for helpers, if this actor plans ahead.
+    fn after_tick_reads(&self) -> Procedure {
+        if self.stopping.is_none() && self.plans_ahead() {
+            Procedure::Tick(TickStage::Ahead)
+        } else {
+            Procedure::None
         }
     }
 
@@ -208,10 +235,11 @@ impl Driver {
             return self.stopped(out);
         }
         self.procedure = Procedure::None;
-        match &mut self.phase {
-            Phase::Opening(_) => self.phase = Phase::Idle,
-            Phase::Running { in_flight, .. } => *in_flight = None,
-            _ => {}
+        // A sub-batch in flight stays so: what failed was a tick's or a
+        // health change's request beside it, and a second sub-batch sent
+        // now would start where it started.
+        if let Phase::Opening(_) = self.phase {
+            self.phase = Phase::Idle;
         }
         let store_error = match error {
             OperationError::Store(e) => e,

@@ -55,6 +55,8 @@ pub struct Driver {
     pub(super) rows_taken: Option<Instant>,
     /// The rate limit that made the last sub-batch wait, if one did.
     pub(super) rate_binding: Option<sluice_store::RateLimit>,
+    /// When the tick last read whether a rate limit applies.
+    pub(super) limits_checked: Instant,
 }
 
 /// What the driver needs of the runtime's configuration.
@@ -85,11 +87,16 @@ pub struct Settings {
     /// The daily hours it may work in (`None`: any time).
     pub window: Option<RunWindow>,
     /// A rate limit applies (its own, its kind's or everyone's): each
-    /// sub-batch's rows are taken from the store's buckets first.
+    /// sub-batch's rows are taken from the store's buckets first. Read
+    /// again by the control tick every [`Settings::LIMITS_CHECK`].
     pub rate_limited: bool,
 }
 
 impl Settings {
+    /// How often a running operation looks again for rate limits set or
+    /// cleared since it started.
+    pub const LIMITS_CHECK: Duration = Duration::from_secs(1);
+
     /// The settings of `config`, for an operation walking ranges or not.
     pub fn new(config: &RuntimeConfig, ranges: bool) -> Self {
         Settings {
@@ -150,6 +157,9 @@ pub enum TickStage {
     Renew,
     /// Reading the operation's row for controls written elsewhere.
     Control,
+    /// Reading whether a rate limit applies (at most every
+    /// [`Settings::LIMITS_CHECK`]).
+    Limits,
     /// Refilling the batches planned ahead for helpers.
     Ahead,
 }
@@ -190,6 +200,7 @@ impl Driver {
             plan_watch: PlanWatch::default(),
             rows_taken: None,
             rate_binding: None,
+            limits_checked: now,
         }
     }
 

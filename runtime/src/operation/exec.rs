@@ -103,6 +103,14 @@ impl OperationState {
                     .map(Answer::RowsTaken)
                     .map_err(OperationError::from)
             }
+            Command::CheckRateLimits => {
+                let kind = &self.driver.projection().kind;
+                store
+                    .rate_limits_for(self.id, kind)
+                    .await
+                    .map(|limits| Answer::RateLimited(!limits.is_empty()))
+                    .map_err(OperationError::from)
+            }
             Command::PlanAhead(plan) => self.plan_ahead(&plan).await,
             Command::PlanAndClaim(plan) => self.plan_and_claim(&plan).await,
             Command::Complete {

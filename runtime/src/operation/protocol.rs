@@ -82,6 +82,8 @@ pub enum Answer {
     Submitted(bool),
     /// `TakeRows`: the wait before the rows may start, and the binding limit.
     RowsTaken(RowsTaken),
+    /// `CheckRateLimits`: whether a rate limit applies.
+    RateLimited(bool),
     /// `CheckPlan`: the batch query's plan now.
     PlanChecked {
         /// The plan's line that reads the whole target table, if any.
@@ -91,7 +93,7 @@ pub enum Answer {
     },
 }
 
-/// What the actor carries out. The first thirteen are requests: the store (or
+/// What the actor carries out. The first fourteen are requests: the store (or
 /// the pool) answers them with an [`Answer`].
 #[derive(Debug)]
 pub enum Command {
@@ -168,6 +170,10 @@ pub enum Command {
         /// The rows the next sub-batch may change.
         rows: i64,
     },
+    /// Read whether a rate limit applies to the operation now (its own,
+    /// its kind's or everyone's), so a limit set or cleared while it runs
+    /// is obeyed from the next sub-batch.
+    CheckRateLimits,
     /// Ask the planner how it would run the batch query of `size` rows
     /// after `from` (the plan-drift guard's look; nothing is run).
     CheckPlan {
@@ -210,6 +216,7 @@ impl Command {
                 | Command::Dispatch(_)
                 | Command::CheckPlan { .. }
                 | Command::TakeRows { .. }
+                | Command::CheckRateLimits
         )
     }
 }

@@ -161,6 +161,34 @@ fn a_sub_batch_whose_worker_was_lost_is_given_up_and_its_batch_claimed_again() {
     assert_eq!(script(&h.on(Input::Step)), ["Claim"]);
 }
 
+/// A tick's read failing while a sub-batch runs must not let a second
+/// sub-batch of the batch start: it would begin where the first one began
+/// and change its rows again.
+#[test]
+fn a_tick_that_fails_while_a_sub_batch_runs_starts_no_second_one() {
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    assert_eq!(script(&h.on(Input::Tick)), ["Reload"]);
+    let retry = h.refused(unavailable());
+    assert_eq!(
+        script(&retry),
+        [format!("ScheduleStep({}ms)", backoff_ms(2))]
+    );
+    h.advance(Duration::from_millis(backoff_ms(2) as u64));
+    assert!(
+        script(&h.on(Input::Step)).is_empty(),
+        "one sub-batch at a time"
+    );
+    // Its outcome comes; the next one starts where it ended.
+    let next = h.on(committed(100, 100, false));
+    assert_eq!(script(&next), ["Dispatch(100)"]);
+    let Some(Command::Dispatch(request)) = next.iter().find(|c| matches!(c, Command::Dispatch(_)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(request.from, Some(Cursor::int(100)));
+}
+
 // Leases lost.
 
 #[test]

@@ -51,3 +51,62 @@ fn without_a_limit_no_rows_are_taken() {
     let mut h = Harness::owner();
     assert_eq!(script(&h.in_flight(batch(1, 1))), ["Dispatch(100)"]);
 }
+
+/// The tick's reads, answered: the operation's row (still ours, running)
+/// and, when the tick asks, whether a limit applies now.
+fn tick(h: &mut Harness, limited: bool) -> Vec<String> {
+    let mut asked = script(&h.on(Input::Tick));
+    if asked == ["RenewLease"] {
+        asked = script(&h.answer(Answer::Renewed(lease(1))));
+    }
+    assert_eq!(
+        asked.last().map(String::as_str),
+        Some("Reload"),
+        "{asked:?}"
+    );
+    let read = h.answer(Answer::Reloaded {
+        state: h.counts(1, 0),
+        holder: Some(1),
+    });
+    match script(&read).as_slice() {
+        [] => vec![],
+        [check] if check == "CheckRateLimits" => {
+            let mut after = vec![check.clone()];
+            after.extend(script(&h.answer(Answer::RateLimited(limited))));
+            after
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn a_limit_set_while_it_runs_is_obeyed_from_the_next_check() {
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    // Within a second of its start the tick does not look.
+    h.advance(Settings::LIMITS_CHECK / 2);
+    assert!(tick(&mut h, true).is_empty());
+    // A second on it does: a limit was set meanwhile.
+    h.advance(Settings::LIMITS_CHECK / 2);
+    assert_eq!(tick(&mut h, true), ["CheckRateLimits"]);
+    // Not again before another second.
+    h.advance(Settings::LIMITS_CHECK / 2);
+    assert!(tick(&mut h, true).is_empty());
+    // The next sub-batch takes its rows first.
+    assert_eq!(script(&h.on(committed(100, 100, false))), ["TakeRows(100)"]);
+    assert_eq!(script(&h.answer(taken(0))), ["Dispatch(100)"]);
+}
+
+#[test]
+fn a_limit_cleared_while_it_runs_lets_the_next_sub_batch_go_at_once() {
+    let mut h = Harness::owner_of(projection(), limited());
+    h.on(Input::Start);
+    h.on(Input::Step);
+    h.answer(Answer::PlannedClaimed(Some((batch(1, 1), h.counts(1, 0)))));
+    assert_eq!(script(&h.answer(taken(0))), ["Dispatch(100)"]);
+    h.answer(Answer::Submitted(true));
+    h.advance(Settings::LIMITS_CHECK);
+    assert_eq!(tick(&mut h, false), ["CheckRateLimits"]);
+    assert_eq!(script(&h.on(committed(100, 100, false))), ["Dispatch(100)"]);
+    assert!(h.driver.rate_binding().is_none());
+}
