@@ -16,6 +16,10 @@
 //! runtime's pool workers hold theirs too), and through the pool
 //! statement by statement, as `query(…).execute(&pool)` in a loop does
 //! (sqlx then pings the connection as it is taken and as it is returned).
+//! On SQLite and PostgreSQL a third loop ("recorded") commits each
+//! statement in a transaction with a one-row progress record on its held
+//! connection: what the runtime's exactly-once commit costs without the
+//! runtime, so the ratio splits into the commit's price and the runtime's.
 //!
 //! `cargo bench --bench overhead` (env: `SLUICE_BENCH_ROWS`, default
 //! 1,000,000; `SLUICE_BENCH_REPEATS`, default 3; `SLUICE_BENCH_BACKENDS`,
@@ -73,24 +77,35 @@ async fn main() {
             Backend::Postgres(_) => "postgres",
             Backend::MySql(_) => "mysql",
         };
-        let (mut by_loop, mut by_pooled, mut by_runtime, mut by_one) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut by_loop, mut by_pooled, mut by_recorded, mut by_runtime, mut by_one) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for repeat in 0..repeats {
             // Rotate which goes first, so drift on the machine (caches,
             // the WAL, other load) does not favour one side.
-            for turn in 0..3 {
+            let sides = if name == "mysql" { 3 } else { 4 };
+            for turn in 0..sides {
                 fill(&store, rows).await;
-                match (repeat + turn) % 3 {
+                match (repeat + turn) % sides {
                     0 => by_runtime.push(with_runtime(&store, rows, sub_batch).await),
                     1 => by_loop.push(hand_written_loop(&store, rows, sub_batch, Held).await),
-                    _ => by_pooled.push(hand_written_loop(&store, rows, sub_batch, Pooled).await),
+                    2 => by_pooled.push(hand_written_loop(&store, rows, sub_batch, Pooled).await),
+                    _ => {
+                        by_recorded.push(hand_written_loop(&store, rows, sub_batch, Recorded).await)
+                    }
                 }
             }
             fill(&store, rows).await;
             by_one.push(one_delete(&store, rows).await);
         }
         let r = median(&by_runtime);
-        for (label, loops) in [("loop", &by_loop), ("pooled loop", &by_pooled)] {
+        for (label, loops) in [
+            ("loop", &by_loop),
+            ("pooled loop", &by_pooled),
+            ("recorded loop", &by_recorded),
+        ] {
+            if loops.is_empty() {
+                continue;
+            }
             let l = median(loops);
             let mut paired: Vec<f64> = loops
                 .iter()
@@ -134,6 +149,43 @@ async fn main() {
     }
 }
 
+/// The loop's statement and a one-row progress record in one transaction
+/// per sub-batch, on the held connection `$c`: the work the runtime's
+/// exactly-once commit adds, without the runtime.
+macro_rules! recorded_loop {
+    ($c:expr, $begin:expr, $delete:expr, $cutoff:expr, $n:expr) => {{
+        for setup in [
+            "CREATE TABLE IF NOT EXISTS bench_progress (id BIGINT PRIMARY KEY, done BIGINT NOT NULL)",
+            "DELETE FROM bench_progress",
+            "INSERT INTO bench_progress VALUES (1, 0)",
+        ] {
+            sqlx::query(setup).execute(&mut *$c).await.unwrap();
+        }
+        let started = Instant::now();
+        let mut deleted = 0;
+        loop {
+            sqlx::query($begin).execute(&mut *$c).await.unwrap();
+            let done = sqlx::query($delete)
+                .bind($cutoff)
+                .bind($n)
+                .execute(&mut *$c)
+                .await
+                .unwrap()
+                .rows_affected() as i64;
+            sqlx::query("UPDATE bench_progress SET done = done + $1 WHERE id = 1")
+                .bind(done)
+                .execute(&mut *$c)
+                .await
+                .unwrap();
+            sqlx::query("COMMIT").execute(&mut *$c).await.unwrap();
+            deleted += done;
+            if done < $n {
+                break (deleted, started.elapsed());
+            }
+        }
+    }};
+}
+
 /// Everything aged in one statement: what batching is the alternative to
 /// (fast in isolation, but one long transaction holding every row lock).
 async fn one_delete(store: &Store, rows: i64) -> Duration {
@@ -152,8 +204,11 @@ enum Connection {
     Held,
     /// A connection from the pool for each statement.
     Pooled,
+    /// One held connection, each statement in a transaction with a
+    /// one-row progress record, as the runtime commits a sub-batch.
+    Recorded,
 }
-use Connection::{Held, Pooled};
+use Connection::{Held, Pooled, Recorded};
 
 async fn hand_written_loop(
     store: &Store,
@@ -224,6 +279,16 @@ async fn hand_written_loop(
             let deleted = delete_until_short!(pool, SQLITE, SQLITE_CUTOFF, sub_batch);
             (deleted, started.elapsed())
         }
+        (Backend::Postgres(pool), Recorded) => {
+            let cutoff = postgres_cutoff();
+            let mut held = pool.acquire().await.unwrap();
+            recorded_loop!(held, "BEGIN", POSTGRES, cutoff, sub_batch)
+        }
+        (Backend::Sqlite(pool), Recorded) => {
+            let mut held = pool.acquire().await.unwrap();
+            recorded_loop!(held, "BEGIN IMMEDIATE", SQLITE, SQLITE_CUTOFF, sub_batch)
+        }
+        (Backend::MySql(_), Recorded) => unreachable!("measured on SQLite and PostgreSQL"),
         (Backend::MySql(pool), Held) => {
             let cutoff = postgres_cutoff().naive_utc();
             let mut held = pool.acquire().await.unwrap();
