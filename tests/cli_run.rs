@@ -9,8 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{
-    TestDb, Worker, assert_group_one_changed_once, enqueue_increment, json, released, sluice,
-    spawn_worker, succeeded, until, until_items_changed,
+    TestDb, Worker, analyze_items, assert_group_one_changed_once, drop_items_created_at_index,
+    enqueue_increment, json, released, sluice, spawn_worker, succeeded, until, until_items_changed,
 };
 use sluice_operations::window::RunWindow;
 use sluice_store::{ListFilter, OperationStatus};
@@ -24,6 +24,7 @@ for_each_backend!(
     show_counts_the_rows_a_cancelled_batch_committed,
     plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table,
     a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation,
+    an_analyze_makes_the_plan_drift_guard_look_at_once,
     archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_not_fit,
     a_pause_until_a_time_is_resumed_by_a_running_worker,
     a_run_window_pauses_the_operation_when_it_closes_until_it_opens,
@@ -656,12 +657,7 @@ async fn plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table(db: &Test
     );
 
     // Without the index: plan reports the refusal, a dry run is refused.
-    db.execute(if db.backend == "mysql" {
-        "DROP INDEX items_created_at_idx ON items"
-    } else {
-        "DROP INDEX items_created_at_idx"
-    })
-    .await;
+    drop_items_created_at_index(db).await;
     let unindexed = json(&delete("plan", &["--json"]));
     let refusal = unindexed["refusal"].as_str().unwrap_or_default();
     assert!(refusal.contains("reads all of `items`"), "{unindexed}");
@@ -734,42 +730,52 @@ async fn plan_and_dry_run_change_nothing_and_advise_on_most_of_a_table(db: &Test
     );
 }
 
+/// 2,000 `items`, half aged, being deleted by a worker that looks at the
+/// plan every `plan_check_interval`: batches of 100, sub-batches of
+/// `sub_batch` rows, `pause` between them. The operation's id and its
+/// worker.
+async fn deleting_aged_items_slowly(
+    db: &TestDb,
+    sub_batch: &str,
+    pause: &str,
+    plan_check_interval: &str,
+) -> (i64, Worker) {
+    create_items(db, 2_000).await;
+    let options = [
+        "--batch-size",
+        "100",
+        "--sub-batch-size",
+        sub_batch,
+        "--pause",
+        pause,
+        "--json",
+    ];
+    let enqueued = json(&delete_aged_items(db, "enqueue", &options));
+    let worker = spawn_worker(
+        db,
+        &[
+            "--node",
+            "drift-worker",
+            "--plan-check-interval",
+            plan_check_interval,
+        ],
+    );
+    (enqueued["id"].as_i64().unwrap(), worker)
+}
+
 /// The plan-drift guard: a `delete-aged-rows` walking an index on
 /// `created_at` is running when the index is dropped. The worker, looking at
 /// the plan every second, fails the operation naming the full scan (rows
 /// left aged, no young row touched); with the index back, `retry` finishes
 /// the job.
 async fn a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation(db: &TestDb) {
-    create_items(db, 2_000).await;
-    let enqueued = json(&delete_aged_items(
-        db,
-        "enqueue",
-        &[
-            "--batch-size",
-            "100",
-            "--sub-batch-size",
-            "10",
-            "--pause",
-            "20ms",
-            "--json",
-        ],
-    ));
-    let id = enqueued["id"].as_i64().unwrap();
-    let _worker = spawn_worker(
-        db,
-        &["--node", "drift-worker", "--plan-check-interval", "1s"],
-    );
+    let (id, _worker) = deleting_aged_items_slowly(db, "10", "20ms", "1s").await;
     let aged = "SELECT COUNT(*) FROM items WHERE grp = 0";
     until("the worker deletes aged rows", || async {
         db.scalar(aged).await < 980
     })
     .await;
-    db.execute(if db.backend == "mysql" {
-        "DROP INDEX items_created_at_idx ON items"
-    } else {
-        "DROP INDEX items_created_at_idx"
-    })
-    .await;
+    drop_items_created_at_index(db).await;
     until("the operation fails", || async {
         db.store.operation(id).await.unwrap().state.status == OperationStatus::Failed
     })
@@ -806,6 +812,43 @@ async fn a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation(db: &Tes
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await,
         1_000
+    );
+}
+
+/// The guard looks again as soon as the target's statistics change, not
+/// only every `--plan-check-interval`: with the interval at an hour (and
+/// fewer batches than the every-100 look), an index dropped mid-run goes
+/// unseen until an `ANALYZE` of the table, which fails the operation with
+/// the plan within a few seconds.
+async fn an_analyze_makes_the_plan_drift_guard_look_at_once(db: &TestDb) {
+    let (id, _worker) = deleting_aged_items_slowly(db, "5", "50ms", "1h").await;
+    let aged = "SELECT COUNT(*) FROM items WHERE grp = 0";
+    // Past the worker's first reading of the statistics (a second in).
+    until("the worker deletes aged rows", || async {
+        db.scalar(aged).await < 850
+    })
+    .await;
+    drop_items_created_at_index(db).await;
+    analyze_items(db).await;
+    until("the operation fails or finishes", || async {
+        let status = db.store.operation(id).await.unwrap().state.status;
+        status == OperationStatus::Failed || status.is_terminal()
+    })
+    .await;
+    let state = db.store.operation(id).await.unwrap().state;
+    assert_eq!(state.status, OperationStatus::Failed, "the guard looked");
+    let error = state.last_error;
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("plan drift: the batch query now reads all of `items`")),
+        "{error:?}"
+    );
+    assert!(db.scalar(aged).await > 0, "stopped before the end");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await,
+        1_000,
+        "no young row was touched"
     );
 }
 

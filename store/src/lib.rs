@@ -29,6 +29,7 @@ pub mod schedule;
 pub mod spec;
 pub mod sql;
 mod statements;
+mod statistics;
 mod store;
 mod sub_batch;
 mod sub_batch_session;

@@ -687,10 +687,25 @@ pub async fn create_counted_items(db: &TestDb, rows: i64) {
     .await;
     db.insert_series("items (id, grp)", "g, g % 2", rows, "")
         .await;
+    analyze_items(db).await;
+}
+
+/// `ANALYZE` of `items`, in the backend's words.
+pub async fn analyze_items(db: &TestDb) {
     db.execute(if db.backend == "mysql" {
         "ANALYZE TABLE items"
     } else {
         "ANALYZE items"
+    })
+    .await;
+}
+
+/// Drops `items_created_at_idx`, in the backend's words.
+pub async fn drop_items_created_at_index(db: &TestDb) {
+    db.execute(if db.backend == "mysql" {
+        "DROP INDEX items_created_at_idx ON items"
+    } else {
+        "DROP INDEX items_created_at_idx"
     })
     .await;
 }

@@ -117,7 +117,10 @@ impl Driver {
             Answer::PlanChecked { full_scan, plan } => {
                 self.plan_checked(full_scan, &plan, out, now)
             }
-            Answer::RateLimited(limited) => self.rate_limits_read(limited, now),
+            Answer::SettingsRead {
+                rate_limited,
+                statistics,
+            } => self.settings_read(rate_limited, statistics, now),
             Answer::Submitted(true) => {}
             Answer::Submitted(false) => {
                 // The pool is being replaced: try again shortly.

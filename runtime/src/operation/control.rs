@@ -84,7 +84,10 @@ impl Driver {
                 }
             }
             TickStage::Control => self.request(out, Command::Reload),
-            TickStage::Limits => self.request(out, Command::CheckRateLimits),
+            TickStage::Settings => {
+                let statistics = self.is_owner() && self.settings.plan_check.is_some();
+                self.request(out, Command::ReadSettings { statistics });
+            }
             TickStage::Ahead => {
                 if self.stopping.is_none() && self.plans_ahead() && self.may_plan_ahead(now) {
                     let plan = self.next_plan(self.projection.batch_size);
@@ -139,20 +142,24 @@ impl Driver {
             // Refill what helpers took, from the row just read.
             self.projection = state;
         }
-        let limits_due =
-            now.at.saturating_duration_since(self.limits_checked) >= Settings::LIMITS_CHECK;
-        self.procedure = if self.stopping.is_none() && limits_due {
-            Procedure::Tick(TickStage::Limits)
+        let reread_due =
+            now.at.saturating_duration_since(self.settings_read_at) >= Settings::REREAD;
+        self.procedure = if self.stopping.is_none() && reread_due {
+            Procedure::Tick(TickStage::Settings)
         } else {
             self.after_tick_reads()
         };
     }
 
-    /// A rate limit applies now or not, as the tick read: obeyed from the
-    /// next sub-batch.
-    pub(super) fn rate_limits_read(&mut self, limited: bool, now: Now) {
+    /// What the tick read: a rate limit applies now or not (obeyed from the
+    /// next sub-batch), and the target's statistics version (a change makes
+    /// the plan-drift guard look again before the next batch).
+    pub(super) fn settings_read(&mut self, limited: bool, statistics: Option<String>, now: Now) {
+        if self.is_owner() && self.settings.plan_check.is_some() {
+            self.plan_watch.statistics_read(statistics);
+        }
         self.settings.rate_limited = limited;
-        self.limits_checked = now.at;
+        self.settings_read_at = now.at;
         if !limited {
             self.rate_binding = None;
             self.rows_taken = None;

@@ -55,8 +55,9 @@ pub struct Driver {
     pub(super) rows_taken: Option<Instant>,
     /// The rate limit that made the last sub-batch wait, if one did.
     pub(super) rate_binding: Option<sluice_store::RateLimit>,
-    /// When the tick last read whether a rate limit applies.
-    pub(super) limits_checked: Instant,
+    /// When the tick last read the settings that may change while the
+    /// operation runs (rate limits, the target's statistics).
+    pub(super) settings_read_at: Instant,
 }
 
 /// What the driver needs of the runtime's configuration.
@@ -88,14 +89,15 @@ pub struct Settings {
     pub window: Option<RunWindow>,
     /// A rate limit applies (its own, its kind's or everyone's): each
     /// sub-batch's rows are taken from the store's buckets first. Read
-    /// again by the control tick every [`Settings::LIMITS_CHECK`].
+    /// again by the control tick every [`Settings::REREAD`].
     pub rate_limited: bool,
 }
 
 impl Settings {
-    /// How often a running operation looks again for rate limits set or
-    /// cleared since it started.
-    pub const LIMITS_CHECK: Duration = Duration::from_secs(1);
+    /// How often a running operation reads again what may change while it
+    /// runs: rate limits set or cleared, and (its owner, for the plan-drift
+    /// guard) its target's planner statistics.
+    pub const REREAD: Duration = Duration::from_secs(1);
 
     /// The settings of `config`, for an operation walking ranges or not.
     pub fn new(config: &RuntimeConfig, ranges: bool) -> Self {
@@ -157,9 +159,9 @@ pub enum TickStage {
     Renew,
     /// Reading the operation's row for controls written elsewhere.
     Control,
-    /// Reading whether a rate limit applies (at most every
-    /// [`Settings::LIMITS_CHECK`]).
-    Limits,
+    /// Reading what may change while it runs (at most every
+    /// [`Settings::REREAD`]).
+    Settings,
     /// Refilling the batches planned ahead for helpers.
     Ahead,
 }
@@ -200,7 +202,7 @@ impl Driver {
             plan_watch: PlanWatch::default(),
             rows_taken: None,
             rate_binding: None,
-            limits_checked: now,
+            settings_read_at: now,
         }
     }
 

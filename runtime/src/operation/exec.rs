@@ -103,14 +103,7 @@ impl OperationState {
                     .map(Answer::RowsTaken)
                     .map_err(OperationError::from)
             }
-            Command::CheckRateLimits => {
-                let kind = &self.driver.projection().kind;
-                store
-                    .rate_limits_for(self.id, kind)
-                    .await
-                    .map(|limits| Answer::RateLimited(!limits.is_empty()))
-                    .map_err(OperationError::from)
-            }
+            Command::ReadSettings { statistics } => self.read_settings(statistics).await,
             Command::PlanAhead(plan) => self.plan_ahead(&plan).await,
             Command::PlanAndClaim(plan) => self.plan_and_claim(&plan).await,
             Command::Complete {
@@ -246,6 +239,26 @@ impl OperationState {
             Command::Crash(error) => return Err(error.into()),
         };
         Ok(Some(answer))
+    }
+
+    /// Whether a rate limit applies now and, with `statistics`, the
+    /// version of the target's planner statistics.
+    async fn read_settings(&self, statistics: bool) -> Result<Answer, OperationError> {
+        let store = &self.context.store;
+        let limits = store
+            .rate_limits_for(self.id, &self.driver.projection().kind)
+            .await?;
+        let statistics = match statistics {
+            true => {
+                let table = self.operation.shape().table();
+                store.statistics_version(table).await?
+            }
+            false => None,
+        };
+        Ok(Answer::SettingsRead {
+            rate_limited: !limits.is_empty(),
+            statistics,
+        })
     }
 
     /// Plans the next range batch pending, for anyone to claim; `None` when

@@ -39,6 +39,11 @@ pub struct PlanWatch {
     last: Option<(Instant, i64)>,
     /// Whether the last look found a full scan.
     scanning: bool,
+    /// The target's statistics version last read (`Some(None)`: read, and
+    /// the database keeps none).
+    statistics: Option<Option<String>>,
+    /// The statistics changed since the last look: one is due now.
+    stale: bool,
 }
 
 /// What a look at the plan means for the operation.
@@ -58,6 +63,9 @@ impl PlanWatch {
     /// Whether a look is due at `now`, with `batches_planned` batches
     /// planned so far: never looked in this run, or `every` has passed.
     pub fn due(&self, every: PlanCheckEvery, now: Instant, batches_planned: i64) -> bool {
+        if self.stale {
+            return true;
+        }
         match self.last {
             None => true,
             Some((at, planned)) => {
@@ -67,11 +75,25 @@ impl PlanWatch {
         }
     }
 
+    /// Takes the target's statistics version, as read now: one that
+    /// differs from the last read (an `ANALYZE` since) makes a look due.
+    pub fn statistics_read(&mut self, version: Option<String>) {
+        if self
+            .statistics
+            .as_ref()
+            .is_some_and(|seen| *seen != version)
+        {
+            self.stale = true;
+        }
+        self.statistics = Some(version);
+    }
+
     /// Takes a look's outcome (`full_scan`: the plan reads the whole
     /// table) made at `now` with `batches_planned` batches planned.
     pub fn looked(&mut self, full_scan: bool, now: Instant, batches_planned: i64) -> PlanVerdict {
         let first = self.last.is_none();
         let was_scanning = self.scanning;
+        self.stale = false;
         self.last = Some((now, batches_planned));
         self.scanning = full_scan;
         match (full_scan, first, was_scanning) {
@@ -149,5 +171,23 @@ mod tests {
             "Plan: Limit  (cost=0.00..2.00 rows=100 width=8) | ->  Seq Scan on items  \
              (cost=0.00..400.00 rows=20000 width=8)"
         ));
+    }
+
+    #[test]
+    fn a_change_of_statistics_makes_a_look_due_at_once() {
+        let start = Instant::now();
+        let mut watch = PlanWatch::default();
+        watch.statistics_read(None);
+        assert_eq!(watch.looked(false, start, 0), PlanVerdict::Fine);
+        let soon = start + Duration::from_secs(1);
+        watch.statistics_read(None);
+        assert!(!watch.due(EVERY, soon, 1), "nothing kept, nothing changed");
+        watch.statistics_read(Some("1".into()));
+        assert!(watch.due(EVERY, soon, 1), "the first ANALYZE");
+        assert_eq!(watch.looked(false, soon, 1), PlanVerdict::Fine);
+        watch.statistics_read(Some("1".into()));
+        assert!(!watch.due(EVERY, soon, 1), "looked since");
+        watch.statistics_read(Some("2".into()));
+        assert!(watch.due(EVERY, soon, 1));
     }
 }

@@ -82,8 +82,13 @@ pub enum Answer {
     Submitted(bool),
     /// `TakeRows`: the wait before the rows may start, and the binding limit.
     RowsTaken(RowsTaken),
-    /// `CheckRateLimits`: whether a rate limit applies.
-    RateLimited(bool),
+    /// `ReadSettings`: what it read.
+    SettingsRead {
+        /// A rate limit applies.
+        rate_limited: bool,
+        /// The target's statistics version, when asked for and kept.
+        statistics: Option<String>,
+    },
     /// `CheckPlan`: the batch query's plan now.
     PlanChecked {
         /// The plan's line that reads the whole target table, if any.
@@ -170,10 +175,13 @@ pub enum Command {
         /// The rows the next sub-batch may change.
         rows: i64,
     },
-    /// Read whether a rate limit applies to the operation now (its own,
-    /// its kind's or everyone's), so a limit set or cleared while it runs
-    /// is obeyed from the next sub-batch.
-    CheckRateLimits,
+    /// Read again what may change while the operation runs: whether a
+    /// rate limit applies (its own, its kind's or everyone's), and with
+    /// `statistics` the version of its target's planner statistics.
+    ReadSettings {
+        /// Read the statistics version too (the owner's plan-drift guard).
+        statistics: bool,
+    },
     /// Ask the planner how it would run the batch query of `size` rows
     /// after `from` (the plan-drift guard's look; nothing is run).
     CheckPlan {
@@ -216,7 +224,7 @@ impl Command {
                 | Command::Dispatch(_)
                 | Command::CheckPlan { .. }
                 | Command::TakeRows { .. }
-                | Command::CheckRateLimits
+                | Command::ReadSettings { .. }
         )
     }
 }

@@ -258,7 +258,7 @@ fn describe(command: &Command) -> String {
         Command::Dispatch(request) => format!("Dispatch({})", request.size),
         Command::CheckPlan { size, .. } => format!("CheckPlan({size})"),
         Command::TakeRows { rows } => format!("TakeRows({rows})"),
-        Command::CheckRateLimits => "CheckRateLimits".into(),
+        Command::ReadSettings { statistics } => format!("ReadSettings({statistics})"),
         Command::RenewBatchLease(_) => "RenewBatchLease".into(),
         Command::ReleaseBatch(_) => "ReleaseBatch".into(),
         Command::ScheduleStep(after) => format!("ScheduleStep({}ms)", after.as_millis()),

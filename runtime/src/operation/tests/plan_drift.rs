@@ -99,13 +99,7 @@ fn the_plan_is_looked_at_again_after_so_many_batches_however_fast() {
     });
     h.on(Input::Step);
     h.answer(Answer::Submitted(true));
-    assert_eq!(script(&h.on(committed(1_000, 11_000, true))), ["Complete"]);
-    h.answer(Answer::Completed {
-        state: h.counts(11, 11),
-        next: None,
-    });
-    assert_eq!(script(&h.on(Input::Step)), ["CheckPlan(1000)"]);
-    assert_eq!(script(&h.answer(looked(None))), ["PlanAndClaim(1000)"]);
+    outcome_alone_then_a_look(&mut h, 11);
 }
 
 #[test]
@@ -128,4 +122,71 @@ fn a_helper_never_looks_at_the_plan() {
     let mut h = Harness::new(role, projection(), watched(), true);
     h.on(Input::Start);
     assert_eq!(script(&h.on(Input::Step)), ["Claim"]);
+}
+
+/// Batch `ordinal`'s last sub-batch commits: its outcome is recorded
+/// alone, and the plan is looked at (an index still) before the next
+/// batch is planned.
+fn outcome_alone_then_a_look(h: &mut Harness, ordinal: i64) {
+    let reached = ordinal * 1_000;
+    assert_eq!(script(&h.on(committed(1_000, reached, true))), ["Complete"]);
+    h.answer(Answer::Completed {
+        state: h.counts(ordinal, ordinal),
+        next: None,
+    });
+    assert_eq!(script(&h.on(Input::Step)), ["CheckPlan(1000)"]);
+    assert_eq!(script(&h.answer(looked(None))), ["PlanAndClaim(1000)"]);
+}
+
+/// The tick's reads with the target's statistics at `version`: the
+/// operation's row, then (a second on) the settings.
+fn tick_reading(h: &mut Harness, version: &str) {
+    h.advance(Settings::REREAD);
+    assert_eq!(script(&h.on(Input::Tick)), ["Reload"]);
+    let read = h.answer(Answer::Reloaded {
+        state: h.counts(1, 0),
+        holder: Some(1),
+    });
+    assert_eq!(script(&read), ["ReadSettings(true)"]);
+    let answered = h.answer(Answer::SettingsRead {
+        rate_limited: false,
+        statistics: Some(version.to_owned()),
+    });
+    assert!(script(&answered).is_empty());
+}
+
+#[test]
+fn changed_statistics_make_the_owner_look_at_the_plan_before_the_next_batch() {
+    let mut h = Harness::owner_of(projection(), watched());
+    started(&mut h);
+    // The same statistics twice: the next batch is planned with the outcome.
+    tick_reading(&mut h, "3/2000/12");
+    tick_reading(&mut h, "3/2000/12");
+    assert_eq!(
+        script(&h.on(committed(1_000, 1_000, true))),
+        ["Complete+PlanAndClaim(1200)"]
+    );
+    h.answer(Answer::Completed {
+        state: h.counts(2, 1),
+        next: Some(batch(2, 1)),
+    });
+    h.on(Input::Step);
+    h.answer(Answer::Submitted(true));
+    // An ANALYZE since: well within the interval, the plan is looked at
+    // before the next batch.
+    tick_reading(&mut h, "4/1000/12");
+    outcome_alone_then_a_look(&mut h, 2);
+}
+
+#[test]
+fn a_helper_and_an_unwatched_owner_read_no_statistics() {
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    h.advance(Settings::REREAD);
+    h.on(Input::Tick);
+    let read = h.answer(Answer::Reloaded {
+        state: h.counts(1, 0),
+        holder: Some(1),
+    });
+    assert_eq!(script(&read), ["ReadSettings(false)"]);
 }

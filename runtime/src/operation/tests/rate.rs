@@ -70,9 +70,12 @@ fn tick(h: &mut Harness, limited: bool) -> Vec<String> {
     });
     match script(&read).as_slice() {
         [] => vec![],
-        [check] if check == "CheckRateLimits" => {
+        [check] if check.starts_with("ReadSettings") => {
             let mut after = vec![check.clone()];
-            after.extend(script(&h.answer(Answer::RateLimited(limited))));
+            after.extend(script(&h.answer(Answer::SettingsRead {
+                rate_limited: limited,
+                statistics: None,
+            })));
             after
         }
         other => panic!("unexpected {other:?}"),
@@ -84,13 +87,13 @@ fn a_limit_set_while_it_runs_is_obeyed_from_the_next_check() {
     let mut h = Harness::owner();
     h.in_flight(batch(1, 1));
     // Within a second of its start the tick does not look.
-    h.advance(Settings::LIMITS_CHECK / 2);
+    h.advance(Settings::REREAD / 2);
     assert!(tick(&mut h, true).is_empty());
     // A second on it does: a limit was set meanwhile.
-    h.advance(Settings::LIMITS_CHECK / 2);
-    assert_eq!(tick(&mut h, true), ["CheckRateLimits"]);
+    h.advance(Settings::REREAD / 2);
+    assert_eq!(tick(&mut h, true), ["ReadSettings(false)"]);
     // Not again before another second.
-    h.advance(Settings::LIMITS_CHECK / 2);
+    h.advance(Settings::REREAD / 2);
     assert!(tick(&mut h, true).is_empty());
     // The next sub-batch takes its rows first.
     assert_eq!(script(&h.on(committed(100, 100, false))), ["TakeRows(100)"]);
@@ -105,8 +108,8 @@ fn a_limit_cleared_while_it_runs_lets_the_next_sub_batch_go_at_once() {
     h.answer(Answer::PlannedClaimed(Some((batch(1, 1), h.counts(1, 0)))));
     assert_eq!(script(&h.answer(taken(0))), ["Dispatch(100)"]);
     h.answer(Answer::Submitted(true));
-    h.advance(Settings::LIMITS_CHECK);
-    assert_eq!(tick(&mut h, false), ["CheckRateLimits"]);
+    h.advance(Settings::REREAD);
+    assert_eq!(tick(&mut h, false), ["ReadSettings(false)"]);
     assert_eq!(script(&h.on(committed(100, 100, false))), ["Dispatch(100)"]);
     assert!(h.driver.rate_binding().is_none());
 }
