@@ -73,7 +73,14 @@ pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
             store.operation(*id).await?;
             Selection::One(*id)
         }
-        (None, Some(kind), false) if !kind.trim().is_empty() => Selection::Kind(kind.clone()),
+        (None, Some(kind), false) if !kind.trim().is_empty() => {
+            // Setting needs a kind that exists; clearing takes any, so a
+            // limit stored for a kind since gone can still be removed.
+            if args.rate.is_some() {
+                known_kind(store, kind).await?;
+            }
+            Selection::Kind(kind.clone())
+        }
         (None, None, true) => Selection::All,
         _ => {
             return Err(Failure::BadInput(
@@ -100,6 +107,30 @@ pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `kind` is one a limit can hold: a built-in, or one the store has an
+/// operation or a schedule of (an embedding application's own). A typo
+/// (`delete-aged-row`) would otherwise set a limit that holds nothing.
+async fn known_kind(store: &Store, kind: &str) -> Result<(), Failure> {
+    let builtins = sluice_operations::Registry::with_builtins().kinds();
+    if builtins.contains(&kind) {
+        return Ok(());
+    }
+    let filter = sluice_store::ListFilter {
+        kind: Some(kind.to_owned()),
+        limit: Some(1),
+        ..Default::default()
+    };
+    let stored = !store.list(&filter).await?.is_empty()
+        || store.schedules().await?.iter().any(|s| s.kind == kind);
+    if stored {
+        return Ok(());
+    }
+    Err(Failure::BadInput(format!(
+        "unknown kind `{kind}`: not a built-in ({}) and no operation or schedule of it in the store",
+        builtins.join(", ")
+    )))
 }
 
 pub use sluice_runtime::Action;

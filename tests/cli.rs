@@ -19,6 +19,7 @@ for_each_backend!(
     unknown_ids_and_malformed_options_exit_2_and_change_nothing,
     prune_reports_what_it_deleted,
     schedule_commands_manage_schedules_and_refuse_bad_input_with_exit_2,
+    a_limit_for_an_unknown_kind_or_a_bad_rate_exits_2_and_sets_nothing,
 );
 
 fn stdout(output: &Output) -> String {
@@ -536,4 +537,59 @@ async fn schedule_commands_manage_schedules_and_refuse_bad_input_with_exit_2(db:
             .success()
     );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_schedules").await, 0);
+}
+
+/// `sluice limit` refuses, with exit 2 and nothing stored, a rate that is
+/// not a positive whole number of rows a second and a kind nobody knows (a
+/// typo would set a limit that holds nothing); a kind of the store's own
+/// operations is accepted, and any kind's limit can be cleared.
+async fn a_limit_for_an_unknown_kind_or_a_bad_rate_exits_2_and_sets_nothing(db: &TestDb) {
+    let limits = || async { db.scalar("SELECT COUNT(*) FROM sluice_rate_limits").await };
+    let refused = [
+        (
+            vec!["--kind", "delete-aged-row", "--rate", "5/s"],
+            "unknown kind `delete-aged-row`",
+        ),
+        (
+            vec!["--kind", "x'; DROP TABLE t; --", "--rate", "5/s"],
+            "unknown kind `x'; DROP TABLE t; --`",
+        ),
+        (vec!["--all", "--rate", "0/s"], "`0/s` is not a rate"),
+        (vec!["--all", "--rate", "1e3/s"], "`1e3/s` is not a rate"),
+        (
+            vec!["--all", "--rate", "99999999999999999999/s"],
+            "is not a rate",
+        ),
+        (vec!["--all", "--rate", "5/min"], "`5/min` is not a rate"),
+        (
+            vec!["999999", "--rate", "5/s"],
+            "no operation with id 999999",
+        ),
+    ];
+    for (args, message) in refused {
+        let mut command = vec!["limit"];
+        command.extend_from_slice(&args);
+        let output = sluice(db, &command);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{command:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(message),
+            "{command:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert_eq!(limits().await, 0, "nothing stored");
+    // A kind the store has operations of (an application's own) is known.
+    enqueue(db, "purge-todos", "todos").await;
+    let set = sluice(db, &["limit", "--kind", "purge-todos", "--rate", "5/s"]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    assert_eq!(limits().await, 1);
+    // Clearing takes any kind, known or not.
+    let cleared = sluice(db, &["limit", "--kind", "gone-kind", "--clear"]);
+    assert!(cleared.status.success(), "{}", stderr(&cleared));
+    assert!(stdout(&cleared).contains("had no rate limit"));
 }
