@@ -20,7 +20,7 @@ use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{ConnectOptions, SqlValue, Statement, Store};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use common::{percentile, postgres_url};
+use common::{percentile, postgres_or_skip, postgres_url};
 
 const CLIENTS: usize = 4;
 
@@ -35,12 +35,8 @@ async fn main() {
         sub_batch_timeout: Some(RuntimeConfig::default().sub_batch_timeout),
         ..ConnectOptions::default()
     };
-    let store = match Store::connect_with(&url, &options).await {
-        Ok(store) => store,
-        Err(e) => {
-            println!("postgres: skipped ({e})");
-            return;
-        }
+    let Some(store) = postgres_or_skip(Store::connect_with(&url, &options).await) else {
+        return;
     };
     let load_pool = PgPoolOptions::new()
         .max_connections(CLIENTS as u32)

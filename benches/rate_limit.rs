@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use sluice_store::{SqlValue, Statement, Store};
 
-use common::{env, postgres_url, sluice};
+use common::{env, postgres_or_skip, postgres_url, sluice};
 
 const WORKERS: i64 = 4;
 
@@ -27,12 +27,8 @@ async fn main() {
     let rate: i64 = env("SLUICE_BENCH_RATE", 5_000);
     let seconds: u64 = env("SLUICE_BENCH_SECONDS", 60);
     let url = postgres_url();
-    let store = match Store::connect(&url).await {
-        Ok(store) => store,
-        Err(e) => {
-            println!("postgres: skipped ({e})");
-            return;
-        }
+    let Some(store) = postgres_or_skip(Store::connect(&url).await) else {
+        return;
     };
     for sql in [
         "DROP TABLE IF EXISTS rate_items",

@@ -20,7 +20,7 @@ use sluice_operations::{
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{OperationStatus, Statement, Store};
 
-use common::{drop_schema, env, fresh_schema, postgres_url};
+use common::{drop_schema, env, fresh_schema, postgres_or_skip, postgres_url};
 
 const SCHEMA: &str = "sluice_bench_scale";
 
@@ -64,12 +64,8 @@ async fn main() {
     let operations: i64 = env("SLUICE_BENCH_OPERATIONS", 10_000);
     let running: usize = env("SLUICE_BENCH_RUNNING", 200);
     let url = postgres_url();
-    let store = match fresh_schema(&url, SCHEMA, 12).await {
-        Ok(store) => store,
-        Err(e) => {
-            println!("postgres: skipped ({e})");
-            return;
-        }
+    let Some(store) = postgres_or_skip(fresh_schema(&url, SCHEMA, 12).await) else {
+        return;
     };
     // 20 rows per tenant.
     for sql in [

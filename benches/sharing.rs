@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use sluice_store::{SqlValue, Statement, Store};
 
-use common::{env, postgres_url, sluice};
+use common::{env, postgres_or_skip, postgres_url, sluice};
 
 const SHARED: u32 = 4;
 
@@ -27,12 +27,8 @@ async fn main() {
     let rows: i64 = env("SLUICE_BENCH_ROWS", 2_000_000);
     let runs: i64 = env("SLUICE_BENCH_RUNS", 3);
     let url = postgres_url();
-    let store = match Store::connect(&url).await {
-        Ok(store) => store,
-        Err(e) => {
-            println!("postgres: skipped ({e})");
-            return;
-        }
+    let Some(store) = postgres_or_skip(Store::connect(&url).await) else {
+        return;
     };
     println!(
         "{rows} rows ({} matching), batches of 5,000 (adaptive), sub-batches of 1,000, default pause",

@@ -2164,6 +2164,9 @@ async fn rate_limit_buckets_refill_go_into_debt_and_stamp_the_binding_limit(db: 
         Some(&kind),
         "a kind's limit binds every operation of the kind"
     );
+    // A limit set anew has made nobody wait yet.
+    store.set_rate_limit("kind:purge", 2_000).await.unwrap();
+    assert!(store.binding_rate_limits().await.unwrap().is_empty());
     // The largest limit, idle for a year, refills without overflowing.
     store.set_rate_limit("*", i64::MAX).await.unwrap();
     clock.advance(365 * 86_400_000);

@@ -24,6 +24,18 @@ pub fn env<T: FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// The PostgreSQL store `connected` gave, or `None` after saying the
+/// benchmark is skipped (no server here).
+pub fn postgres_or_skip(connected: Result<Store, StoreError>) -> Option<Store> {
+    match connected {
+        Ok(store) => Some(store),
+        Err(e) => {
+            println!("postgres: skipped ({e})");
+            None
+        }
+    }
+}
+
 /// The PostgreSQL to measure on: `SLUICE_TEST_POSTGRES_URL`, as the tests.
 pub fn postgres_url() -> String {
     std::env::var("SLUICE_TEST_POSTGRES_URL")

@@ -33,7 +33,8 @@ pub struct RowsTaken {
 }
 
 impl Store {
-    /// Sets `target`'s rate limit, its bucket full (one second's worth).
+    /// Sets `target`'s rate limit, its bucket full (one second's worth) and
+    /// holding nothing yet (a changed limit has made no worker wait).
     pub async fn set_rate_limit(
         &self,
         target: &str,
@@ -42,11 +43,11 @@ impl Store {
         const UPSERT: &str = "INSERT INTO sluice_rate_limits (target, rows_per_second, tokens, refilled_at) \
              VALUES ($1, $2, $2, $3) ON CONFLICT (target) DO UPDATE SET \
              rows_per_second = excluded.rows_per_second, tokens = excluded.tokens, \
-             refilled_at = excluded.refilled_at";
+             refilled_at = excluded.refilled_at, held_until = NULL";
         const MYSQL_UPSERT: &str = "INSERT INTO sluice_rate_limits (target, rows_per_second, tokens, refilled_at) \
              VALUES ($1, $2, $2, $3) ON DUPLICATE KEY UPDATE \
              rows_per_second = VALUES(rows_per_second), tokens = VALUES(tokens), \
-             refilled_at = VALUES(refilled_at)";
+             refilled_at = VALUES(refilled_at), held_until = NULL";
         let upsert = self.upsert(UPSERT, MYSQL_UPSERT);
         let now = self.clock().now_ms();
         on_pool!(self, |pool| sqlx::query(upsert)
