@@ -24,6 +24,101 @@ for_each_backend!(
     rows_written_behind_a_running_delete_are_still_deleted_each_once,
 );
 
+/// On SQLite a loop sub-batch picks its rows by rowid first
+/// (`batching::rowid_pick`): whatever the table calls its columns, the
+/// rows it changes are the rows it picked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
+    let db = TestDb::sqlite().await;
+    let tables = [
+        // `rowid` and `oid` are columns here, each one value on every row:
+        // a pick through either would name every row.
+        (
+            "shadowed",
+            "CREATE TABLE shadowed (id INTEGER PRIMARY KEY, rowid TEXT NOT NULL DEFAULT 'x', \
+             oid BIGINT NOT NULL DEFAULT 7, created_at TEXT NOT NULL)",
+        ),
+        // All three names taken: no name reaches the rowid, so the loop
+        // keeps its own form.
+        (
+            "all_taken",
+            "CREATE TABLE all_taken (id INTEGER PRIMARY KEY, rowid TEXT NOT NULL DEFAULT 'x', \
+             _rowid_ TEXT NOT NULL DEFAULT 'y', oid BIGINT NOT NULL DEFAULT 7, \
+             created_at TEXT NOT NULL)",
+        ),
+        // No rowid at all: the loop's own form.
+        (
+            "clustered",
+            "CREATE TABLE clustered (id BIGINT PRIMARY KEY, created_at TEXT NOT NULL) WITHOUT ROWID",
+        ),
+    ];
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap();
+    let registry = Registry::with_builtins();
+    let now = chrono::Utc::now();
+    for (table, create) in tables {
+        db.execute(create).await;
+        db.execute(&format!(
+            "CREATE INDEX {table}_created ON {table} (created_at)"
+        ))
+        .await;
+        // 50 aged rows, 10 young ones.
+        let values: Vec<String> = (1..=60)
+            .map(|id| {
+                let days = if id <= 50 { 200 + id } else { id - 50 };
+                let at = db.time_literal(now - chrono::Duration::days(days));
+                format!("({id}, {at})")
+            })
+            .collect();
+        db.execute(&format!(
+            "INSERT INTO {table} (id, created_at) VALUES {}",
+            values.join(", ")
+        ))
+        .await;
+        let stored =
+            json!({"table": table, "column": "created_at", "key": "id", "older_than": "90d"});
+        let arguments = registry
+            .arguments_at("delete-aged-rows", &db.store, stored, now)
+            .await
+            .unwrap();
+        let options = EnqueueOptions {
+            batch_size: 20,
+            sub_batch_size: 7,
+            ..EnqueueOptions::default()
+        };
+        let id = sluice_operations::enqueue(
+            &db.store,
+            &registry,
+            "delete-aged-rows",
+            &arguments,
+            &options,
+        )
+        .await
+        .unwrap()
+        .id;
+        let record = runtime.wait(id, Duration::from_secs(60)).await.unwrap();
+        assert_eq!(record.state.status.as_str(), "finished", "{table}");
+        assert_eq!(record.state.rows_done, 50, "{table}: each aged row once");
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {table} WHERE id > 50"))
+                .await,
+            10,
+            "{table}: every young row stays"
+        );
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {table}")).await,
+            10,
+            "{table}: every aged row goes"
+        );
+    }
+    runtime.shutdown().await.unwrap();
+    db.cleanup().await;
+}
+
 postgres_only!(
     a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
     lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables,

@@ -257,6 +257,43 @@ pub fn loop_rows(
     shape.filter().and_to(picked)
 }
 
+/// `SELECT json_group_array(rowid) FROM (SELECT rowid FROM table WHERE
+/// scope LIMIT n)`: the rowids of up to `limit` rows in scope as one JSON
+/// array (SQLite), `rowid` being the name that reaches them
+/// ([`sluice_store::SubBatchTx::rowid_name`]). Run inside a loop
+/// sub-batch's write transaction, it picks the rows its change then names by
+/// rowid ([`picked_rows`]): a change that calls no function, which SQLite
+/// runs without a statement journal (the scope's time comparison calls
+/// `GLOB` and `julianday`, and a statement calling a function inside a
+/// transaction keeps the first image of every page it changes).
+pub fn rowid_pick(shape: &Shape, rowid: &'static str, limit: i64) -> Statement {
+    let inner = Statement::new("SELECT json_group_array(")
+        .push(rowid)
+        .push(") FROM (SELECT ")
+        .push(rowid)
+        .push(" FROM ")
+        .ident(shape.table())
+        .push(" WHERE 1 = 1");
+    shape
+        .filter()
+        .and_to(inner)
+        .push(" LIMIT ")
+        .value(limit.into())
+        .push(")")
+}
+
+/// Appends ` WHERE rowid IN (SELECT value FROM json_each($n))` to `head`:
+/// the rows whose rowids [`rowid_pick`] gave as `picked`, in the same
+/// transaction (so they are still the rows it found in scope: nothing else
+/// writes while SQLite's write lock is held).
+pub fn picked_rows(rowid: &'static str, picked: &str, head: Statement) -> Statement {
+    head.push(" WHERE ")
+        .push(rowid)
+        .push(" IN (SELECT value FROM json_each(")
+        .value(picked.to_owned().into())
+        .push("))")
+}
+
 /// Appends ` WHERE (cols) > (start) AND (cols) <= (end) AND scope` to `head`:
 /// the rows of one keyset range.
 pub fn range_rows(
@@ -415,6 +452,30 @@ mod tests {
             "DELETE FROM \"t\" WHERE \"id\" = ANY (CASE WHEN TRUE THEN ARRAY(SELECT \"id\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) END) AND \"at\" < $3"
         );
         assert!(keyset_columns(&shape).is_err());
+    }
+
+    #[test]
+    fn an_sqlite_loop_picks_rowids_in_scope_then_names_only_those() {
+        let shape = Shape::loop_until_done("t", "id")
+            .unwrap()
+            .scope(Filter::new().lt("at", 5_i64))
+            .unwrap();
+        let pick = rowid_pick(&shape, "_rowid_", 100);
+        assert_eq!(
+            pick.text().as_str(),
+            "SELECT json_group_array(_rowid_) FROM (SELECT _rowid_ FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2)"
+        );
+        assert_eq!(pick.params(), [SqlValue::Int(5), SqlValue::Int(100)]);
+        let delete = picked_rows(
+            "_rowid_",
+            "[3,9]",
+            Statement::new("DELETE FROM ").ident(shape.table()),
+        );
+        assert_eq!(
+            delete.text().as_str(),
+            "DELETE FROM \"t\" WHERE _rowid_ IN (SELECT value FROM json_each($1))"
+        );
+        assert_eq!(delete.params(), [SqlValue::Text("[3,9]".into())]);
     }
 
     #[test]

@@ -15,7 +15,9 @@ use sluice_store::{
 };
 use tracing::{Instrument, Span};
 
-use crate::batching::{LoopPick, Seek, loop_rows, nth_after, range_rows, seek_end};
+use crate::batching::{
+    LoopPick, Seek, loop_rows, nth_after, picked_rows, range_rows, rowid_pick, seek_end,
+};
 use crate::error::OperationError;
 use crate::operation::PreparedOperation;
 use crate::shape::{Shape, Strategy};
@@ -36,6 +38,18 @@ pub struct SubBatchRows<'a> {
     shape: &'a Shape,
     bounds: Bounds,
     pick: LoopPick,
+    /// A loop's rows picked by rowid inside the sub-batch's transaction
+    /// (SQLite, [`SubBatch::pick_by_rowid`]): its statements then name
+    /// exactly those rows.
+    picked: Option<PickedRows>,
+}
+
+/// The rows an SQLite loop sub-batch picked in its transaction: the name
+/// that reaches their rowids, and the rowids as a JSON array.
+#[derive(Debug, Clone)]
+struct PickedRows {
+    rowid: &'static str,
+    rowids: String,
 }
 
 /// Which rows a sub-batch covers.
@@ -96,6 +110,7 @@ impl<'a> SubBatchRows<'a> {
             shape,
             bounds,
             pick,
+            picked: None,
         }
     }
 
@@ -113,6 +128,9 @@ impl<'a> SubBatchRows<'a> {
     /// bounds and the operation's scope) to `head`, e.g.
     /// `Statement::new("UPDATE ").ident(table).push(" SET x = 1")`.
     pub fn rows_where(&self, head: Statement) -> Statement {
+        if let Some(picked) = &self.picked {
+            return picked_rows(picked.rowid, &picked.rowids, head);
+        }
         match (&self.bounds, self.shape.strategy()) {
             (Bounds::Range { start, end }, Strategy::Keyset(columns)) => {
                 range_rows(self.shape, columns, start.as_ref(), end, head)
@@ -209,6 +227,28 @@ impl<'a> SubBatch<'a> {
         self.rows.rows_where(head)
     }
 
+    /// On SQLite, for a loop: picks the rows of this sub-batch by rowid
+    /// inside its transaction ([`rowid_pick`]), so that its statements name
+    /// those rows alone ([`picked_rows`]). A table without a rowid keeps
+    /// the loop's own form.
+    async fn pick_by_rowid(&mut self) -> Result<(), OperationError> {
+        let Bounds::Loop { limit, seek: None } = self.rows.bounds else {
+            return Ok(());
+        };
+        let Some(rowid) = self.tx.rowid_name(self.rows.table()).await? else {
+            return Ok(());
+        };
+        let pick = rowid_pick(self.rows.shape, rowid, limit);
+        let span = statement_span(self.system, self.rows.table().name(), pick.text().as_str());
+        let rowids = self.tx.fetch_text(&pick).instrument(span.clone()).await;
+        let rowids = traced(&span, rowids.map(|r| (r, 1)))?.0;
+        self.rows.picked = Some(PickedRows {
+            rowid,
+            rowids: rowids.unwrap_or_else(|| "[]".to_owned()),
+        });
+        Ok(())
+    }
+
     /// Deletes this sub-batch's rows; returns how many.
     pub async fn delete(&mut self) -> Result<u64, OperationError> {
         let statement = self.rows.delete_statement();
@@ -256,7 +296,9 @@ impl<'a> SubBatch<'a> {
 /// A range sub-batch ends at the row `size` rows past the batch's progress
 /// (or at the batch's end), read just before the change; a row inserted
 /// meanwhile inside that range is changed with the others, and the progress
-/// recorded is the range's end either way. When the operation gives its
+/// recorded is the range's end either way. An SQLite loop sub-batch opens
+/// its transaction and picks its rows by rowid before the operation runs
+/// ([`SubBatch::pick_by_rowid`]). Otherwise, when the operation gives its
 /// sub-batch as one statement ([`crate::Operation::sub_batch_statement`]),
 /// the change and its record go to the store as one statement on
 /// `session` ([`SubBatchSession::run_loop_sub_batch_statement`] for a loop,
@@ -274,16 +316,24 @@ pub async fn run_sub_batch(
     // (`statement_timeout`); SQLite's statements have no such setting.
     let timed_here = !matches!(store.backend(), Backend::Postgres(_));
     let table = operation.shape().table().name();
-    let rows = SubBatchRows {
-        shape: operation.shape(),
-        bounds: bounds(store, operation.shape(), request).await?,
-        pick: LoopPick::for_store(store),
-    };
+    let rows = SubBatchRows::new(
+        operation.shape(),
+        bounds(store, operation.shape(), request).await?,
+        LoopPick::for_store(store),
+    );
+    // An SQLite loop picks its rows by rowid in its transaction first
+    // (`SubBatch::pick_by_rowid`), so it is never one statement.
+    let picks_first =
+        matches!(store.backend(), Backend::Sqlite(_)) && matches!(rows.bounds, Bounds::Loop { .. });
     let reached = match &rows.bounds {
         Bounds::Range { end, .. } => Some(end.clone()),
         Bounds::Loop { seek, .. } => seek.as_ref().map(|seek| seek.to.clone()),
     };
-    let changed = match operation.sub_batch_statement(&rows)? {
+    let statement = match picks_first {
+        true => None,
+        false => operation.sub_batch_statement(&rows)?,
+    };
+    let changed = match statement {
         Some(statement) => {
             // One statement: the change and its record (its text is the change's).
             let span = statement_span(system, table, statement.text().as_str());
@@ -342,6 +392,9 @@ pub async fn run_sub_batch(
                     system,
                     dialect,
                 };
+                if picks_first {
+                    sub_batch.pick_by_rowid().await?;
+                }
                 let changed = operation.run(&mut sub_batch).await?;
                 let record = statement_span(system, "sluice_batches", SubBatchTx::RECORD);
                 let committed = sub_batch

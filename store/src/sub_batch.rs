@@ -18,7 +18,7 @@ use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::queries;
 use crate::record::BatchLease;
-use crate::sql::{Statement, bind_values};
+use crate::sql::{Ident, Statement, bind_values};
 use crate::store::Store;
 use crate::target_table::row_cursor;
 
@@ -221,6 +221,54 @@ impl<'c> SubBatchTx<'c> {
         .fetch_optional(&mut **tx)
         .await?
         .map_or(Ok(None), |r| row_cursor(&r, width)))
+    }
+
+    /// The first column of the first row `statement` returns, as text
+    /// (`None` for no row or `NULL`), read inside the transaction.
+    pub async fn fetch_text(
+        &mut self,
+        statement: &Statement,
+    ) -> Result<Option<String>, StoreError> {
+        use sqlx::Row as _;
+        on_tx!(self, |tx| {
+            let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                .fetch_optional(&mut **tx)
+                .await?;
+            Ok(match row {
+                Some(row) => row.try_get::<Option<String>, _>(0)?,
+                None => None,
+            })
+        })
+    }
+
+    /// The name that reaches each row of `table` by its SQLite rowid — the
+    /// first of `rowid`, `_rowid_` and `oid` that no column of the table
+    /// takes — or `None`: a `WITHOUT ROWID` table, a view, a table with
+    /// columns of all three names, or a store that is not SQLite. Read
+    /// inside the transaction, whose write lock keeps the schema as read
+    /// until it ends, so a rowid picked in it names the same row to its
+    /// last statement.
+    pub async fn rowid_name(&mut self, table: &Ident) -> Result<Option<&'static str>, StoreError> {
+        /// `$1` the table, `$2` its schema (`NULL`: as a statement finds
+        /// it): how many tables of that name have a rowid, how many
+        /// objects of that name have none, and which rowid names its
+        /// columns take, lower-cased and space-separated.
+        const ROWID_NAMES: &str = "SELECT              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND type = 'table' AND wr = 0),              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND (type <> 'table' OR wr <> 0)),              (SELECT group_concat(lower(name), ' ') FROM pragma_table_info($1, $2)               WHERE lower(name) IN ('rowid', '_rowid_', 'oid'))";
+        let Tx::Sqlite(tx) = &mut self.tx else {
+            return Ok(None);
+        };
+        let (with_rowid, without, taken): (i64, i64, Option<String>) = sqlx::query_as(ROWID_NAMES)
+            .bind(table.name())
+            .bind(table.schema())
+            .fetch_one(&mut **tx)
+            .await?;
+        if with_rowid == 0 || without > 0 {
+            return Ok(None);
+        }
+        let taken = taken.unwrap_or_default();
+        Ok(["rowid", "_rowid_", "oid"]
+            .into_iter()
+            .find(|name| !taken.split(' ').any(|t| t == *name)))
     }
 
     /// The statement [`SubBatchTx::commit`] records the sub-batch with
