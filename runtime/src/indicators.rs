@@ -151,13 +151,14 @@ impl ValueIndicator {
                 .await?
             }
             (Measure::MySqlThreadsRunning, Backend::MySql(pool)) => {
-                let running: Option<String> = sqlx::query_scalar(
-                    "SELECT CAST(variable_value AS CHAR) FROM information_schema.global_status \
-                     WHERE variable_name = 'THREADS_RUNNING'",
-                )
-                .fetch_optional(pool)
-                .await?;
-                running.and_then(|v| v.parse().ok())
+                // `SHOW`, not `information_schema.global_status` (gone in
+                // MySQL 8), over the text protocol (MySQL 8 prepares no
+                // `SHOW STATUS`).
+                use sqlx::Row as _;
+                let running = sqlx::raw_sql("SHOW GLOBAL STATUS LIKE 'Threads_running'")
+                    .fetch_optional(pool)
+                    .await?;
+                running.and_then(|row| row.try_get::<String, _>(1).ok()?.parse().ok())
             }
             (Measure::MySqlHistoryListLength, Backend::MySql(pool)) => {
                 let length: Option<i64> = sqlx::query_scalar(
@@ -387,9 +388,11 @@ impl HealthIndicator for InnodbActivity {
             return Ok(Vec::new());
         };
         let failed = |e: sqlx::Error| e.to_string();
-        let (_, _, report): (String, String, String) = sqlx::query_as("SHOW ENGINE INNODB STATUS")
+        // Over the text protocol: MySQL 8 prepares no `SHOW ENGINE`.
+        let report: String = sqlx::raw_sql("SHOW ENGINE INNODB STATUS")
             .fetch_one(pool)
             .await
+            .and_then(|row| sqlx::Row::try_get(&row, 2))
             .map_err(failed)?;
         let database: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
             .fetch_one(pool)

@@ -376,30 +376,50 @@ macro_rules! batch_backend {
                 claim: Option<(&str, i64)>,
                 now: i64,
             ) -> Result<Batch, StoreError> {
-                let row: BatchRow = sqlx::query_as(S.insert_batch)
-                    .bind(operation_id)
-                    .bind(planned.ordinal)
-                    .bind(planned.start.as_ref().map(Cursor::to_json))
-                    .bind(planned.end.as_ref().map(Cursor::to_json))
-                    .bind(planned.size)
-                    .bind(planned.sub_batch_size)
-                    .bind(
-                        next_status(
-                            None,
-                            if claim.is_some() {
-                                BatchChange::PlannedClaimed
-                            } else {
-                                BatchChange::PlannedAhead
-                            },
-                        )?
-                        .as_str(),
-                    )
-                    .bind(now)
-                    .bind(claim.map(|(node, _)| node))
-                    .bind(i32::from(claim.is_some()))
-                    .bind(claim.map(|(_, expires_at)| expires_at))
-                    .fetch_one(&mut **tx)
-                    .await?;
+                let status = next_status(
+                    None,
+                    if claim.is_some() {
+                        BatchChange::PlannedClaimed
+                    } else {
+                        BatchChange::PlannedAhead
+                    },
+                )?
+                .as_str();
+                macro_rules! bound {
+                    ($query:expr) => {
+                        $query
+                            .bind(operation_id)
+                            .bind(planned.ordinal)
+                            .bind(planned.start.as_ref().map(Cursor::to_json))
+                            .bind(planned.end.as_ref().map(Cursor::to_json))
+                            .bind(planned.size)
+                            .bind(planned.sub_batch_size)
+                            .bind(status)
+                            .bind(now)
+                            .bind(claim.map(|(node, _)| node))
+                            .bind(i32::from(claim.is_some()))
+                            .bind(claim.map(|(_, expires_at)| expires_at))
+                    };
+                }
+                let row: BatchRow = match S.last_insert_id {
+                    None => {
+                        bound!(sqlx::query_as(S.insert_batch))
+                            .fetch_one(&mut **tx)
+                            .await?
+                    }
+                    Some(last_insert_id) => {
+                        bound!(sqlx::query(S.insert_batch))
+                            .execute(&mut **tx)
+                            .await?;
+                        let id: i64 = sqlx::query_scalar(last_insert_id)
+                            .fetch_one(&mut **tx)
+                            .await?;
+                        sqlx::query_as(S.batch)
+                            .bind(id)
+                            .fetch_one(&mut **tx)
+                            .await?
+                    }
+                };
                 row.try_into()
             }
         }

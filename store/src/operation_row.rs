@@ -87,10 +87,12 @@ pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 32] = [
 ];
 
 /// `INSERT` of an operation: `$1` its unique key, then every projection
-/// column in [`PROJECTION_COLUMNS`] order, returning its id; `on_active`
-/// says what happens while an active operation has the same key (the
-/// dialect's [`crate::statements::Statements::on_active_identity`]).
-pub(crate) fn insert_operation(on_active: &'static str) -> String {
+/// column in [`PROJECTION_COLUMNS`] order, returning its id where
+/// `returning` (else it is read back:
+/// [`crate::statements::Statements::last_insert_id`]); `on_active` says
+/// what happens while an active operation has the same key (the dialect's
+/// [`crate::statements::Statements::on_active_identity`]).
+pub(crate) fn insert_operation(on_active: &'static str, returning: bool) -> String {
     static COLUMNS: LazyLock<(String, String)> = LazyLock::new(|| {
         let names: Vec<String> = PROJECTION_COLUMNS
             .iter()
@@ -100,9 +102,9 @@ pub(crate) fn insert_operation(on_active: &'static str) -> String {
         (names.join(", "), placeholders.join(", "))
     });
     let (names, placeholders) = &*COLUMNS;
+    let returning = if returning { " RETURNING id" } else { "" };
     format!(
-        "INSERT INTO sluice_operations (unique_key, {names}) VALUES ($1, {placeholders}){on_active} \
-         RETURNING id"
+        "INSERT INTO sluice_operations (unique_key, {names}) VALUES ($1, {placeholders}){on_active}{returning}"
     )
 }
 

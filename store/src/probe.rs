@@ -121,7 +121,8 @@ async fn redo_position(
     tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
 ) -> Result<Option<u64>, StoreError> {
     use sqlx::Row;
-    let rows = sqlx::query(
+    // Over the text protocol: MySQL 8 prepares no `SHOW STATUS`.
+    let rows = sqlx::raw_sql(
         "SHOW GLOBAL STATUS WHERE Variable_name IN \
          ('Innodb_lsn_current', 'Innodb_redo_log_current_lsn')",
     )

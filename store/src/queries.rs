@@ -144,11 +144,25 @@ macro_rules! backend {
                 }
                 let insert = sqlx::query(AssertSqlSafe(operation_row::insert_operation(
                     S.on_active_identity,
+                    S.last_insert_id.is_none(),
                 )))
                 .bind(&unique_key);
-                let inserted = bind_columns!(insert, &PROJECTION_COLUMNS, &projection)
-                    .fetch_optional(&mut **tx)
-                    .await;
+                let insert = bind_columns!(insert, &PROJECTION_COLUMNS, &projection);
+                let inserted = match S.last_insert_id {
+                    None => insert
+                        .fetch_optional(&mut **tx)
+                        .await
+                        .map(|row| row.map(|row| row.try_get::<i64, _>(0))),
+                    Some(last_insert_id) => match insert.execute(&mut **tx).await {
+                        Ok(_) => {
+                            let id: Result<i64, _> = sqlx::query_scalar(last_insert_id)
+                                .fetch_one(&mut **tx)
+                                .await;
+                            id.map(|id| Some(Ok(id)))
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
                 let inserted = match inserted {
                     // MySQL: the active identity's unique index refused the
                     // row (the transaction goes on: MySQL undoes only the
@@ -158,7 +172,7 @@ macro_rules! backend {
                     {
                         None
                     }
-                    other => other?.map(|row| row.try_get::<i64, _>(0)).transpose()?,
+                    other => other?.transpose()?,
                 };
                 if let Some(id) = inserted {
                     insert_events(tx, id, 1, std::slice::from_ref(&created), now).await?;

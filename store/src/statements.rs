@@ -50,8 +50,14 @@ pub(crate) struct Statements {
     pub insert_event: &'static str,
     /// Inserts batch `$2` of operation `$1` (cursors `$3`–`$4`, sizes
     /// `$5`–`$6`, status `$7`, time `$8`), claimed by `$9` under epoch and
-    /// attempt `$10` until `$11` when those are set; returns it.
+    /// attempt `$10` until `$11` when those are set; returns it, unless
+    /// the dialect reads inserted rows back ([`Statements::last_insert_id`]).
     pub insert_batch: &'static str,
+    /// Where an `INSERT` cannot return what it wrote (MySQL 8 has no
+    /// `INSERT … RETURNING`; MariaDB has): the id the connection's last
+    /// `INSERT` gave, read right after it in the same transaction. `None`:
+    /// the dialect's inserts return their rows.
+    pub last_insert_id: Option<&'static str>,
     /// Up to `$3` claimable batches of running operations (of operation
     /// `$1`, or any): pending, or running under a claim that lapsed before
     /// `$2`; oldest first; their ids, the rows locked for the rest of the
@@ -129,6 +135,7 @@ pub(crate) const SQLITE: Statements = Statements {
         (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at, \
          claimed_by, lease_epoch, attempts, lease_expires_at) \
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11) RETURNING *",
+    last_insert_id: None,
     claimable_batches: "SELECT b.id FROM sluice_batches b JOIN sluice_operations o ON o.id = b.operation_id \
         WHERE o.status = 'running' AND ($1 IS NULL OR b.operation_id = $1) \
         AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $2)) \
@@ -185,7 +192,8 @@ pub(crate) const POSTGRES: Statements = Statements {
 
 /// MySQL's and MariaDB's statements: PostgreSQL's (rows read for a write
 /// locked with `FOR UPDATE`), with the claims and the prune in MySQL's
-/// words. Claims skip rows another node holds (`SKIP LOCKED`, MariaDB 10.6
+/// words. Inserts read their ids back (MySQL 8 has no `INSERT …
+/// RETURNING`). Claims skip rows another node holds (`SKIP LOCKED`, MariaDB 10.6
 /// and MySQL 8.0 on), locking the batches alone (a locking read does not
 /// lock what its subquery reads); a statement that limits the rows it then
 /// changes picks them in a derived table, which MySQL allows where it
@@ -193,6 +201,11 @@ pub(crate) const POSTGRES: Statements = Statements {
 /// the unique index, not skipped (no partial index to name).
 pub(crate) const MYSQL: Statements = Statements {
     on_active_identity: "",
+    insert_batch: "INSERT INTO sluice_batches \
+        (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at, \
+         claimed_by, lease_epoch, attempts, lease_expires_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11)",
+    last_insert_id: Some("SELECT CAST(LAST_INSERT_ID() AS SIGNED)"),
     claimable_operations: "SELECT * FROM sluice_operations \
         WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
         AND ($3 IS NULL OR JSON_CONTAINS($3, JSON_QUOTE(kind))) \
