@@ -9,18 +9,21 @@
 //! - `pt-archiver --purge --where "created_at < NOW() - INTERVAL 1 DAY"
 //!   --limit 1000 --commit-each --bulk-delete`;
 //! - Sluice's `delete-aged-rows` with sub-batches of 1,000 (batches of
-//!   20,000), one pool worker, its built-in health indicators on, recording
-//!   each sub-batch's progress in the same transaction as its delete.
+//!   20,000), enqueued, then run by `sluice run --until-idle --pool-size 1`
+//!   — a process of its own, as `pt-archiver` is — with its built-in health
+//!   indicators on, recording each sub-batch's progress in the same
+//!   transaction as its delete.
 //!
 //! The second pair adds the replica: `--check-slave-lag <replica> --max-lag
-//! 5` for `pt-archiver`, `RuntimeBuilder::replica` (throttle at 5 s of lag,
-//! stop at 30 s) for Sluice.
+//! 5` for `pt-archiver`, `--replica <replica>` (throttle at 5 s of lag, stop
+//! at 30 s) for Sluice.
 //!
 //! Meanwhile four clients read rows that stay by their key and insert new
 //! ones (one insert in four queries, about 500 queries/s per client); the
 //! harness prints each side's rows/s and the clients' p50 and p99.
 //!
 //! `cargo bench --bench pt_archiver` (env: `SLUICE_BENCH_ROWS`;
+//! `SLUICE_BENCH_PAUSE`, Sluice's pause between sub-batches, default `0ms`;
 //! `SLUICE_BENCH_REPEATS`, default 1, which side goes first alternates;
 //! `SLUICE_TEST_MYSQL_URL`, `SLUICE_TEST_MYSQL_REPLICA_URL`, without a
 //! password). Needs `pt-archiver` on the `PATH` (Debian: `percona-toolkit`);
@@ -31,8 +34,6 @@ mod common;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
-use sluice_store::{ConnectOptions, Store};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use common::{env, percentile};
@@ -79,15 +80,6 @@ async fn main() {
         .await
         .unwrap();
     let replica_pool = MySqlPool::connect(&replica_url).await.ok();
-    let store = Store::connect_with(
-        &url,
-        &ConnectOptions {
-            sub_batch_timeout: Some(RuntimeConfig::default().sub_batch_timeout),
-            ..ConnectOptions::default()
-        },
-    )
-    .await
-    .unwrap();
     println!(
         "rows {rows}, {} aged, sub-batches of 1,000, {CLIENTS} clients",
         rows - rows / 5
@@ -128,8 +120,9 @@ async fn main() {
                         &latencies,
                     );
                 } else {
+                    sluice_enqueue(&url).await;
                     let (took, latencies) =
-                        under_load_timed(&primary, rows, sluice(&store, *lag_from)).await;
+                        under_load_timed(&primary, rows, sluice_run(&url, *lag_from)).await;
                     report(&format!("Sluice{with}"), Some((rows, took)), &latencies);
                 }
                 let left: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
@@ -142,7 +135,6 @@ async fn main() {
             }
         }
     }
-    store.close().await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {DATABASE}")))
         .execute(&admin)
         .await
@@ -179,20 +171,61 @@ async fn pt_archiver(url: &str, replica: Option<&str>) {
     );
 }
 
-/// Runs Sluice's `delete-aged-rows` over the aged rows on a runtime of its
-/// own, watching `replica` if one is given.
-async fn sluice(store: &Store, replica: Option<&str>) {
-    let mut builder = RuntimeBuilder::with_store(store.clone()).config(RuntimeConfig {
-        node: "pt-archiver-bench".into(),
-        pool_size: 1,
-        ..RuntimeConfig::default()
-    });
+/// Enqueues Sluice's `delete-aged-rows` over the aged rows, sub-batches
+/// of 1,000 in batches of 20,000.
+async fn sluice_enqueue(url: &str) {
+    sluice(
+        url,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            TABLE,
+            "--column",
+            "created_at",
+            "--older-than",
+            "1d",
+            "--batch-size",
+            "20000",
+            "--sub-batch-size",
+            "1000",
+            "--pause",
+            &std::env::var("SLUICE_BENCH_PAUSE").unwrap_or_else(|_| "0ms".into()),
+        ],
+    )
+    .await;
+}
+
+/// Runs what was enqueued to the end with `sluice run --until-idle`, one
+/// sub-batch at a time, watching `replica` if one is given.
+async fn sluice_run(url: &str, replica: Option<&str>) {
+    let mut run = vec![
+        "run",
+        "--until-idle",
+        "--pool-size",
+        "1",
+        "--concurrency",
+        "1",
+    ];
     if let Some(replica) = replica {
-        builder = builder.replica(replica);
+        run.extend(["--replica", replica]);
     }
-    let runtime = builder.start().await.unwrap();
-    common::delete_aged_rows(&runtime, store, TABLE, Duration::ZERO).await;
-    runtime.shutdown().await.unwrap();
+    sluice(url, &run).await;
+}
+
+/// Runs the `sluice` binary on the store at `url`; panics unless it succeeds.
+async fn sluice(url: &str, args: &[&str]) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.arg("--database-url").arg(url).args(args);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("sluice runs");
+    assert!(
+        output.status.success(),
+        "sluice failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// `url` as a Percona DSN (`h=…,P=…,u=…[,D=…]`).

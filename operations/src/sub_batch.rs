@@ -309,7 +309,8 @@ pub async fn run_sub_batch(
     operation: &dyn PreparedOperation,
     request: &SubBatchRequest,
 ) -> Result<SubBatchOutcome, OperationError> {
-    let store = session.store();
+    let store = session.store().clone();
+    let store = &store;
     let system = db_system(store);
     let dialect = store.backend().dialect();
     // PostgreSQL bounds a one-statement sub-batch itself
@@ -318,7 +319,7 @@ pub async fn run_sub_batch(
     let table = operation.shape().table().name();
     let rows = SubBatchRows::new(
         operation.shape(),
-        bounds(store, operation.shape(), request).await?,
+        bounds(session, operation.shape(), request).await?,
         LoopPick::for_store(store),
     );
     // An SQLite loop picks its rows by rowid in its transaction first
@@ -425,19 +426,30 @@ pub async fn run_sub_batch(
 /// rows in scope; a range runs from the batch's progress to the row `size`
 /// rows on in the batching order, or to the batch's end if that is nearer.
 async fn bounds(
-    store: &Store,
+    session: &mut SubBatchSession,
     shape: &Shape,
     request: &SubBatchRequest,
 ) -> Result<Bounds, OperationError> {
+    let store = session.store().clone();
+    let store = &store;
     match shape.strategy() {
         Strategy::Loop { .. } => {
-            let seek = match (LoopPick::for_store(store), shape.seek_column()) {
-                (LoopPick::Limit, Some(column)) => {
-                    let probe = seek_end(shape, column, request.from.as_ref(), request.size);
-                    let to = probed(store, shape, &probe, 1).await?;
-                    to.map(|to| Seek {
-                        from: request.from.clone(),
-                        to,
+            let seek = match (
+                LoopPick::for_store(store),
+                shape.seek_column(),
+                shape.strategy(),
+            ) {
+                (LoopPick::Limit, Some(column), Strategy::Loop { key }) => {
+                    let probe = seek_end(shape, column, key, request.from.as_ref(), request.size);
+                    let found = probed(session, shape, &probe, 3, request.timeout).await?;
+                    found.map(|Cursor(mut values)| {
+                        let greatest = Cursor(values.split_off(2));
+                        let least = Cursor(values.split_off(1));
+                        Seek {
+                            from: request.from.clone(),
+                            to: Cursor(values),
+                            keys: Some((least, greatest)),
+                        }
                     })
                 }
                 _ => None,
@@ -458,7 +470,7 @@ async fn bounds(
                 Some(&end),
                 request.size,
             );
-            let found = probed(store, shape, &probe, columns.len()).await?;
+            let found = probed(session, shape, &probe, columns.len(), request.timeout).await?;
             Ok(Bounds::Range {
                 start: request.from.clone(),
                 end: found.unwrap_or(end),
@@ -467,20 +479,22 @@ async fn bounds(
     }
 }
 
-/// The cursor of `width` columns `probe` reads, traced as a statement.
+/// The cursor of `width` columns `probe` reads on `session`'s connection,
+/// traced as a statement.
 async fn probed(
-    store: &Store,
+    session: &mut SubBatchSession,
     shape: &Shape,
     probe: &Statement,
     width: usize,
+    timeout: Duration,
 ) -> Result<Option<Cursor>, OperationError> {
     let span = statement_span(
-        db_system(store),
+        db_system(session.store()),
         shape.table().name(),
         probe.text().as_str(),
     );
-    let found = store
-        .fetch_cursor(probe, width)
+    let found = session
+        .fetch_cursor(probe, width, timeout)
         .instrument(span.clone())
         .await;
     Ok(traced(&span, found.map(|f| (f, u64::from(true))))?.0)

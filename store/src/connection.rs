@@ -429,11 +429,16 @@ impl Connections {
     /// one is left. All the sessions of this store and its clones together
     /// may keep all but one of the PostgreSQL bounded sessions' connections
     /// (a pool of their own), none on a PostgreSQL store without them, and
-    /// half of an SQLite store's connections (its one pool, which the
-    /// runtime's bookkeeping shares; none of an in-memory database's one).
+    /// half of an SQLite or MySQL store's connections (its one pool, which
+    /// the runtime's bookkeeping shares; none of an in-memory database's
+    /// one).
     pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
         let (most, lifetime) = match (&self.backend, &self.sub_batches) {
             (Backend::Sqlite(pool), _) => (
+                pool.options().get_max_connections() / 2,
+                pool.options().get_max_lifetime(),
+            ),
+            (Backend::MySql(pool), _) => (
                 pool.options().get_max_connections() / 2,
                 pool.options().get_max_lifetime(),
             ),
@@ -445,7 +450,7 @@ impl Connections {
                     .saturating_sub(1),
                 sessions.pool.options().get_max_lifetime(),
             ),
-            (Backend::Postgres(_), None) | (Backend::MySql(_), _) => return None,
+            (Backend::Postgres(_), None) => return None,
         };
         self.kept
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {

@@ -17,6 +17,7 @@ use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
 use crate::store::Store;
 use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, begin_mysql, bounded_begin};
+use crate::target_table::row_cursor;
 
 /// A pool worker's way to the connections its one-statement sub-batches run
 /// on: PostgreSQL's sessions bounded by `statement_timeout` (see
@@ -259,6 +260,29 @@ impl SubBatchSession {
         counted
     }
 
+    /// Runs a read statement (where a sub-batch ends) on this session's
+    /// connection, outside any transaction, and returns its first row's
+    /// first `width` columns as a cursor, or `None` for no row or a NULL, as
+    /// [`Store::fetch_cursor`] does: on the kept connection, it costs the
+    /// sub-batch no round trip to the pool.
+    pub async fn fetch_cursor(
+        &mut self,
+        statement: &Statement,
+        width: usize,
+        timeout: Duration,
+    ) -> Result<Option<Cursor>, StoreError> {
+        let Some(mut connection) = self.lend(timeout).await? else {
+            return self.store.fetch_cursor(statement, width).await;
+        };
+        let found = match &mut connection.connection {
+            Held::Postgres(postgres) => read_cursor!(sqlx, &mut **postgres, statement, width),
+            Held::Sqlite(sqlite) => read_cursor!(sqlx, &mut **sqlite, statement, width),
+            Held::MySql(mysql) => read_cursor!(crate::positional, &mut **mysql, statement, width),
+        };
+        self.settle(connection, found.is_ok());
+        found
+    }
+
     /// The connection for a sub-batch from the pool this session keeps its
     /// connection from: an SQLite store's pool, or PostgreSQL's sessions
     /// bounded within `timeout` ([`SubBatchSession::take`]). `None` on a
@@ -396,6 +420,23 @@ impl SessionConnection {
         Ok(SubBatchTx::new(tx, lease))
     }
 }
+
+/// `statement`'s first row as a cursor of `width` columns, read on
+/// `connection` through `$sqlx` (sqlx, or MySQL's `$N` front).
+macro_rules! read_cursor {
+    ($sqlx:path, $connection:expr, $statement:expr, $width:expr) => {{
+        use $sqlx as sqlx;
+        let statement: &Statement = $statement;
+        async {
+            let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                .fetch_optional($connection)
+                .await?;
+            row.map_or(Ok(None), |r| row_cursor(&r, $width))
+        }
+        .await
+    }};
+}
+use read_cursor;
 
 impl HeldConnection {
     /// A connection just taken from its pool, kept after its statement only
