@@ -73,7 +73,7 @@ async fn main() {
                 0 => store.execute(&delete).await.unwrap(),
                 1 => {
                     let mut tx = store
-                        .begin_sub_batch_within(&lease, Some(timeout))
+                        .begin_sub_batch_within(&lease, None, Some(timeout))
                         .await
                         .unwrap();
                     let n = tx.execute(&delete).await.unwrap();
@@ -81,12 +81,15 @@ async fn main() {
                     n
                 }
                 2 => store
-                    .run_loop_sub_batch_statement(&lease, &delete, SUB_BATCH, timeout)
+                    .run_loop_sub_batch_statement(&lease, &delete, None, SUB_BATCH, timeout)
                     .await
                     .unwrap(),
                 _ => {
                     let mut connection = session.connection(timeout).await.unwrap();
-                    let mut tx = connection.begin_sub_batch(&lease, timeout).await.unwrap();
+                    let mut tx = connection
+                        .begin_sub_batch(&lease, None, timeout)
+                        .await
+                        .unwrap();
                     let n = tx.execute(&delete).await.unwrap();
                     tx.commit(None, n as i64).await.unwrap();
                     session.put_back(connection, true);

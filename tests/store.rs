@@ -831,9 +831,22 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
             .value(SqlValue::Int(hi))
     };
     // Worker A commits its first sub-batch: the change and the progress record together.
-    let mut tx = store.begin_sub_batch(&a).await.unwrap();
+    let mut tx = store.begin_sub_batch(&a, None).await.unwrap();
     assert_eq!(tx.execute(&bump(0, 2)).await.unwrap(), 2);
     tx.commit(Some(&Cursor::int(2)), 2).await.unwrap();
+    // A runs the same sub-batch again, as a worker that heard a fault while
+    // its commit went through would: its record finds the batch's progress
+    // moved on, and nothing of it is kept.
+    let mut again = store.begin_sub_batch(&a, None).await.unwrap();
+    assert_eq!(again.execute(&bump(0, 2)).await.unwrap(), 2);
+    assert!(matches!(
+        again.commit(Some(&Cursor::int(2)), 2).await,
+        Err(StoreError::ProgressMoved { .. })
+    ));
+    assert_eq!(
+        db.scalar("SELECT CAST(SUM(n) AS BIGINT) FROM items").await,
+        2
+    );
     // A stalls; B takes the batch over and continues from the recorded progress.
     clock.advance(11_000);
     let b_batch = store
@@ -846,7 +859,10 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
         (Some(Cursor::int(2)), 2)
     );
     // A's late second sub-batch is rolled back, data change included.
-    let mut late = store.begin_sub_batch(&a).await.unwrap();
+    let mut late = store
+        .begin_sub_batch(&a, Some(&Cursor::int(2)))
+        .await
+        .unwrap();
     late.execute(&bump(2, 4)).await.unwrap();
     assert!(matches!(
         late.commit(Some(&Cursor::int(4)), 2).await,
@@ -857,7 +873,10 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
         2
     );
     let b = b_batch.lease().unwrap();
-    let mut tx = store.begin_sub_batch(&b).await.unwrap();
+    let mut tx = store
+        .begin_sub_batch(&b, Some(&Cursor::int(2)))
+        .await
+        .unwrap();
     tx.execute(&bump(2, 4)).await.unwrap();
     tx.commit(Some(&Cursor::int(4)), 2).await.unwrap();
     store
@@ -1006,10 +1025,24 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
                 .value(SqlValue::Int(hi))
         };
         let changed = store
-            .run_sub_batch_statement(&a, &bump(0, 2), Some(&Cursor::int(2)), timeout)
+            .run_sub_batch_statement(&a, &bump(0, 2), None, Some(&Cursor::int(2)), timeout)
             .await
             .unwrap();
         assert_eq!(changed, 2, "{name}");
+        // The same sub-batch again (its commit's answer lost): refused
+        // whole, nothing kept.
+        let again = store
+            .run_sub_batch_statement(&a, &bump(0, 2), None, Some(&Cursor::int(2)), timeout)
+            .await;
+        assert!(
+            matches!(again, Err(StoreError::ProgressMoved { .. })),
+            "{name}: {again:?}"
+        );
+        assert_eq!(
+            sum().await,
+            2,
+            "{name}: the repeated change was rolled back"
+        );
         // A stalls; B takes over from the recorded progress.
         clock.advance(11_000);
         let taken = store
@@ -1024,7 +1057,13 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
         );
         // A's late statement is refused whole: no change, no record.
         let late = store
-            .run_sub_batch_statement(&a, &bump(2, 4), Some(&Cursor::int(4)), timeout)
+            .run_sub_batch_statement(
+                &a,
+                &bump(2, 4),
+                Some(&Cursor::int(2)),
+                Some(&Cursor::int(4)),
+                timeout,
+            )
             .await;
         assert!(
             matches!(late, Err(StoreError::BatchLeaseLost { .. })),
@@ -1040,7 +1079,13 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
             .value(SqlValue::Int(2));
         if db.backend == "postgres" {
             let failed = store
-                .run_sub_batch_statement(&b, &broken, Some(&Cursor::int(4)), timeout)
+                .run_sub_batch_statement(
+                    &b,
+                    &broken,
+                    Some(&Cursor::int(2)),
+                    Some(&Cursor::int(4)),
+                    timeout,
+                )
                 .await;
             assert!(
                 matches!(failed, Err(StoreError::Database(_))),
@@ -1049,7 +1094,13 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
             assert_eq!(sum().await, 2, "{name}");
         }
         store
-            .run_sub_batch_statement(&b, &bump(2, 4), Some(&Cursor::int(4)), timeout)
+            .run_sub_batch_statement(
+                &b,
+                &bump(2, 4),
+                Some(&Cursor::int(2)),
+                Some(&Cursor::int(4)),
+                timeout,
+            )
             .await
             .unwrap();
         let batch = store.batches(id).await.unwrap().remove(0);
@@ -1074,7 +1125,7 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
                 .push(" SET n = n + (SELECT 0 FROM pg_sleep(3)) WHERE id > ")
                 .value(SqlValue::Int(3));
             let stopped = store
-                .run_sub_batch_statement(&b, &slow, None, timeout)
+                .run_sub_batch_statement(&b, &slow, Some(&Cursor::int(4)), None, timeout)
                 .await;
             let code = match &stopped {
                 Err(StoreError::Database(e)) => e
@@ -1138,7 +1189,7 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         // A pool worker's session: it keeps its connection between sub-batches.
         let mut session = store.sub_batch_session(true);
         let changed = session
-            .run_loop_sub_batch_statement(&a, &delete(4), 4, timeout)
+            .run_loop_sub_batch_statement(&a, &delete(4), None, 4, timeout)
             .await
             .unwrap();
         assert_eq!((changed, count(store).await), (4, 4), "{name}: a full one");
@@ -1151,7 +1202,7 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
             .remove(0);
         assert_eq!(taken.rows_affected, 4, "{name}");
         let late = session
-            .run_loop_sub_batch_statement(&a, &delete(4), 4, timeout)
+            .run_loop_sub_batch_statement(&a, &delete(4), None, 4, timeout)
             .await;
         assert!(
             matches!(late, Err(StoreError::BatchLeaseLost { .. })),
@@ -1164,16 +1215,16 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         );
         let b = taken.lease().unwrap();
         let full = session
-            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .run_loop_sub_batch_statement(&b, &delete(4), None, 4, timeout)
             .await
             .unwrap();
         // The scope's last sub-batch finds 2 of 4: the count stays exact.
         let last = session
-            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .run_loop_sub_batch_statement(&b, &delete(4), None, 4, timeout)
             .await
             .unwrap();
         let empty = session
-            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .run_loop_sub_batch_statement(&b, &delete(4), None, 4, timeout)
             .await
             .unwrap();
         assert_eq!((full, last, empty), (4, 2, 0), "{name}");
@@ -1183,7 +1234,7 @@ async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb
         clock.advance(11_000);
         store.claim_batches("c", Some(id), 1, ttl).await.unwrap();
         let lost = session
-            .run_loop_sub_batch_statement(&b, &delete(4), 4, timeout)
+            .run_loop_sub_batch_statement(&b, &delete(4), None, 4, timeout)
             .await;
         assert!(
             matches!(lost, Err(StoreError::BatchLeaseLost { .. })),
@@ -1214,7 +1265,7 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
     let mut session = store.sub_batch_session(true);
     assert_eq!(
         session
-            .run_loop_sub_batch_statement(&a, &delete, 4, timeout)
+            .run_loop_sub_batch_statement(&a, &delete, None, 4, timeout)
             .await
             .unwrap(),
         4
@@ -1234,7 +1285,7 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
     close_server_process(db, pid).await;
 
     let broken = session
-        .run_loop_sub_batch_statement(&a, &delete, 4, timeout)
+        .run_loop_sub_batch_statement(&a, &delete, None, 4, timeout)
         .await;
     assert!(
         matches!(broken, Err(StoreError::Database(_))),
@@ -1247,7 +1298,7 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
     );
     assert_eq!(
         session
-            .run_loop_sub_batch_statement(&a, &delete, 4, timeout)
+            .run_loop_sub_batch_statement(&a, &delete, None, 4, timeout)
             .await
             .unwrap(),
         4,
@@ -1307,7 +1358,7 @@ async fn transaction_sub_batches_run_on_a_connection_their_session_lends(db: &Te
     let mut session = store.sub_batch_session(true);
     let lent_sub_batch = async |session: &mut sluice_store::SubBatchSession, row: i64| {
         let mut connection = session.connection(timeout).await.unwrap();
-        let mut tx = connection.begin_sub_batch(&a, timeout).await.unwrap();
+        let mut tx = connection.begin_sub_batch(&a, None, timeout).await.unwrap();
         assert_eq!(tx.execute(&mark(row)).await.unwrap(), 1);
         tx.commit(None, 1).await.unwrap();
         session.put_back(connection, true);
@@ -1319,7 +1370,7 @@ async fn transaction_sub_batches_run_on_a_connection_their_session_lends(db: &Te
     // Cancelled before its commit: nothing kept, the connection not kept.
     {
         let mut connection = session.connection(timeout).await.unwrap();
-        let mut tx = connection.begin_sub_batch(&a, timeout).await.unwrap();
+        let mut tx = connection.begin_sub_batch(&a, None, timeout).await.unwrap();
         assert_eq!(tx.execute(&mark(2)).await.unwrap(), 1);
         drop(tx);
         session.put_back(connection, false);
@@ -1338,7 +1389,10 @@ async fn transaction_sub_batches_run_on_a_connection_their_session_lends(db: &Te
         let kept = db.scalar(&marked(3)).await;
         close_server_process(db, kept).await;
         let mut connection = session.connection(timeout).await.unwrap();
-        let begun = connection.begin_sub_batch(&a, timeout).await.map(drop);
+        let begun = connection
+            .begin_sub_batch(&a, None, timeout)
+            .await
+            .map(drop);
         assert!(
             matches!(begun, Err(StoreError::Database(_))),
             "{name}: the kept connection was used: {begun:?}"
@@ -1377,7 +1431,7 @@ async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) 
     let timeout = Duration::from_secs(1);
     let mut session = store.sub_batch_session(true);
     let mut deleted = session
-        .run_loop_sub_batch_statement(&a, &delete, 1, timeout)
+        .run_loop_sub_batch_statement(&a, &delete, None, 1, timeout)
         .await
         .unwrap();
     let pid = db
@@ -1399,12 +1453,12 @@ async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) 
             "timed out waiting: the first connection is closed while the session stays busy"
         );
         deleted += session
-            .run_loop_sub_batch_statement(&a, &delete, 1, timeout)
+            .run_loop_sub_batch_statement(&a, &delete, None, 1, timeout)
             .await
             .unwrap();
     }
     deleted += session
-        .run_loop_sub_batch_statement(&a, &delete, 1, timeout)
+        .run_loop_sub_batch_statement(&a, &delete, None, 1, timeout)
         .await
         .unwrap();
     assert!(deleted > 2, "sub-batches ran meanwhile: {deleted}");
@@ -1488,7 +1542,7 @@ async fn a_cancelled_sqlite_sub_batch_leaves_no_connection_inside_its_transactio
     let timeout = Duration::from_secs(5);
     let mut session = store.sub_batch_session(true);
     let first = session
-        .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+        .run_loop_sub_batch_statement(&lease, &delete, None, 2, timeout)
         .await;
     assert_eq!(
         first.unwrap(),
@@ -1503,7 +1557,7 @@ async fn a_cancelled_sqlite_sub_batch_leaves_no_connection_inside_its_transactio
         .unwrap();
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
-        session.run_loop_sub_batch_statement(&lease, &delete, 2, timeout),
+        session.run_loop_sub_batch_statement(&lease, &delete, None, 2, timeout),
     )
     .await;
     assert!(cancelled.is_err(), "the sub-batch waits for the write lock");
@@ -1526,7 +1580,7 @@ async fn a_cancelled_sqlite_sub_batch_leaves_no_connection_inside_its_transactio
     drop(connections);
 
     let next = session
-        .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+        .run_loop_sub_batch_statement(&lease, &delete, None, 2, timeout)
         .await;
     assert_eq!(next.unwrap(), 2, "the session's next sub-batch runs");
     assert_eq!(db.scalar("SELECT COUNT(*) FROM cancelled").await, 6);
@@ -1559,12 +1613,12 @@ async fn sessions_keep_all_but_one_connection_between_them(db: &TestDb) {
     for round in 0..2 {
         for (n, session) in sessions.iter_mut().enumerate() {
             let changed = session
-                .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+                .run_loop_sub_batch_statement(&lease, &delete, None, 2, timeout)
                 .await;
             assert_eq!(changed.unwrap(), 2, "session {n}, round {round}");
         }
         let one_off = store
-            .run_loop_sub_batch_statement(&lease, &delete, 2, timeout)
+            .run_loop_sub_batch_statement(&lease, &delete, None, 2, timeout)
             .await;
         assert_eq!(one_off.unwrap(), 2, "a one-off beside them, round {round}");
     }
@@ -1611,7 +1665,7 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
             let delete = delete.clone();
             async move {
                 store
-                    .run_loop_sub_batch_statement(&lease, &delete, 4, timeout)
+                    .run_loop_sub_batch_statement(&lease, &delete, None, 4, timeout)
                     .await
                     .unwrap()
             }
@@ -1692,7 +1746,7 @@ async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_batch_row(db: &
         let (store, delete) = (store.clone(), delete.clone());
         tokio::spawn(async move {
             store
-                .run_loop_sub_batch_statement(&lease, &delete, 4, Duration::from_secs(30))
+                .run_loop_sub_batch_statement(&lease, &delete, None, 4, Duration::from_secs(30))
                 .await
         })
     };

@@ -346,6 +346,7 @@ pub async fn run_sub_batch(
                             .run_loop_sub_batch_statement(
                                 &request.lease,
                                 &statement,
+                                request.from.as_ref(),
                                 *limit,
                                 request.timeout,
                             )
@@ -357,6 +358,7 @@ pub async fn run_sub_batch(
                             .run_sub_batch_statement(
                                 &request.lease,
                                 &statement,
+                                request.from.as_ref(),
                                 reached.as_ref(),
                                 request.timeout,
                             )
@@ -384,7 +386,7 @@ pub async fn run_sub_batch(
             // worker).
             let mut connection = session.connection(request.timeout).await?;
             let tx = connection
-                .begin_sub_batch(&request.lease, request.timeout)
+                .begin_sub_batch(&request.lease, request.from.as_ref(), request.timeout)
                 .await?;
             let done = within(request.timeout, async {
                 let mut sub_batch = SubBatch {

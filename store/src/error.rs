@@ -76,6 +76,15 @@ pub enum StoreError {
         /// The stale epoch.
         epoch: i64,
     },
+    /// The batch's committed progress is not where the sub-batch started:
+    /// an earlier sub-batch committed although its caller saw it fail (its
+    /// answer was lost with the connection). Nothing of this one was kept;
+    /// the batch's progress in the store is where to go on from.
+    #[error("batch {batch_id}: its progress moved past where this sub-batch started")]
+    ProgressMoved {
+        /// The batch.
+        batch_id: i64,
+    },
     /// The event is not legal in the operation's current state; nothing was written.
     #[error("operation {operation_id}: {source}")]
     Illegal {

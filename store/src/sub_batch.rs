@@ -23,13 +23,14 @@ use crate::store::Store;
 use crate::target_table::row_cursor;
 
 /// Records a sub-batch done in transaction `$tx` (moved in; the batch's
-/// progress moves to `$progress`, its row count grows by `$rows`) and
-/// commits only if the record was accepted, so the data change and its
-/// record are kept together or not at all. Evaluates to
+/// progress moves from `$from` to `$progress`, its row count grows by
+/// `$rows`) and commits only if the record was accepted, so the data change
+/// and its record are kept together or not at all. Evaluates to
 /// `Result<(), StoreError>`: [`StoreError::BatchLeaseLost`] when the batch
-/// was re-claimed since (the transaction is then dropped, rolled back).
+/// was re-claimed since, [`StoreError::ProgressMoved`] when its progress is
+/// no longer `$from` (the transaction is then dropped, rolled back).
 macro_rules! record_then_commit {
-    ($tx:expr, $lease:expr, $progress:expr, $rows:expr) => {{
+    ($tx:expr, $lease:expr, $from:expr, $progress:expr, $rows:expr) => {{
         let mut tx = $tx;
         let lease: &BatchLease = $lease;
         let recorded = sqlx::query(SubBatchTx::RECORD)
@@ -37,6 +38,7 @@ macro_rules! record_then_commit {
             .bind(lease.epoch)
             .bind($progress.map(Cursor::to_json))
             .bind($rows)
+            .bind($from.map(Cursor::to_json))
             .execute(&mut *tx)
             .await?
             .rows_affected();
@@ -44,9 +46,29 @@ macro_rules! record_then_commit {
             tx.commit().await?;
             Ok(())
         } else {
-            Err(batch_lease_lost(lease))
+            let held: i64 = sqlx::query_scalar(HELD_BATCH)
+                .bind(lease.batch_id)
+                .bind(lease.epoch)
+                .fetch_one(&mut *tx)
+                .await?;
+            Err(record_refused(lease, held == 1))
         }
     }};
+}
+
+/// `1` while batch `$1` is running under epoch `$2`, else `0`.
+pub(crate) const HELD_BATCH: &str = "SELECT COUNT(*) FROM sluice_batches \
+     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
+
+/// Why a sub-batch's record matched no batch row: the batch was claimed
+/// again, or (still `held`) its progress moved on.
+pub(crate) fn record_refused(lease: &BatchLease, held: bool) -> StoreError {
+    match held {
+        true => StoreError::ProgressMoved {
+            batch_id: lease.batch_id,
+        },
+        false => batch_lease_lost(lease),
+    }
 }
 
 /// An open sub-batch transaction, on a connection from the store's pool
@@ -57,6 +79,9 @@ macro_rules! record_then_commit {
 pub struct SubBatchTx<'c> {
     tx: Tx<'c>,
     lease: BatchLease,
+    /// Where the batch's progress was when the sub-batch started: its
+    /// record is accepted only while it is still there.
+    from: Option<Cursor>,
 }
 
 /// The transaction of a sub-batch, on its store's backend.
@@ -68,12 +93,14 @@ pub(crate) enum Tx<'c> {
 }
 
 impl Store {
-    /// Opens a sub-batch transaction for a batch this node holds.
+    /// Opens a sub-batch transaction for a batch this node holds, whose
+    /// progress is at `from` (its start, or where earlier sub-batches got).
     pub async fn begin_sub_batch(
         &self,
         lease: &BatchLease,
+        from: Option<&Cursor>,
     ) -> Result<SubBatchTx<'static>, StoreError> {
-        self.begin_sub_batch_within(lease, None).await
+        self.begin_sub_batch_within(lease, from, None).await
     }
 
     /// Like [`Store::begin_sub_batch`], bounding every statement of the
@@ -84,6 +111,7 @@ impl Store {
     pub async fn begin_sub_batch_within(
         &self,
         lease: &BatchLease,
+        from: Option<&Cursor>,
         timeout: Option<std::time::Duration>,
     ) -> Result<SubBatchTx<'static>, StoreError> {
         let tx = match (self.backend(), timeout) {
@@ -96,7 +124,7 @@ impl Store {
             }
             (Backend::MySql(pool), _) => Tx::MySql(pool.begin_with(MYSQL_BEGIN).await?),
         };
-        Ok(SubBatchTx::new(tx, lease))
+        Ok(SubBatchTx::new(tx, lease, from))
     }
 }
 
@@ -107,20 +135,39 @@ impl Store {
         &self,
         lease: &BatchLease,
         statement: &Statement,
+        from: Option<&Cursor>,
         progress: Option<&Cursor>,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
-        let mut tx = self.begin_sub_batch_within(lease, Some(timeout)).await?;
+        let mut tx = self
+            .begin_sub_batch_within(lease, from, Some(timeout))
+            .await?;
         let rows = tx.execute(statement).await?;
         tx.commit(progress, i64::try_from(rows).unwrap_or(i64::MAX))
             .await?;
         Ok(rows)
     }
 
+    /// True while the batch `lease` names has its progress at `from` (its
+    /// start until a sub-batch commits).
+    pub(crate) async fn batch_progress_is(
+        &self,
+        lease: &BatchLease,
+        from: Option<&Cursor>,
+    ) -> Result<bool, StoreError> {
+        const AT: &str = "SELECT COUNT(*) FROM sluice_batches WHERE id = $1 \
+             AND COALESCE(progress_cursor, start_cursor, '') = COALESCE($2, '')";
+        let at: i64 = on_pool!(self, |pool| sqlx::query_scalar(AT)
+            .bind(lease.batch_id)
+            .bind(from.map(Cursor::to_json))
+            .fetch_one(pool)
+            .await?);
+        Ok(at == 1)
+    }
+
     /// True while `lease` still holds its batch.
     pub(crate) async fn holds_batch(&self, lease: &BatchLease) -> Result<bool, StoreError> {
-        const HELD: &str = "SELECT COUNT(*) FROM sluice_batches WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
-        let held: i64 = on_pool!(self, |pool| sqlx::query_scalar(HELD)
+        let held: i64 = on_pool!(self, |pool| sqlx::query_scalar(HELD_BATCH)
             .bind(lease.batch_id)
             .bind(lease.epoch)
             .fetch_one(pool)
@@ -183,11 +230,12 @@ macro_rules! on_tx {
 }
 
 impl<'c> SubBatchTx<'c> {
-    /// A sub-batch transaction for `lease`, on `tx`.
-    pub(crate) fn new(tx: Tx<'c>, lease: &BatchLease) -> Self {
+    /// A sub-batch transaction for `lease`, on `tx`, from progress `from`.
+    pub(crate) fn new(tx: Tx<'c>, lease: &BatchLease, from: Option<&Cursor>) -> Self {
         SubBatchTx {
             tx,
             lease: lease.clone(),
+            from: from.cloned(),
         }
     }
 
@@ -274,20 +322,24 @@ impl<'c> SubBatchTx<'c> {
     /// The statement [`SubBatchTx::commit`] records the sub-batch with
     /// before it commits (for tracing: its text has placeholders only).
     pub const RECORD: &'static str = "UPDATE sluice_batches SET progress_cursor = COALESCE($3, progress_cursor), \
-         rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
+         rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running' \
+         AND COALESCE(progress_cursor, start_cursor, '') = COALESCE($5, '')";
 
     /// Records the sub-batch as done (the batch's progress moves to `progress`,
     /// its row count grows by `rows`) and commits it with the data change.
     ///
     /// Errors: [`StoreError::BatchLeaseLost`] when the batch was re-claimed
-    /// since; then nothing of the transaction is kept.
+    /// since, [`StoreError::ProgressMoved`] when its progress is no longer
+    /// where this sub-batch started (a sub-batch from there committed
+    /// already); then nothing of the transaction is kept.
     pub async fn commit(self, progress: Option<&Cursor>, rows: i64) -> Result<(), StoreError> {
+        let from = self.from.as_ref();
         match self.tx {
-            Tx::Sqlite(tx) => record_then_commit!(tx, &self.lease, progress, rows),
-            Tx::Postgres(tx) => record_then_commit!(tx, &self.lease, progress, rows),
+            Tx::Sqlite(tx) => record_then_commit!(tx, &self.lease, from, progress, rows),
+            Tx::Postgres(tx) => record_then_commit!(tx, &self.lease, from, progress, rows),
             Tx::MySql(tx) => {
                 use crate::positional as sqlx;
-                record_then_commit!(tx, &self.lease, progress, rows)
+                record_then_commit!(tx, &self.lease, from, progress, rows)
             }
         }
     }

@@ -16,7 +16,7 @@ use crate::error::StoreError;
 use crate::record::BatchLease;
 use crate::sql::{SqlText, Statement, bind_values};
 use crate::store::Store;
-use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, begin_mysql, bounded_begin};
+use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, begin_mysql, bounded_begin, record_refused};
 use crate::target_table::row_cursor;
 
 /// A pool worker's way to the connections its one-statement sub-batches run
@@ -93,11 +93,12 @@ impl Store {
         &self,
         lease: &BatchLease,
         statement: &Statement,
+        from: Option<&Cursor>,
         progress: Option<&Cursor>,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
         self.sub_batch_session(false)
-            .run_sub_batch_statement(lease, statement, progress, timeout)
+            .run_sub_batch_statement(lease, statement, from, progress, timeout)
             .await
     }
 
@@ -107,11 +108,12 @@ impl Store {
         &self,
         lease: &BatchLease,
         statement: &Statement,
+        from: Option<&Cursor>,
         limit: i64,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
         self.sub_batch_session(false)
-            .run_loop_sub_batch_statement(lease, statement, limit, timeout)
+            .run_loop_sub_batch_statement(lease, statement, from, limit, timeout)
             .await
     }
 }
@@ -140,12 +142,14 @@ impl SubBatchSession {
     /// - SQLite: a write transaction with the statement and the record.
     ///
     /// Returns the rows changed. Errors: [`StoreError::BatchLeaseLost`] when
-    /// the batch was re-claimed since (nothing is kept); a database error of
-    /// the statement (nothing is kept).
+    /// the batch was re-claimed since, [`StoreError::ProgressMoved`] when
+    /// its progress is no longer `from` (a sub-batch from there committed
+    /// already), a database error of the statement: nothing is kept.
     pub async fn run_sub_batch_statement(
         &mut self,
         lease: &BatchLease,
         statement: &Statement,
+        from: Option<&Cursor>,
         progress: Option<&Cursor>,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
@@ -158,6 +162,7 @@ impl SubBatchSession {
             .bind(progress.map(Cursor::to_json))
             .bind(lease.batch_id)
             .bind(lease.epoch)
+            .bind(from.map(Cursor::to_json))
         };
         let Some(mut connection) = self.lend(timeout).await? else {
             let Backend::Postgres(pool) = self.store.backend() else {
@@ -168,38 +173,47 @@ impl SubBatchSession {
             if done.is_ok() {
                 tx.commit().await?;
             }
-            return self.fused_outcome(lease, done).await;
+            return self.fused_outcome(lease, from, done).await;
         };
         let done = match &mut connection.connection {
             Held::Postgres(postgres) => {
                 let done = query().fetch_one(&mut **postgres).await;
-                self.fused_outcome(lease, done).await
+                self.fused_outcome(lease, from, done).await
             }
             Held::Sqlite(sqlite) => {
                 let tx = sqlite.begin_with("BEGIN IMMEDIATE").await?;
-                write_in(Tx::Sqlite(tx), lease, statement, progress).await
+                write_in(Tx::Sqlite(tx), lease, statement, from, progress).await
             }
             Held::MySql(mysql) => {
-                write_in(begin_mysql(mysql).await?, lease, statement, progress).await
+                let tx = begin_mysql(mysql).await?;
+                write_in(tx, lease, statement, from, progress).await
             }
         };
         self.settle(connection, done.is_ok());
         done
     }
 
-    /// What the fused statement's outcome means: the rows changed, or
-    /// [`StoreError::BatchLeaseLost`] when it divided by zero because the
-    /// fence matched no batch row (checked, so an operation's own division
-    /// by zero stays its own error).
+    /// What the fused statement's outcome means: the rows changed, or, when
+    /// it divided by zero because its fence matched no batch row,
+    /// [`StoreError::BatchLeaseLost`] or [`StoreError::ProgressMoved`] (the
+    /// batch row checked, so an operation's own division by zero stays its
+    /// own error).
     async fn fused_outcome(
         &self,
         lease: &BatchLease,
+        from: Option<&Cursor>,
         done: Result<(i64, i64), sqlx::Error>,
     ) -> Result<u64, StoreError> {
         match done {
             Ok((rows, _)) => Ok(rows as u64),
-            Err(error) if is_division_by_zero(&error) && !self.store.holds_batch(lease).await? => {
-                Err(batch_lease_lost(lease))
+            Err(error) if is_division_by_zero(&error) => {
+                if !self.store.holds_batch(lease).await? {
+                    return Err(batch_lease_lost(lease));
+                }
+                match self.store.batch_progress_is(lease, from).await? {
+                    false => Err(record_refused(lease, true)),
+                    true => Err(error.into()),
+                }
             }
             Err(error) => Err(error.into()),
         }
@@ -239,22 +253,26 @@ impl SubBatchSession {
         &mut self,
         lease: &BatchLease,
         statement: &Statement,
+        from: Option<&Cursor>,
         limit: i64,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
         let Some(mut connection) = self.lend(timeout).await? else {
             return self
                 .store
-                .sub_batch_in_transaction(lease, statement, None, timeout)
+                .sub_batch_in_transaction(lease, statement, from, None, timeout)
                 .await;
         };
         let counted = match &mut connection.connection {
             Held::Postgres(postgres) => loop_statement(postgres, lease, statement, limit).await,
             Held::Sqlite(sqlite) => {
                 let tx = sqlite.begin_with("BEGIN IMMEDIATE").await?;
-                write_in(Tx::Sqlite(tx), lease, statement, None).await
+                write_in(Tx::Sqlite(tx), lease, statement, from, None).await
             }
-            Held::MySql(mysql) => write_in(begin_mysql(mysql).await?, lease, statement, None).await,
+            Held::MySql(mysql) => {
+                let tx = begin_mysql(mysql).await?;
+                write_in(tx, lease, statement, from, None).await
+            }
         };
         self.settle(connection, counted.is_ok());
         counted
@@ -400,6 +418,7 @@ impl SessionConnection {
     pub async fn begin_sub_batch(
         &mut self,
         lease: &BatchLease,
+        from: Option<&Cursor>,
         timeout: Duration,
     ) -> Result<SubBatchTx<'_>, StoreError> {
         let tx = match &mut self.held.connection {
@@ -417,7 +436,7 @@ impl SessionConnection {
             }
             Held::MySql(connection) => begin_mysql(connection).await?,
         };
-        Ok(SubBatchTx::new(tx, lease))
+        Ok(SubBatchTx::new(tx, lease, from))
     }
 }
 
@@ -496,15 +515,16 @@ async fn loop_statement(
     Ok(changed)
 }
 
-/// `statement` and its record in the sub-batch transaction `tx`: both are
-/// kept, or neither.
+/// `statement` and its record in the sub-batch transaction `tx`, from
+/// progress `from`: both are kept, or neither.
 async fn write_in(
     tx: Tx<'_>,
     lease: &BatchLease,
     statement: &Statement,
+    from: Option<&Cursor>,
     progress: Option<&Cursor>,
 ) -> Result<u64, StoreError> {
-    let mut sub_batch = SubBatchTx::new(tx, lease);
+    let mut sub_batch = SubBatchTx::new(tx, lease, from);
     let rows = sub_batch.execute(statement).await?;
     sub_batch
         .commit(progress, i64::try_from(rows).unwrap_or(i64::MAX))
@@ -515,8 +535,9 @@ async fn write_in(
 /// `WITH changed AS (<statement> RETURNING 1), recorded AS (<the fenced
 /// progress update>) SELECT rows changed, 1 / rows recorded`: the division
 /// fails (SQLSTATE 22012) and aborts everything when the fence matched no
-/// batch row. The three parameters after the statement's own are the
-/// progress cursor (JSON or NULL), the batch id and its lease epoch.
+/// batch row. The four parameters after the statement's own are the
+/// progress cursor (JSON or NULL), the batch id, its lease epoch and the
+/// progress the sub-batch started from (JSON or NULL).
 fn fused_with_record(statement: &Statement) -> SqlText {
     let n = statement.params().len();
     SqlText::new("WITH changed AS (")
@@ -527,7 +548,9 @@ fn fused_with_record(statement: &Statement) -> SqlText {
         .param(n + 2)
         .push(" AND lease_epoch = ")
         .param(n + 3)
-        .push(" AND status = 'running' RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)")
+        .push(" AND status = 'running' AND COALESCE(progress_cursor, start_cursor, '') = COALESCE(")
+        .param(n + 4)
+        .push("::TEXT, '') RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)")
 }
 
 /// `UPDATE sluice_batches SET rows_affected = rows_affected + $first WHERE

@@ -1,5 +1,6 @@
 //! What the driver does when a sub-batch fails: a batch taken over is let
-//! go, a store that cannot be used is waited out, and any other failure is
+//! go, one whose progress the store holds ahead is claimed again from
+//! there, a store that cannot be used is waited out, and any other failure is
 //! the batch's — retried smaller after a backoff, split when a range keeps
 //! running out of time, or failing the operation once its attempts are
 //! spent or too many batches fail.
@@ -33,6 +34,21 @@ impl Driver {
                 self.phase = Phase::Idle;
                 self.leftovers_possible = true;
                 out.push(Command::Trace(Note::BatchTakenOver { ordinal }));
+                self.schedule_step(out, Duration::ZERO);
+            }
+            OperationError::Store(StoreError::ProgressMoved { .. }) => {
+                // An earlier sub-batch committed though its answer was lost
+                // (the store went away as it committed): the store's
+                // progress is ahead of this actor's, and this sub-batch kept
+                // nothing. The batch is given back and claimed again from
+                // the progress the store holds.
+                let Phase::Running { batch, .. } = std::mem::replace(&mut self.phase, Phase::Idle)
+                else {
+                    return;
+                };
+                out.push(Command::ReleaseBatch(batch.lease));
+                self.leftovers_possible = true;
+                out.push(Command::Trace(Note::ProgressMoved { ordinal }));
                 self.schedule_step(out, Duration::ZERO);
             }
             OperationError::Store(e) if e.is_unavailable() => {

@@ -40,6 +40,13 @@ pub enum Note {
         /// Its ordinal.
         ordinal: i64,
     },
+    /// The open batch's progress in the store is ahead of the sub-batch
+    /// that failed (an earlier one committed though its answer was lost):
+    /// the batch is claimed again from there.
+    ProgressMoved {
+        /// Its ordinal.
+        ordinal: i64,
+    },
     /// The store could not be used for a sub-batch; it is tried again.
     StoreFault {
         /// Faults in a row.
@@ -128,6 +135,13 @@ impl OperationState {
             }
             Note::BatchTakenOver { ordinal } => {
                 tracing::warn!(operation = id, ordinal, "batch taken over");
+            }
+            Note::ProgressMoved { ordinal } => {
+                tracing::warn!(
+                    operation = id,
+                    ordinal,
+                    "an earlier sub-batch committed though its answer was lost; claiming the batch again from its stored progress"
+                );
             }
             Note::StoreFault {
                 faults,

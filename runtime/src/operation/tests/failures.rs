@@ -51,6 +51,24 @@ fn a_store_that_cannot_be_used_is_waited_out_without_failing_the_batch() {
 }
 
 #[test]
+fn a_sub_batch_behind_the_stored_progress_has_its_batch_claimed_again() {
+    // The store went away as a sub-batch committed: the worker heard a
+    // fault, the store kept the sub-batch. The retry, from the worker's
+    // older progress, is refused by the record (nothing kept); the batch is
+    // given back and claimed again from the progress the store holds.
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    h.on(failed(unavailable()));
+    assert_eq!(script(&h.on(Input::Step)), ["Dispatch(100)"]);
+    let moved = store_error(StoreError::ProgressMoved { batch_id: 1 });
+    assert_eq!(
+        script(&h.on(failed(moved))),
+        ["ReleaseBatch", "ScheduleStep(0ms)"]
+    );
+    assert_eq!(script(&h.on(Input::Step)), ["Claim"]);
+}
+
+#[test]
 fn a_batch_at_its_attempt_limit_is_split_or_fails_the_operation() {
     // (batch, error, answer to a split, what is asked)
     let timed_out = || OperationError::TimedOut(TIMEOUT);
