@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestDb, sluice, succeeded, until};
+use common::{TestDb, enqueue_older_than_90_days, sluice, succeeded, until};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
@@ -58,7 +58,6 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
         .start()
         .await
         .unwrap();
-    let registry = Registry::with_builtins();
     let now = chrono::Utc::now();
     for (table, create) in tables {
         db.execute(create).await;
@@ -79,27 +78,12 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
             values.join(", ")
         ))
         .await;
-        let stored =
-            json!({"table": table, "column": "created_at", "key": "id", "older_than": "90d"});
-        let arguments = registry
-            .arguments_at("delete-aged-rows", &db.store, stored, now)
-            .await
-            .unwrap();
         let options = EnqueueOptions {
             batch_size: 20,
             sub_batch_size: 7,
             ..EnqueueOptions::default()
         };
-        let id = sluice_operations::enqueue(
-            &db.store,
-            &registry,
-            "delete-aged-rows",
-            &arguments,
-            &options,
-        )
-        .await
-        .unwrap()
-        .id;
+        let id = enqueue_older_than_90_days(&db.store, table, now, &options).await;
         let record = runtime.wait(id, Duration::from_secs(60)).await.unwrap();
         assert_eq!(record.state.status.as_str(), "finished", "{table}");
         assert_eq!(record.state.rows_done, 50, "{table}: each aged row once");
@@ -377,29 +361,13 @@ async fn rows_written_behind_a_running_delete_are_still_deleted_each_once(db: &T
         .start()
         .await
         .unwrap();
-    let stored =
-        json!({"table": "behind", "column": "created_at", "key": "id", "older_than": "90d"});
-    let registry = Registry::with_builtins();
-    let arguments = registry
-        .arguments_at("delete-aged-rows", &db.store, stored, now)
-        .await
-        .unwrap();
     let options = EnqueueOptions {
         batch_size: 100,
         sub_batch_size: 10,
         pause: Duration::from_millis(5),
         ..EnqueueOptions::default()
     };
-    let id = sluice_operations::enqueue(
-        &db.store,
-        &registry,
-        "delete-aged-rows",
-        &arguments,
-        &options,
-    )
-    .await
-    .unwrap()
-    .id;
+    let id = enqueue_older_than_90_days(&db.store, "behind", now, &options).await;
     until("the delete is under way", || async {
         db.store.operation(id).await.unwrap().state.rows_done >= 200
     })

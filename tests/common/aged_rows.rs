@@ -23,3 +23,27 @@ pub async fn older_than_a_day(
     .await
     .expect("delete-aged-rows arguments")
 }
+
+/// Enqueues `delete-aged-rows` of the rows of `table` whose `created_at`
+/// was more than 90 days before `now`, named by `id`, with `options`, as a
+/// fire at `now` would resolve it; returns the operation's id.
+#[allow(dead_code, reason = "the benches include this file by path")]
+pub async fn enqueue_older_than_90_days(
+    store: &Store,
+    table: &str,
+    now: chrono::DateTime<chrono::Utc>,
+    options: &sluice_operations::EnqueueOptions,
+) -> i64 {
+    let registry = sluice_operations::Registry::with_builtins();
+    let stored = serde_json::json!({
+        "table": table, "column": "created_at", "key": "id", "older_than": "90d"
+    });
+    let arguments = registry
+        .arguments_at("delete-aged-rows", store, stored, now)
+        .await
+        .expect("delete-aged-rows arguments");
+    sluice_operations::enqueue(store, &registry, "delete-aged-rows", &arguments, options)
+        .await
+        .expect("enqueue delete-aged-rows")
+        .id
+}

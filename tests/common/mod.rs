@@ -17,7 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 mod aged_rows;
 #[allow(unused_imports)] // not every test binary enqueues it
-pub use aged_rows::older_than_a_day;
+pub use aged_rows::{enqueue_older_than_90_days, older_than_a_day};
 
 /// The PostgreSQL the tests use.
 pub fn postgres_url() -> String {
