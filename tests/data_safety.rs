@@ -52,12 +52,7 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
             "CREATE TABLE clustered (id BIGINT PRIMARY KEY, created_at TEXT NOT NULL) WITHOUT ROWID",
         ),
     ];
-    let runtime = RuntimeBuilder::with_store(db.store.clone())
-        .config(quick())
-        .without_builtin_indicators()
-        .start()
-        .await
-        .unwrap();
+    let runtime = quick_runtime(&db.store).await;
     let now = chrono::Utc::now();
     for (table, create) in tables {
         db.execute(create).await;
@@ -107,6 +102,90 @@ postgres_only!(
     a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
     lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables,
 );
+
+/// SQLite keeps any value in any column, whatever its declared type. A key
+/// whose values are of two kinds, or of a kind no batch walks (REAL, BLOB),
+/// is refused at enqueue when it shows at either end of the key's order;
+/// a REAL between two integers that a batch would end on fails the run,
+/// naming it, before that batch changes a row (here the first batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sqlite_key_holding_values_of_another_kind_changes_no_row() {
+    let db = TestDb::sqlite().await;
+    let tables = [
+        (
+            "untyped",
+            "",
+            "1, 2, 'b'",
+            Some("from an integer (1) to a text ('b')"),
+        ),
+        (
+            "blobbed",
+            "TEXT",
+            "'a', X'01'",
+            Some("from a text ('a') to a blob (X'01')"),
+        ),
+        (
+            "real_last",
+            "INTEGER",
+            "1, 2, 3.5",
+            Some("from an integer (1) to a real (3.5)"),
+        ),
+        ("real_between", "INTEGER", "1, 2.5, 3, 4", None),
+    ];
+    let runtime = quick_runtime(&db.store).await;
+    let registry = Registry::with_builtins();
+    for (table, declared, keys, refusal) in tables {
+        db.execute(&format!(
+            "CREATE TABLE {table} (k {declared} NOT NULL UNIQUE, hits INTEGER NOT NULL DEFAULT 0)"
+        ))
+        .await;
+        let rows: Vec<String> = keys.split(", ").map(|k| format!("({k})")).collect();
+        db.execute(&format!(
+            "INSERT INTO {table} (k) VALUES {}",
+            rows.join(", ")
+        ))
+        .await;
+        let arguments = json!({"table": table, "key": "k", "set": "hits = hits + 1"});
+        let options = EnqueueOptions {
+            batch_size: 2,
+            sub_batch_size: 1,
+            ..EnqueueOptions::default()
+        };
+        let enqueued = sluice_operations::enqueue(
+            &db.store,
+            &registry,
+            "update-in-batches",
+            &arguments,
+            &options,
+        )
+        .await;
+        match refusal {
+            Some(values) => {
+                let error = enqueued.expect_err(table);
+                assert!(error.is_bad_input(), "{table}: {error}");
+                assert!(error.to_string().contains(values), "{table}: {error}");
+            }
+            None => {
+                let id = enqueued.unwrap_or_else(|e| panic!("{table}: {e}")).id;
+                let record = runtime.wait(id, Duration::from_secs(60)).await.unwrap();
+                assert_eq!(record.state.status.as_str(), "failed", "{table}");
+                let error = record.state.last_error.unwrap_or_default();
+                assert!(
+                    error.contains("`k` has type INTEGER (a row holds a REAL value)"),
+                    "{table}: {error}"
+                );
+            }
+        }
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {table} WHERE hits <> 0"))
+                .await,
+            0,
+            "{table}: no row changed"
+        );
+    }
+    runtime.shutdown().await.unwrap();
+    db.cleanup().await;
+}
 
 /// One generated trial: a table, a key that is or is not unique, a scope
 /// and a SET (or a delete of aged rows), and batch sizes.
@@ -176,6 +255,17 @@ fn quick() -> RuntimeConfig {
     }
 }
 
+/// A runtime on `store` with [`quick`] settings and no built-in health
+/// indicators.
+async fn quick_runtime(store: &sluice_store::Store) -> sluice_runtime::Runtime {
+    RuntimeBuilder::with_store(store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap()
+}
+
 /// `table (id, tag, grp, hits, created_at)`: `tag` names each row whatever
 /// its key; `created_at` is `age` days (and an hour) before now.
 async fn create_trial_table(db: &TestDb, table: &str, trial: &Trial) {
@@ -238,12 +328,7 @@ async fn rows_by_tag(db: &TestDb, table: &str) -> Vec<(i64, i64)> {
 /// one (a key that is not unique, a SET that writes the key) changes
 /// nothing and writes no operation.
 async fn generated_operations_change_exactly_the_rows_in_scope_each_once(db: &TestDb) {
-    let runtime = RuntimeBuilder::with_store(db.store.clone())
-        .config(quick())
-        .without_builtin_indicators()
-        .start()
-        .await
-        .unwrap();
+    let runtime = quick_runtime(&db.store).await;
     let registry = Registry::with_builtins();
     let mut runner = TestRunner::new(Config::with_cases(24));
     let strategy = trial();
@@ -355,12 +440,7 @@ async fn rows_written_behind_a_running_delete_are_still_deleted_each_once(db: &T
     // 600 aged rows, two to a day (ties), oldest first; 20 young ones.
     db.execute(&insert(1..601, &|id| 800 - id / 2)).await;
     db.execute(&insert(601..621, &|id| id - 600)).await;
-    let runtime = RuntimeBuilder::with_store(db.store.clone())
-        .config(quick())
-        .without_builtin_indicators()
-        .start()
-        .await
-        .unwrap();
+    let runtime = quick_runtime(&db.store).await;
     let options = EnqueueOptions {
         batch_size: 100,
         sub_batch_size: 10,

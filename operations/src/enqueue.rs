@@ -23,7 +23,9 @@ use crate::error::OperationError;
 use crate::operation::{PreparedOperation, Registry};
 use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
-use crate::target::{check_key, check_target, check_time_column, full_scan_refusal};
+use crate::target::{
+    check_key, check_key_values, check_target, check_time_column, full_scan_refusal,
+};
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -314,6 +316,9 @@ pub(crate) async fn checked_spec(
             Strategy::Loop { key } => std::slice::from_ref(key),
         };
         check_key(store, shape.table(), batching_key).await?;
+        if let Strategy::Keyset(columns) = shape.strategy() {
+            check_key_values(store, shape.table(), &columns[0]).await?;
+        }
         // Explained even with --force: the database checks the operator's SQL.
         let explained_now = explain_batch_query(store, shape, None, options.batch_size)
             .await

@@ -83,6 +83,23 @@ pub enum TargetError {
         /// The table's indexes, as `name (columns) unique|not unique`.
         indexes: Vec<String>,
     },
+    /// On SQLite, a keyset's first column whose values are not all integers
+    /// or all text (SQLite keeps any value in any column).
+    #[error(
+        "refusing `{table}` batched by `{column}`: its values run from {smallest} to {largest}, \
+         and batches walk one kind of value, integers or text (SQLite keeps any value in any \
+         column, whatever its declared type); fix those rows, or batch by another key with --key"
+    )]
+    KeyValues {
+        /// The table.
+        table: String,
+        /// The key's first column.
+        column: String,
+        /// Its smallest value, as `a|an KIND (value)`.
+        smallest: String,
+        /// Its largest value, likewise.
+        largest: String,
+    },
     /// A time bound compared, on SQLite, with a column whose values are not
     /// all text naming a time in one format Sluice compares exactly.
     #[error(
@@ -374,6 +391,67 @@ pub async fn check_key(store: &Store, table: &Ident, key: &[Ident]) -> Result<()
                 )
             })
             .collect(),
+    })
+}
+
+/// On SQLite, refuses a keyset whose first column holds values of two
+/// kinds, or of a kind no cursor holds (REAL, BLOB). It reads the column's
+/// smallest and largest values through the index the walk itself uses;
+/// SQLite sorts numbers, then text, then blobs, so when both ends are
+/// integers, or both text, so is every value between — but for a REAL
+/// between two integers, changed with its range like any row, or, where a
+/// batch or sub-batch would end on it, failing the operation with the
+/// column named (no cursor holds it). Other databases hold a column's
+/// declared type only.
+pub async fn check_key_values(
+    store: &Store,
+    table: &Ident,
+    column: &Ident,
+) -> Result<(), TargetError> {
+    let Backend::Sqlite(_) = store.backend() else {
+        return Ok(());
+    };
+    let end = |statement: Statement, order: &'static str| {
+        statement
+            .push("(SELECT typeof(")
+            .ident(column)
+            .push(") || ' ' || substr(quote(")
+            .ident(column)
+            .push("), 1, 40) FROM ")
+            .ident(table)
+            .push(" ORDER BY ")
+            .ident(column)
+            .push(order)
+            .push(" LIMIT 1)")
+    };
+    let ends = end(Statement::new("SELECT "), "").push(" || char(10) || ");
+    let ends = end(ends, " DESC");
+    let Some(CursorValue::Text(ends)) = store
+        .fetch_cursor(&ends, 1)
+        .await?
+        .and_then(|c| c.0.into_iter().next())
+    else {
+        return Ok(()); // an empty table
+    };
+    let (smallest, largest) = ends.split_once('\n').unwrap_or((&ends, &ends));
+    let kind = |end: &str| end.split_once(' ').map_or(end, |(kind, _)| kind).to_owned();
+    if kind(smallest) == kind(largest) && matches!(kind(smallest).as_str(), "integer" | "text") {
+        return Ok(());
+    }
+    let described = |end: &str| {
+        let (kind, value) = end.split_once(' ').unwrap_or((end, ""));
+        let article = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {kind} ({value})")
+    };
+    Err(TargetError::KeyValues {
+        table: table.to_string(),
+        column: column.to_string(),
+        smallest: described(smallest),
+        largest: described(largest),
     })
 }
 

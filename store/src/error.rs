@@ -121,7 +121,8 @@ pub enum StoreError {
     UnsupportedCursorType {
         /// The column as the query named it.
         column: String,
-        /// The database's name for its type.
+        /// The database's name for its type, and the value's where a row
+        /// holds a value of another type (SQLite).
         type_name: String,
     },
     /// A connection setting that the database cannot honour (an unsafe schema

@@ -506,9 +506,12 @@ where
     );
     let mut values = Vec::with_capacity(width);
     for i in 0..width {
-        if row.try_get_raw(i)?.is_null() {
+        let raw = row.try_get_raw(i)?;
+        if raw.is_null() {
             return Ok(None);
         }
+        // SQLite keeps any value in any column: the value's own type.
+        let held = raw.type_info().name().to_owned();
         let value = if let Ok(v) = row.try_get::<i64, _>(i) {
             CursorValue::Int(v)
         } else if let Ok(v) = row.try_get::<i32, _>(i) {
@@ -521,9 +524,17 @@ where
             CursorValue::Timestamp(v.and_utc())
         } else {
             let column = &row.columns()[i];
+            let declared = match column.type_info().name() {
+                "NULL" => "(none)",
+                declared => declared,
+            };
             return Err(StoreError::UnsupportedCursorType {
                 column: column.name().to_owned(),
-                type_name: column.type_info().name().to_owned(),
+                type_name: if held == declared {
+                    held
+                } else {
+                    format!("{declared} (a row holds a {held} value)")
+                },
             });
         };
         values.push(value);
