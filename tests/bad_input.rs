@@ -58,6 +58,14 @@ async fn set_up(db: &TestDb) {
         ))
         .await;
     }
+    // Days since 1970 in an integer column: read as epoch seconds, every
+    // row would be aged.
+    db.execute("CREATE TABLE day_numbers (id BIGINT PRIMARY KEY, day INTEGER NOT NULL)")
+        .await;
+    db.insert_series("day_numbers (id, day)", "g, 20000 + g", 30, "")
+        .await;
+    db.execute("CREATE INDEX day_numbers_day ON day_numbers (day)")
+        .await;
     let ok = sluice(
         db,
         &[
@@ -107,6 +115,7 @@ async fn snapshot(db: &TestDb) -> Vec<i64> {
         "SELECT CAST(COALESCE(SUM(last_seq), 0) AS BIGINT) FROM sluice_operations",
         "SELECT COUNT(*) FROM items",
         "SELECT CAST(SUM(counter) AS BIGINT) FROM items",
+        "SELECT COUNT(*) FROM day_numbers",
     ] {
         counts.push(db.scalar(sql).await);
     }
@@ -240,6 +249,13 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             aged("latest_per_group", "created_at", "30d"),
             2,
             "refusing `latest_per_group` batched by (id)",
+        ),
+        // An integer time column in another unit than seconds.
+        (
+            aged("day_numbers", "day", "90d"),
+            2,
+            "its largest value, 20030, would be 1970-01-01T05:33:50Z: every row would count \
+             as older than 90d",
         ),
         // Durations past their bounds.
         (

@@ -171,6 +171,9 @@ impl DeleteAgedRows {
                 None => Cutoff::Text(at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
             }
         };
+        if let Cutoff::EpochSeconds(_) = cutoff {
+            refuse_other_units(store, &table_ident, &column_ident, &asked).await?;
+        }
         Ok(DeleteAgedRowsArguments {
             table: table.to_owned(),
             column: column.to_owned(),
@@ -303,6 +306,50 @@ fn iso_like(example: &str, at: DateTime<Utc>) -> String {
 /// text cutoff in one style misjudges values in another (a space sorts
 /// before `T`), and `10:00-05:00` sorts before a `12:00` cutoff though it
 /// is three hours after it.
+/// The first instant an integer time column of a live table must reach
+/// for it to be read as epoch seconds: 1980-01-01T00:00:00Z.
+pub const EPOCH_SECONDS_FLOOR: i64 = 315_532_800;
+
+/// Refuses reading an integer `column` as epoch seconds when its largest
+/// value is before [`EPOCH_SECONDS_FLOOR`]: a column of years, days, hours
+/// or minutes, whose every row would count as aged and be deleted. (A
+/// column of milliseconds or finer reads as far in the future, and nothing
+/// in it is deleted.) One `MAX`, which an index on the column answers.
+async fn refuse_other_units(
+    store: &Store,
+    table: &Ident,
+    column: &Ident,
+    older_than: &str,
+) -> Result<(), OperationError> {
+    let largest = Statement::new("SELECT CAST(MAX(")
+        .ident(column)
+        .push(") AS CHAR(24)) FROM ")
+        .ident(table);
+    let Some(CursorValue::Text(largest)) = store
+        .fetch_cursor(&largest, 1)
+        .await?
+        .and_then(|c| c.0.into_iter().next())
+    else {
+        return Ok(()); // an empty table
+    };
+    let Ok(value) = largest.trim().parse::<i64>() else {
+        return Ok(());
+    };
+    if value >= EPOCH_SECONDS_FLOOR {
+        return Ok(());
+    }
+    let read_as = DateTime::from_timestamp(value, 0).map_or_else(
+        || "before 1970".to_owned(),
+        |at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    );
+    Err(OperationError::Arguments(format!(
+        "column `{column}` of `{table}` is an integer, which delete-aged-rows reads as epoch \
+         seconds, but its largest value, {value}, would be {read_as}: every row would count as \
+         older than {older_than}; store epoch seconds there (not years, days, hours or minutes), \
+         or give the column a time type"
+    )))
+}
+
 async fn refuse_mixed_formats(
     store: &Store,
     table: &Ident,
