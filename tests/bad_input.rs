@@ -220,6 +220,11 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             "the SET writes `id`, which the batches of `items` walk by (`id`)",
         ),
         (
+            update("counter = 1, rowid = rowid + 1000", "grp = 1"),
+            2,
+            "the SET writes `rowid`, a name SQLite",
+        ),
+        (
             update("nosuch = 1", "grp = 1"),
             2,
             "the database refused the operation's SQL",

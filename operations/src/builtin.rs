@@ -456,5 +456,19 @@ mod tests {
             let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
             assert!(err.contains("walk by (`id`)"), "{set}: {err}");
         }
+        // The same key under the names SQLite and MySQL give a row's id.
+        for alias in ["rowid", "OID", "_rowid_", "_rowid"] {
+            let args = UpdateInBatchesArguments {
+                table: "t".into(),
+                key: "id".into(),
+                set: format!("hits = 1, {alias} = {alias} + 1000"),
+                condition: None,
+            };
+            let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("the SET writes `{alias}`, a name")),
+                "{err}"
+            );
+        }
     }
 }

@@ -213,7 +213,9 @@ impl Shape {
 
     /// Refuses an `UPDATE` that writes `written` (column names as the SET
     /// gives them) when it could meet a row it already changed: a keyset
-    /// walk whose SET writes a batching column moves rows to ranges still
+    /// walk whose SET writes a batching column — by its name or by a name
+    /// the database gives a row's id ([`ROW_ID_ALIASES`]), which an integer
+    /// primary key is another name for — moves rows to ranges still
     /// ahead (or behind), and a loop re-reads its scope until it is empty,
     /// so an update either puts rows back in it or never empties it. Every
     /// other update of a keyset shape changes each row in scope once.
@@ -234,14 +236,23 @@ impl Shape {
                         .find(|c| c.name().eq_ignore_ascii_case(w))
                         .map(|c| (*w, c))
                 });
-                match hit {
-                    Some((written, column)) => Err(OperationError::Arguments(format!(
+                let alias = written
+                    .iter()
+                    .find(|w| ROW_ID_ALIASES.iter().any(|a| a.eq_ignore_ascii_case(w)));
+                match (hit, alias) {
+                    (Some((written, column)), _) => Err(OperationError::Arguments(format!(
                         "the SET writes `{written}`, which the batches of `{}` walk by (`{column}`): \
                          a changed row would move to a range not yet run and be changed again; \
                          batch by another unique key or leave `{column}` out of the SET",
                         self.table
                     ))),
-                    None => Ok(()),
+                    (None, Some(alias)) => Err(OperationError::Arguments(format!(
+                        "the SET writes `{alias}`, a name SQLite (`rowid`, `oid`, `_rowid_`) or \
+                         MySQL (`_rowid`) gives a row's id — the batching key itself when it is an \
+                         integer primary key, so a changed row could move to a range not yet run \
+                         and be changed again; leave `{alias}` out of the SET"
+                    ))),
+                    (None, None) => Ok(()),
                 }
             }
         }
@@ -426,6 +437,13 @@ impl Comparison {
         }
     }
 }
+
+/// Names that SQLite (`rowid`, `oid`, `_rowid_`) and MySQL (`_rowid`, for a
+/// one-column integer primary key) accept for a row's id, in a SET too:
+/// writing one writes an integer primary key under another name. A real
+/// column of that name is refused as well (it cannot be told from the
+/// alias without the catalogue).
+pub const ROW_ID_ALIASES: [&str; 4] = ["rowid", "oid", "_rowid_", "_rowid"];
 
 #[cfg(test)]
 mod tests {
