@@ -98,6 +98,8 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
     db.cleanup().await;
 }
 
+postgres_and_mysql!(a_key_the_database_writes_on_update_is_refused);
+
 postgres_only!(
     a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
     lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables,
@@ -185,6 +187,88 @@ async fn an_sqlite_key_holding_values_of_another_kind_changes_no_row() {
     }
     runtime.shutdown().await.unwrap();
     db.cleanup().await;
+}
+
+/// A key the database writes itself when a row is updated — generated
+/// from a column the SET writes, or MySQL's `ON UPDATE CURRENT_TIMESTAMP` —
+/// would carry each changed row into a range not yet run, to be changed
+/// again: refused at enqueue, nothing written, no row changed.
+async fn a_key_the_database_writes_on_update_is_refused(db: &TestDb) {
+    // MariaDB lets no generated column be NOT NULL, so its `derived` is
+    // refused for NULLs too; its `touched` is the case that only this
+    // check refuses.
+    let generated = match db.backend {
+        "postgres" => "BIGINT GENERATED ALWAYS AS (x * 10) STORED NOT NULL",
+        _ => "BIGINT AS (x * 10) STORED",
+    };
+    db.execute(&format!(
+        "CREATE TABLE derived (id BIGINT PRIMARY KEY, x BIGINT NOT NULL, \
+         hits BIGINT NOT NULL DEFAULT 0, k {generated})"
+    ))
+    .await;
+    db.execute("CREATE UNIQUE INDEX derived_k ON derived (k)")
+        .await;
+    db.insert_series("derived (id, x)", "g, g", 20, "").await;
+    let mut cases = vec![(
+        "derived",
+        "k",
+        "hits = hits + 1, x = x + 100",
+        "is generated",
+    )];
+    if db.backend == "mysql" {
+        db.execute(
+            "CREATE TABLE touched (id BIGINT PRIMARY KEY, hits BIGINT NOT NULL DEFAULT 0, \
+             ts TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6), \
+             UNIQUE KEY (ts))",
+        )
+        .await;
+        db.insert_series(
+            "touched (id, ts)",
+            "g, TIMESTAMP('2020-01-01') + INTERVAL g SECOND",
+            20,
+            "",
+        )
+        .await;
+        cases.insert(
+            0,
+            ("touched", "ts", "hits = hits + 1", "is set by the database"),
+        );
+    }
+    let registry = Registry::with_builtins();
+    for (table, key, set, why) in cases {
+        let operations = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
+        let arguments = json!({"table": table, "key": key, "set": set});
+        let options = EnqueueOptions {
+            batch_size: 5,
+            sub_batch_size: 2,
+            ..EnqueueOptions::default()
+        };
+        let enqueued = sluice_operations::enqueue(
+            &db.store,
+            &registry,
+            "update-in-batches",
+            &arguments,
+            &options,
+        )
+        .await;
+        let error = enqueued.expect_err(table);
+        assert!(error.is_bad_input(), "{table}: {error}");
+        assert!(
+            error.to_string().contains(&format!("column `{key}` {why}")),
+            "{table}: {error}"
+        );
+        assert_eq!(
+            db.scalar("SELECT COUNT(*) FROM sluice_operations").await,
+            operations,
+            "{table}: refused, yet written"
+        );
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {table} WHERE hits <> 0"))
+                .await,
+            0,
+            "{table}: no row changed"
+        );
+    }
 }
 
 /// One generated trial: a table, a key that is or is not unique, a scope

@@ -351,22 +351,33 @@ pub fn time_text_format(value: &str) -> Option<&'static str> {
 /// Refuses a batching key (the keyset's columns, or a loop's key) that the
 /// catalogue does not prove names one row each: every column NOT NULL (a
 /// row with a NULL is in no range) and a unique index over some of them (a
-/// shared key would reach rows it must not, or make a batch's count wrong).
+/// shared key would reach rows it must not, or make a batch's count wrong),
+/// and none a column the database writes itself on UPDATE (generated, or
+/// `ON UPDATE`), which would carry an updated row into a range not yet run.
 pub async fn check_key(store: &Store, table: &Ident, key: &[Ident]) -> Result<(), TargetError> {
     let keys = store.table_keys(table).await?;
     let names: Vec<&str> = key.iter().map(Ident::name).collect();
-    if keys.proves_distinct(&names) {
+    let moved = keys
+        .written_by_database
+        .iter()
+        .find(|(column, _)| names.contains(&column.as_str()));
+    if moved.is_none() && keys.proves_distinct(&names) {
         return Ok(());
     }
-    let reason = match names
+    let nullable = names
         .iter()
-        .find(|c| !keys.not_null.iter().any(|n| n == *c))
-    {
-        Some(nullable) => format!(
+        .find(|c| !keys.not_null.iter().any(|n| n == *c));
+    let reason = match (moved, nullable) {
+        (Some((column, how)), _) => format!(
+            "column `{column}` {how}, so an UPDATE can move a row to a range not yet run, \
+             where it would be changed again (batch by a key the database does not write, \
+             e.g. the primary key, with --key)"
+        ),
+        (None, Some(nullable)) => format!(
             "column `{nullable}` can hold NULL, and a row whose key is NULL is in no batch \
              (declare it NOT NULL, or batch by the primary key with --key)"
         ),
-        None => format!(
+        (None, None) => format!(
             "no unique index covers only these columns, so two rows may share a key and a \
              statement reaching one would reach both (create one, e.g. CREATE UNIQUE INDEX \
              {}_{}_key ON {table} ({}), or batch by the primary key with --key)",

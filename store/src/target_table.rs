@@ -57,7 +57,18 @@ pub struct TableKeys {
     pub indexes: Vec<Index>,
     /// Its columns that can never hold NULL.
     pub not_null: Vec<String>,
+    /// Its columns whose values the database itself writes when a row is
+    /// updated, with how: generated from other columns (PostgreSQL, MySQL),
+    /// or set to the time of each UPDATE (MySQL's `ON UPDATE`). SQLite's
+    /// generated columns are not listed among a table's columns at all.
+    pub written_by_database: Vec<(String, &'static str)>,
 }
+
+/// How [`TableKeys::written_by_database`] says a generated column is written.
+const GENERATED: &str = "is generated from other columns";
+
+/// How [`TableKeys::written_by_database`] says an `ON UPDATE` column is written.
+const SET_ON_UPDATE: &str = "is set by the database on every UPDATE (ON UPDATE)";
 
 /// One index of a table, as [`Store::table_keys`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,7 +297,20 @@ impl Store {
                 .bind(table.name())
                 .fetch_all(pool)
                 .await?;
+                let generated: Vec<String> = sqlx::query_scalar(
+                    "SELECT a.attname::text FROM pg_catalog.pg_attribute a \
+                     WHERE a.attrelid = to_regclass(concat_ws('.', quote_ident($1), quote_ident($2))) \
+                     AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '' ORDER BY a.attnum",
+                )
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?;
                 Ok(TableKeys {
+                    written_by_database: generated
+                        .into_iter()
+                        .map(|name| (name, GENERATED))
+                        .collect(),
                     indexes: indexes
                         .into_iter()
                         .map(|(name, unique, columns)| Index {
@@ -333,6 +357,27 @@ impl Store {
                 .bind(table.name())
                 .fetch_all(pool)
                 .await?;
+                let extras: Vec<(String, String)> = sqlx::query_as(concat!(
+                    "SELECT CAST(column_name AS CHAR), CAST(LOWER(extra) AS CHAR) ",
+                    mysql_columns!(),
+                    " AND (LOWER(extra) LIKE '%generated%' OR LOWER(extra) LIKE '%on update%') \
+                     ORDER BY ordinal_position"
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?;
+                keys.written_by_database = extras
+                    .into_iter()
+                    .map(|(name, extra)| {
+                        let how = if extra.contains("generated") {
+                            GENERATED
+                        } else {
+                            SET_ON_UPDATE
+                        };
+                        (name, how)
+                    })
+                    .collect();
                 Ok(keys)
             }
         }
