@@ -135,7 +135,6 @@ async fn an_sqlite_key_holding_values_of_another_kind_changes_no_row() {
         ("real_between", "INTEGER", "1, 2.5, 3, 4", None),
     ];
     let runtime = quick_runtime(&db.store).await;
-    let registry = Registry::with_builtins();
     for (table, declared, keys, refusal) in tables {
         db.execute(&format!(
             "CREATE TABLE {table} (k {declared} NOT NULL UNIQUE, hits INTEGER NOT NULL DEFAULT 0)"
@@ -147,20 +146,7 @@ async fn an_sqlite_key_holding_values_of_another_kind_changes_no_row() {
             rows.join(", ")
         ))
         .await;
-        let arguments = json!({"table": table, "key": "k", "set": "hits = hits + 1"});
-        let options = EnqueueOptions {
-            batch_size: 2,
-            sub_batch_size: 1,
-            ..EnqueueOptions::default()
-        };
-        let enqueued = sluice_operations::enqueue(
-            &db.store,
-            &registry,
-            "update-in-batches",
-            &arguments,
-            &options,
-        )
-        .await;
+        let enqueued = enqueue_small_update(&db, table, "k", "hits = hits + 1").await;
         match refusal {
             Some(values) => {
                 let error = enqueued.expect_err(table);
@@ -234,23 +220,9 @@ async fn a_key_the_database_writes_on_update_is_refused(db: &TestDb) {
             ("touched", "ts", "hits = hits + 1", "is set by the database"),
         );
     }
-    let registry = Registry::with_builtins();
     for (table, key, set, why) in cases {
         let operations = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
-        let arguments = json!({"table": table, "key": key, "set": set});
-        let options = EnqueueOptions {
-            batch_size: 5,
-            sub_batch_size: 2,
-            ..EnqueueOptions::default()
-        };
-        let enqueued = sluice_operations::enqueue(
-            &db.store,
-            &registry,
-            "update-in-batches",
-            &arguments,
-            &options,
-        )
-        .await;
+        let enqueued = enqueue_small_update(db, table, key, set).await;
         let error = enqueued.expect_err(table);
         assert!(error.is_bad_input(), "{table}: {error}");
         assert!(
@@ -269,6 +241,29 @@ async fn a_key_the_database_writes_on_update_is_refused(db: &TestDb) {
             "{table}: no row changed"
         );
     }
+}
+
+/// Enqueues `update-in-batches` of `set` over `table` by `key`, in batches
+/// of 2 rows and sub-batches of 1.
+async fn enqueue_small_update(
+    db: &TestDb,
+    table: &str,
+    key: &str,
+    set: &str,
+) -> Result<sluice_store::Enqueued, sluice_operations::OperationError> {
+    let options = EnqueueOptions {
+        batch_size: 2,
+        sub_batch_size: 1,
+        ..EnqueueOptions::default()
+    };
+    sluice_operations::enqueue(
+        &db.store,
+        &Registry::with_builtins(),
+        "update-in-batches",
+        &json!({"table": table, "key": key, "set": set}),
+        &options,
+    )
+    .await
 }
 
 /// One generated trial: a table, a key that is or is not unique, a scope
