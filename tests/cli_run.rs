@@ -946,13 +946,22 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
     );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 251);
 
-    // Refused: an archive lacking a column, the live table itself.
+    // Refused: an archive lacking a column, the live table itself (also
+    // under a qualified name, and on SQLite in another case).
     db.execute("CREATE TABLE thin_archive (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL)")
         .await;
     let operations = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
+    let qualified = db.qualified("items");
+    let other_case = if db.backend == "sqlite" {
+        "ITEMS"
+    } else {
+        "items"
+    };
     for (into, says) in [
         ("thin_archive", "its column `counter` has no such column"),
         ("items", "another table to move rows into"),
+        (qualified.as_str(), "is `items` itself"),
+        (other_case, "another table to move rows into"),
         (
             "items_archive; DROP TABLE items",
             "is not a plain SQL identifier",

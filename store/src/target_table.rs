@@ -133,6 +133,43 @@ impl Store {
         })
     }
 
+    /// True when `a` and `b`, both existing tables, name the same one: the
+    /// database resolves each as a statement would (PostgreSQL through the
+    /// search path; SQLite without regard to case, an unqualified name in
+    /// `main`; MySQL in the connection's database, by case as the server
+    /// compares table names).
+    pub async fn same_table(&self, a: &Ident, b: &Ident) -> Result<bool, StoreError> {
+        Ok(match self.backend() {
+            Backend::Sqlite(_) => {
+                let schema = |t: &Ident| t.schema().unwrap_or("main").to_ascii_lowercase();
+                schema(a) == schema(b) && a.name().eq_ignore_ascii_case(b.name())
+            }
+            Backend::Postgres(pool) => {
+                let same: Option<bool> =
+                    sqlx::query_scalar("SELECT to_regclass($1) = to_regclass($2)")
+                        .bind(a.quoted())
+                        .bind(b.quoted())
+                        .fetch_one(pool)
+                        .await?;
+                same.unwrap_or(false)
+            }
+            Backend::MySql(pool) => {
+                let same: i64 = crate::positional::query_scalar(
+                    "SELECT CAST(COALESCE($1, DATABASE()) = COALESCE($2, DATABASE()) AND \
+                     (BINARY $3 = BINARY $4 OR (@@lower_case_table_names > 0 AND LOWER($3) = LOWER($4))) \
+                     AS SIGNED)",
+                )
+                .bind(a.schema())
+                .bind(b.schema())
+                .bind(a.name())
+                .bind(b.name())
+                .fetch_one(pool)
+                .await?;
+                same == 1
+            }
+        })
+    }
+
     /// MySQL: the storage engine of `table` (`InnoDB`, `MyISAM` …); `None`
     /// on the other backends, and for a view.
     pub async fn table_engine(&self, table: &Ident) -> Result<Option<String>, StoreError> {

@@ -44,6 +44,7 @@ pub struct TestDb {
     pub url: String,
     /// Which backend.
     pub backend: &'static str,
+    /// The PostgreSQL schema the test made (first on its search path).
     schema: Option<String>,
     /// The MySQL database the test made, dropped by [`TestDb::cleanup`].
     database: Option<String>,
@@ -139,6 +140,17 @@ impl TestDb {
             database: Some(database),
             _dir: None,
         })
+    }
+
+    /// `table` qualified with the schema (PostgreSQL), database (MySQL) or
+    /// attached database (SQLite's `main`) it is found in.
+    pub fn qualified(&self, table: &str) -> String {
+        let within = match (&self.schema, &self.database) {
+            (Some(schema), _) => schema.as_str(),
+            (None, Some(database)) => database.as_str(),
+            (None, None) => "main",
+        };
+        format!("{within}.{table}")
     }
 
     /// Runs raw SQL against the test database (to corrupt rows, inspect tables).

@@ -336,6 +336,12 @@ async fn check_archive(
     if store.table_columns(into).await?.is_empty() {
         return Ok(());
     }
+    if store.same_table(table, into).await? {
+        return Err(OperationError::Arguments(format!(
+            "archive-rows needs another table to move rows into than `{table}`: `{into}` is \
+             `{table}` itself"
+        )));
+    }
     let sqlite = matches!(store.backend(), Backend::Sqlite(_));
     for column in columns {
         let live = store.column_type(table, column).await?.unwrap_or_default();
