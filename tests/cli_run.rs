@@ -947,8 +947,10 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
     assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 251);
 
     // Refused: an archive lacking a column, the live table itself (also
-    // under a qualified name, and on SQLite in another case).
+    // under a qualified name, and on SQLite in another case), a view.
     db.execute("CREATE TABLE thin_archive (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL)")
+        .await;
+    db.execute("CREATE VIEW items_view AS SELECT * FROM items")
         .await;
     let operations = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
     let qualified = db.qualified("items");
@@ -962,6 +964,7 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
         ("items", "another table to move rows into"),
         (qualified.as_str(), "is `items` itself"),
         (other_case, "another table to move rows into"),
+        ("items_view", "`items_view` is a view"),
         (
             "items_archive; DROP TABLE items",
             "is not a plain SQL identifier",

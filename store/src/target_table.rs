@@ -170,6 +170,44 @@ impl Store {
         })
     }
 
+    /// True when `table` exists and is a base table (PostgreSQL: a plain or
+    /// partitioned one), not a view or another kind of relation, whose
+    /// inserted rows land in whatever tables it shows.
+    pub async fn is_base_table(&self, table: &Ident) -> Result<bool, StoreError> {
+        Ok(match self.backend() {
+            Backend::Sqlite(pool) => {
+                let kind: Option<String> = sqlx::query_scalar(
+                    "SELECT type FROM pragma_table_list($1) WHERE schema = COALESCE($2, 'main')",
+                )
+                .bind(table.name())
+                .bind(table.schema())
+                .fetch_optional(pool)
+                .await?;
+                kind.as_deref() == Some("table")
+            }
+            Backend::Postgres(pool) => {
+                let base: Option<bool> = sqlx::query_scalar(
+                    "SELECT relkind IN ('r', 'p') FROM pg_catalog.pg_class WHERE oid = to_regclass($1)",
+                )
+                .bind(table.quoted())
+                .fetch_optional(pool)
+                .await?;
+                base == Some(true)
+            }
+            Backend::MySql(pool) => {
+                let base: Option<i64> = crate::positional::query_scalar(concat!(
+                    "SELECT CAST(table_type = 'BASE TABLE' AS SIGNED) FROM information_schema.tables ",
+                    mysql_table!()
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_optional(pool)
+                .await?;
+                base == Some(1)
+            }
+        })
+    }
+
     /// MySQL: the storage engine of `table` (`InnoDB`, `MyISAM` …); `None`
     /// on the other backends, and for a view.
     pub async fn table_engine(&self, table: &Ident) -> Result<Option<String>, StoreError> {

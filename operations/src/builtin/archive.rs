@@ -342,6 +342,12 @@ async fn check_archive(
              `{table}` itself"
         )));
     }
+    if !store.is_base_table(into).await? {
+        return Err(OperationError::Arguments(format!(
+            "`{into}` is a view (or another kind of relation), not a table: rows moved into it \
+             would land in the tables it shows, perhaps `{table}` itself; archive into a table"
+        )));
+    }
     let sqlite = matches!(store.backend(), Backend::Sqlite(_));
     for column in columns {
         let live = store.column_type(table, column).await?.unwrap_or_default();
