@@ -22,6 +22,7 @@ for_each_backend!(
     a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared_key,
     identical_enqueues_from_ten_processes_at_once_make_one_operation,
     rows_written_behind_a_running_delete_are_still_deleted_each_once,
+    an_archive_whose_scope_answers_otherwise_each_time_loses_no_row,
 );
 
 /// On SQLite a loop sub-batch picks its rows by rowid first
@@ -264,6 +265,52 @@ async fn enqueue_small_update(
         &options,
     )
     .await
+}
+
+/// `archive-rows` with a scope that answers otherwise each time it is
+/// asked (`random()`): on SQLite and MySQL a sub-batch copies its rows and
+/// then deletes them in a second statement, which must delete the rows it
+/// copied, not the rows the scope names the second time. Every row ends in
+/// exactly one of the two tables.
+async fn an_archive_whose_scope_answers_otherwise_each_time_loses_no_row(db: &TestDb) {
+    db.execute("CREATE TABLE moving (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)")
+        .await;
+    db.insert_series("moving (id, v)", "g, g", 2_000, "").await;
+    let random = match db.backend {
+        "postgres" => "random() < 0.5",
+        "mysql" => "RAND() < 0.5",
+        _ => "abs(random()) % 2 = 0",
+    };
+    let enqueue = [
+        "enqueue",
+        "archive-rows",
+        "--table",
+        "moving",
+        "--into",
+        "moved",
+        "--where",
+        random,
+        "--batch-size",
+        "100",
+        "--sub-batch-size",
+        "10",
+    ];
+    succeeded(&sluice(db, &enqueue));
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+    let live = db.scalar("SELECT COUNT(*) FROM moving").await;
+    let archived = db.scalar("SELECT COUNT(*) FROM moved").await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM moving JOIN moved ON moved.id = moving.id")
+            .await,
+        0,
+        "no row in both tables"
+    );
+    assert_eq!(
+        live + archived,
+        2_000,
+        "no row lost ({live} live, {archived} archived)"
+    );
+    assert!(archived > 0 && live > 0, "{live} live, {archived} archived");
 }
 
 /// One generated trial: a table, a key that is or is not unique, a scope

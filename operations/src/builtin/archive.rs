@@ -7,10 +7,11 @@ use serde::{Deserialize, Serialize};
 use sluice_store::{Backend, Dialect, Ident, Statement, Store};
 
 use super::{Cutoff, DeleteAgedRows};
+use crate::batching::range_predicate;
 use crate::error::OperationError;
 use crate::operation::Operation;
 use crate::shape::{Filter, Shape};
-use crate::sub_batch::SubBatch;
+use crate::sub_batch::{Bounds, SubBatch};
 
 /// `archive-rows`: moves the rows of `table` matching `where` into `into`
 /// (`INSERT … SELECT` and `DELETE` of the same rows, or on PostgreSQL one
@@ -141,7 +142,35 @@ impl Operation for ArchiveRows {
         let copied = sub_batch
             .execute(&sub_batch.rows_where(insert().push("SELECT * FROM ").ident(&table)))
             .await?;
-        let deleted = sub_batch.delete().await?;
+        // The rows to delete are those whose keys the archive now holds in
+        // this range: the scope is not evaluated a second time (one that can
+        // answer otherwise, `RAND() < 0.5`, would delete other rows than it
+        // copied). They include every row copied, so equal counts mean the
+        // same rows; an archive already holding a key of this range makes
+        // them differ, and nothing is kept.
+        let Bounds::Range { start, end } = sub_batch.bounds().clone() else {
+            return Err(OperationError::Failed(
+                "archive-rows runs over ranges of its key".into(),
+            ));
+        };
+        let key = [Ident::parse(&arguments.key)?];
+        let in_range = |statement: Statement| {
+            range_predicate(
+                statement.push(" WHERE 1 = 1"),
+                &key,
+                start.as_ref(),
+                Some(&end),
+            )
+        };
+        let delete = in_range(Statement::new("DELETE FROM ").ident(&table))
+            .push(" AND ")
+            .ident(&key[0])
+            .push(" IN (SELECT ")
+            .ident(&key[0])
+            .push(" FROM ")
+            .ident(&into);
+        let delete = in_range(delete).push(")");
+        let deleted = sub_batch.execute(&delete).await?;
         if copied != deleted {
             return Err(OperationError::Failed(format!(
                 "archive-rows copied {copied} rows into `{into}` but found {deleted} to delete \
