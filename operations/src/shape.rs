@@ -214,7 +214,7 @@ impl Shape {
     /// Refuses an `UPDATE` that writes `written` (column names as the SET
     /// gives them) when it could meet a row it already changed: a keyset
     /// walk whose SET writes a batching column — by its name or by a name
-    /// the database gives a row's id ([`ROW_ID_ALIASES`]), which an integer
+    /// the database gives a row's id (`ROW_ID_ALIASES`), which an integer
     /// primary key is another name for — moves rows to ranges still
     /// ahead (or behind), and a loop re-reads its scope until it is empty,
     /// so an update either puts rows back in it or never empties it. Every

@@ -298,7 +298,7 @@ impl<'a> SubBatch<'a> {
 /// meanwhile inside that range is changed with the others, and the progress
 /// recorded is the range's end either way. An SQLite loop sub-batch opens
 /// its transaction and picks its rows by rowid before the operation runs
-/// ([`SubBatch::pick_by_rowid`]). Otherwise, when the operation gives its
+/// (`SubBatch::pick_by_rowid`). Otherwise, when the operation gives its
 /// sub-batch as one statement ([`crate::Operation::sub_batch_statement`]),
 /// the change and its record go to the store as one statement on
 /// `session` ([`SubBatchSession::run_loop_sub_batch_statement`] for a loop,
