@@ -40,8 +40,10 @@ struct Cli {
     #[arg(long, global = true, env = "SLUICE_SCHEMA")]
     schema: Option<String>,
 
-    /// On PostgreSQL, the zone a `timestamp` without time zone is read in
-    /// when compared with a time (default UTC).
+    /// The zone times without a zone (PostgreSQL `timestamp`, MySQL
+    /// `DATETIME`) are written in, for comparing them with a time (default
+    /// UTC; such a column is refused on a server whose sessions default to
+    /// another zone until this names it).
     #[arg(long, global = true, env = "SLUICE_DB_TIME_ZONE")]
     db_time_zone: Option<String>,
 

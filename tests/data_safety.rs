@@ -101,6 +101,8 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
 
 postgres_and_mysql!(a_key_the_database_writes_on_update_is_refused);
 
+mysql_only!(operator_sql_means_on_mysql_what_it_means_in_the_mysql_client);
+
 postgres_only!(
     a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
     lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables,
@@ -242,6 +244,90 @@ async fn a_key_the_database_writes_on_update_is_refused(db: &TestDb) {
             "{table}: no row changed"
         );
     }
+}
+
+/// On MySQL an operator checks a `--where` in the mysql client, whose
+/// sessions read `||` as `OR` and `"done"` as a string. Sluice's sessions
+/// run with `ANSI_QUOTES` (its own SQL quotes names with `"`): `||` must
+/// still be `OR` there (sqlx's default `PIPES_AS_CONCAT` made `grp = 1 ||
+/// grp = 0` true of every row), and a double-quoted name, a column to
+/// Sluice but a string to the client, is refused with nothing written.
+async fn operator_sql_means_on_mysql_what_it_means_in_the_mysql_client(db: &TestDb) {
+    db.execute(
+        "CREATE TABLE tickets (id BIGINT PRIMARY KEY, grp BIGINT NOT NULL, \
+         status VARCHAR(20) NOT NULL, done VARCHAR(20) NOT NULL, hits BIGINT NOT NULL DEFAULT 0)",
+    )
+    .await;
+    db.insert_series(
+        "tickets (id, grp, status, done)",
+        "g, g % 10, IF(g % 2 = 0, 'done', 'open'), 'open'",
+        100,
+        "",
+    )
+    .await;
+    let update = |condition: &str, set: &str| {
+        sluice(
+            db,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "tickets",
+                "--set",
+                set,
+                "--where",
+                condition,
+                "--batch-size",
+                "7",
+                "--sub-batch-size",
+                "3",
+            ],
+        )
+    };
+    succeeded(&update("grp = 1 || grp = 0", "hits = hits + 1"));
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM tickets WHERE hits = 1 AND grp IN (0, 1)")
+            .await,
+        20,
+        "every row the mysql client's reading selects is changed once"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM tickets WHERE hits <> 0 AND grp NOT IN (0, 1)")
+            .await,
+        0,
+        "no other row is changed"
+    );
+
+    let operations = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
+    for (condition, set) in [
+        ("status = \"done\"", "hits = hits + 1"),
+        ("grp = 2", "status = \"done\""),
+        (
+            "status = 'a\\' OR grp = 3 OR status = 'b'",
+            "hits = hits + 1",
+        ),
+    ] {
+        let refused = update(condition, set);
+        assert_eq!(refused.status.code(), Some(2), "{condition} / {set}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains("ANSI_QUOTES") || said.contains("backslash"),
+            "{condition} / {set}: {said}"
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_operations").await,
+        operations,
+        "refused, yet written"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM tickets WHERE hits > 1 OR status <> IF(id % 2 = 0, 'done', 'open')")
+            .await,
+        0,
+        "no row changed by a refused operation"
+    );
 }
 
 /// Enqueues `update-in-batches` of `set` over `table` by `key`, in batches

@@ -434,7 +434,8 @@ async fn on_sqlite_every_format_and_operator_selects_exactly_the_rows_in_relatio
                 .unwrap()
                 .scope(filter(Filter::new(), bound))
                 .unwrap()
-                .for_dialect(Dialect::Sqlite);
+                .for_dialect(Dialect::Sqlite)
+                .unwrap();
             let count = shape
                 .filter()
                 .and_to(Statement::new("SELECT COUNT(*) FROM stamps WHERE 1 = 1"));

@@ -24,6 +24,7 @@ use crate::shape::{Filter, Shape};
 use crate::sub_batch::SubBatchRows;
 
 mod archive;
+mod zoneless;
 
 pub use archive::{ArchiveRows, ArchiveRowsArguments, enqueue_kind};
 
@@ -59,8 +60,18 @@ pub struct DeleteAgedRowsArguments {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cutoff {
-    /// A `timestamp`/`timestamptz` column (PostgreSQL).
+    /// A time column: an instant, which the session (UTC, or the store's
+    /// zone on PostgreSQL) compares the column with.
     Timestamp(DateTime<Utc>),
+    /// A MySQL `DATETIME` or `DATE` column written in `zone` (the store's
+    /// `--db-time-zone`): the zone's wall-clock time at the cutoff, which
+    /// MySQL compares with the column as written.
+    WallTime {
+        /// The zone's time at the cutoff.
+        at: chrono::NaiveDateTime,
+        /// The zone (an IANA name).
+        zone: String,
+    },
     /// An integer column holding epoch seconds.
     EpochSeconds(i64),
     /// An ISO-8601 text column, the cutoff written in the column's own style
@@ -95,6 +106,8 @@ impl Cutoff {
     pub fn value(&self) -> SqlValue {
         match self {
             Cutoff::Timestamp(at) => SqlValue::Timestamp(*at),
+            // Bound as the UTC session writes a time: the same wall clock.
+            Cutoff::WallTime { at, .. } => SqlValue::Timestamp(at.and_utc()),
             Cutoff::EpochSeconds(s) => SqlValue::Int(*s),
             Cutoff::Text(t) => SqlValue::Text(t.clone()),
         }
@@ -135,10 +148,9 @@ impl DeleteAgedRows {
             .to_ascii_lowercase();
         // Only SQLite has no column types of its own to go by.
         let typed = !matches!(store.backend(), Backend::Sqlite(_));
-        let cutoff = if declared.contains("timestamp")
-            || declared == "date"
-            || declared == "datetime"
-        {
+        let cutoff = if zoneless::is_zoneless(store.backend(), &declared) {
+            zoneless::cutoff(store, table, column, &declared, at, now, &asked).await?
+        } else if declared.contains("timestamp") || declared == "date" || declared == "datetime" {
             Cutoff::Timestamp(at)
         } else if declared.contains("int") {
             Cutoff::EpochSeconds(at.timestamp())

@@ -287,7 +287,7 @@ impl<O: Operation> ErasedOperation for Typed<O> {
     ) -> Result<Arc<dyn PreparedOperation>, OperationError> {
         let arguments: O::Arguments = serde_json::from_str(arguments)
             .map_err(|e| OperationError::Arguments(format!("for `{}`: {e}", self.0.kind())))?;
-        let shape = self.0.shape(&arguments)?.for_dialect(dialect);
+        let shape = self.0.shape(&arguments)?.for_dialect(dialect)?;
         Ok(Arc::new(Prepared {
             operation: Arc::clone(&self.0),
             arguments,

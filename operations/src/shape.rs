@@ -137,6 +137,7 @@ impl Shape {
         if let Some(error) = filter.error {
             return Err(error.into());
         }
+        read_alike(self.scope.dialect, &filter.clauses)?;
         self.scope.clauses.extend(filter.clauses);
         Ok(self)
     }
@@ -183,9 +184,14 @@ impl Shape {
 
     /// The same shape writing its SQL for `dialect` (the runtime and
     /// enqueue set the store's; PostgreSQL's by default).
-    pub fn for_dialect(mut self, dialect: Dialect) -> Self {
+    ///
+    /// Errors: [`OperationError::Expression`] when an operator's condition
+    /// would mean something else in `dialect`'s sessions than in the
+    /// operator's own ([`Condition::check_for_mysql`]).
+    pub fn for_dialect(mut self, dialect: Dialect) -> Result<Self, OperationError> {
+        read_alike(dialect, &self.scope.clauses)?;
         self.scope.dialect = dialect;
-        self
+        Ok(self)
     }
 
     /// The columns a batch cursor spans (none for a loop).
@@ -265,6 +271,9 @@ impl Shape {
     /// list; [`OperationError::Arguments`] as [`Shape::check_update`].
     pub fn checked_set(&self, set: &str) -> Result<Assignments, OperationError> {
         let set = Assignments::parse(set)?;
+        if self.scope.dialect == Dialect::MySql {
+            set.check_for_mysql()?;
+        }
         let written: Vec<&str> = set.columns().iter().map(String::as_str).collect();
         self.check_update(&written)?;
         Ok(set)
@@ -445,6 +454,20 @@ impl Comparison {
 /// alias without the catalogue).
 pub const ROW_ID_ALIASES: [&str; 4] = ["rowid", "oid", "_rowid_", "_rowid"];
 
+/// Refuses an operator's condition among `clauses` that `dialect`'s
+/// sessions would read otherwise than the operator's own do.
+fn read_alike(dialect: Dialect, clauses: &[Clause]) -> Result<(), OperatorSqlError> {
+    if dialect != Dialect::MySql {
+        return Ok(());
+    }
+    for clause in clauses {
+        if let Clause::Expression(condition) = clause {
+            condition.check_for_mysql()?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,6 +514,27 @@ mod tests {
     }
 
     #[test]
+    fn on_mysql_operator_sql_read_otherwise_there_is_refused_in_any_order() {
+        let quoted = || Filter::new().expression("status = \"done\"");
+        let shape = || Shape::range("t", "id").unwrap();
+        let bound_after = shape().scope(quoted()).unwrap().for_dialect(Dialect::MySql);
+        assert!(matches!(bound_after, Err(OperationError::Expression(_))));
+        let bound_before = shape().for_dialect(Dialect::MySql).unwrap().scope(quoted());
+        assert!(matches!(bound_before, Err(OperationError::Expression(_))));
+        for dialect in [Dialect::Postgres, Dialect::Sqlite] {
+            let elsewhere = shape().scope(quoted()).unwrap().for_dialect(dialect);
+            assert!(elsewhere.is_ok(), "{dialect:?}: a quoted name there");
+        }
+        let mysql = shape().for_dialect(Dialect::MySql).unwrap();
+        assert!(matches!(
+            mysql.checked_set("note = \"x\""),
+            Err(OperationError::Expression(_))
+        ));
+        assert!(mysql.checked_set("note = 'x' || 'y'").is_ok());
+        assert!(shape().checked_set("note = \"x\"").is_ok());
+    }
+
+    #[test]
     fn the_indexed_column_of_a_loop_is_its_first_filtered_column() {
         let shape = Shape::loop_until_done("events", "id")
             .unwrap()
@@ -514,6 +558,7 @@ mod tests {
                 .scope(filter)
                 .unwrap()
                 .for_dialect(Dialect::Sqlite)
+                .unwrap()
                 .filter()
                 .and_to(Statement::new("SELECT 1 WHERE 1 = 1"))
         };

@@ -27,7 +27,9 @@ pub enum Backend {
     /// MySQL or MariaDB (InnoDB): several worker processes on several
     /// machines, as PostgreSQL. Every session quotes identifiers with `"`
     /// (`ANSI_QUOTES`) and reads committed data (`READ COMMITTED`), as the
-    /// other dialects do.
+    /// other dialects do; otherwise it keeps the server's `sql_mode`, so an
+    /// operator's `||` means what it means in the operator's own sessions
+    /// (`OR`, unless the server is set to `PIPES_AS_CONCAT`).
     MySql(MySqlPool),
 }
 
@@ -85,11 +87,15 @@ pub struct ConnectOptions {
     /// named without a schema is found as the application finds it. `None`: the first schema of the default `search_path`
     /// (usually `public`). Refused on SQLite, whose state is a file of its own.
     pub schema: Option<String>,
-    /// On PostgreSQL, the session `TimeZone`: the zone a `timestamp`
-    /// without time zone is read in when compared with a time bound
-    /// (`None`: UTC, which sqlx sets on every connection). A zone the server
-    /// does not know fails the connection. Refused on SQLite, whose text
-    /// times without an offset are read as UTC.
+    /// The zone times without a zone are written in: on PostgreSQL the
+    /// session `TimeZone`, which a `timestamp` or `date` is read in when
+    /// compared with a time bound (a zone the server does not know fails the
+    /// connection); on MySQL the zone a `DATETIME` or `DATE` cutoff is
+    /// written in (an IANA name). `None`: UTC, which sqlx sets on every
+    /// session — and a built-in operation refuses such a column on a
+    /// server whose own sessions default to another zone
+    /// ([`Store::sessions_zone`](crate::Store::sessions_zone)). Refused on
+    /// SQLite, whose text times without an offset are read as UTC.
     pub time_zone: Option<String>,
 }
 
@@ -255,6 +261,9 @@ pub(crate) struct Connections {
     /// How many connections [`crate::SubBatchSession`]s of this store and
     /// its clones keep now (see [`Connections::keep_place`]).
     kept: Arc<AtomicU32>,
+    /// The zone zoneless times are written in, when the store was told
+    /// ([`ConnectOptions::time_zone`]).
+    time_zone: Option<String>,
 }
 
 /// The pool of PostgreSQL sessions bounded by `statement_timeout` that
@@ -289,6 +298,7 @@ impl Connections {
             backend,
             sub_batches: None,
             kept: Arc::new(AtomicU32::new(0)),
+            time_zone: None,
         }
     }
 
@@ -376,6 +386,7 @@ impl Connections {
                 }
             }
             let mut connections = Connections::of(Backend::Postgres(pool));
+            connections.time_zone = options.time_zone.clone();
             if let Some(timeout) = options.sub_batch_timeout {
                 let ms = statement_timeout_ms(timeout).to_string();
                 let bounded = session
@@ -391,7 +402,9 @@ impl Connections {
             }
             Ok(connections)
         } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-            Ok(Connections::of(Backend::MySql(open_mysql(url, options)?)))
+            let mut connections = Connections::of(Backend::MySql(open_mysql(url, options)?));
+            connections.time_zone = options.time_zone.clone();
+            Ok(connections)
         } else {
             Err(StoreError::UnsupportedUrl {
                 url: redact_url(url),
@@ -402,6 +415,11 @@ impl Connections {
     /// The database's pool.
     pub(crate) fn backend(&self) -> &Backend {
         &self.backend
+    }
+
+    /// The zone zoneless times are written in, when the store was told.
+    pub(crate) fn time_zone(&self) -> Option<&str> {
+        self.time_zone.as_deref()
     }
 
     /// Closes the pools, waiting for connections in use to be returned.
@@ -468,18 +486,28 @@ impl Connections {
 /// opened lazily: every session quotes identifiers with `"` and reads
 /// committed data, as on the other dialects.
 fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPool, StoreError> {
-    if options.schema.is_some() || options.time_zone.is_some() {
+    if options.schema.is_some() {
         return Err(StoreError::BadSetting(
-            "a schema and a time zone are PostgreSQL settings: on MySQL the database is \
-             the one the URL names, and sessions read times in UTC"
+            "a schema is a PostgreSQL setting: on MySQL the database is the one the URL names"
                 .into(),
         ));
+    }
+    if let Some(zone) = &options.time_zone
+        && zone.parse::<chrono_tz::Tz>().is_err()
+    {
+        return Err(StoreError::BadSetting(format!(
+            "unknown time zone `{zone}`: on MySQL name it as the IANA database does \
+             (UTC, America/New_York, Europe/Berlin)"
+        )));
     }
     let url = match url.strip_prefix("mariadb://") {
         Some(rest) => format!("mysql://{rest}"),
         None => url.to_owned(),
     };
-    let connect = MySqlConnectOptions::from_str(&url)?;
+    // sqlx adds `PIPES_AS_CONCAT` unless told not to: an operator's
+    // `a = 1 || b = 2`, an `OR` in the mysql client, would then be a
+    // concatenation compared twice, true of other rows than the client's.
+    let connect = MySqlConnectOptions::from_str(&url)?.pipes_as_concat(false);
     Ok(MySqlPoolOptions::new()
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)

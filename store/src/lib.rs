@@ -34,6 +34,7 @@ mod store;
 mod sub_batch;
 mod sub_batch_session;
 pub mod target_table;
+mod time_zone;
 
 pub use announce::{Announced, CONTROL_CHANNEL};
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
@@ -59,3 +60,4 @@ pub use store::{Enqueued, ListFilter, Store};
 pub use sub_batch::SubBatchTx;
 pub use sub_batch_session::{SessionConnection, SubBatchSession};
 pub use target_table::{Index, TableKeys};
+pub use time_zone::SessionsZone;

@@ -21,12 +21,14 @@ use sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 /// parenthesised into a `WHERE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Condition {
+    input: String,
     text: String,
 }
 
 /// A parsed operator SET list (`a = a + 1, b = 'x'`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignments {
+    input: String,
     text: String,
     columns: Vec<String>,
 }
@@ -65,12 +67,21 @@ impl Condition {
         stable("WHERE", input, &text, |p| {
             p.parse_expr().map(|e| e.to_string())
         })?;
-        Ok(Condition { text })
+        Ok(Condition {
+            input: input.to_owned(),
+            text,
+        })
     }
 
     /// The expression as it enters statements (without parentheses).
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// Refuses the expression where a MySQL session of Sluice's would read
+    /// it otherwise than the operator's own sessions do ([`misread_by_mysql`]).
+    pub fn check_for_mysql(&self) -> Result<(), OperatorSqlError> {
+        misread_by_mysql("WHERE", &self.input, &self.text)
     }
 }
 
@@ -107,7 +118,17 @@ impl Assignments {
             p.parse_comma_separated(Parser::parse_assignment)
                 .map(|l| render(&l))
         })?;
-        Ok(Assignments { text, columns })
+        Ok(Assignments {
+            input: input.to_owned(),
+            text,
+            columns,
+        })
+    }
+
+    /// Refuses the list where a MySQL session of Sluice's would read it
+    /// otherwise than the operator's own sessions do ([`misread_by_mysql`]).
+    pub fn check_for_mysql(&self) -> Result<(), OperatorSqlError> {
+        misread_by_mysql("SET", &self.input, &self.text)
     }
 
     /// The list as it enters statements.
@@ -171,6 +192,46 @@ fn parser_for(what: &'static str, input: &str) -> Result<Parser<'static>, Operat
     Ok(Parser::new(&DIALECT)
         .with_recursion_limit(RECURSION_LIMIT)
         .with_tokens_with_locations(tokens))
+}
+
+/// Refuses operator SQL (`text`, as written back) whose meaning on MySQL
+/// depends on a session setting Sluice's sessions do not share with the
+/// operator's: a double-quoted `"name"` is a column there (Sluice's SQL
+/// needs `ANSI_QUOTES`) but a string in the mysql client, so `status =
+/// "done"` would compare two columns; and a backslash, which MySQL reads in
+/// a string as an escape and the parser here does not, so the two would
+/// disagree on where a string ends. Back quotes and single quotes mean the
+/// same in both.
+fn misread_by_mysql(what: &'static str, input: &str, text: &str) -> Result<(), OperatorSqlError> {
+    static DIALECT: GenericDialect = GenericDialect {};
+    let fail = |reason: String| OperatorSqlError {
+        what,
+        input: input.to_owned(),
+        reason,
+    };
+    if text.contains('\\') {
+        return Err(fail(
+            "holds a backslash, which MySQL reads in a string as an escape: \
+             write the expression without one"
+                .into(),
+        ));
+    }
+    let tokens = Tokenizer::new(&DIALECT, text)
+        .tokenize()
+        .map_err(|e| fail(format!("does not parse: {e}")))?;
+    for token in tokens {
+        if let Token::Word(word) = token
+            && word.quote_style == Some('"')
+        {
+            let name = &word.value;
+            return Err(fail(format!(
+                "writes `\"{name}\"`, a column name in Sluice's MySQL sessions (they run \
+                 with ANSI_QUOTES) but a string in the mysql client: write a string in \
+                 single quotes ('{name}'), a name bare or in back quotes (`{name}`)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses anything after the one expression or list.
@@ -268,6 +329,41 @@ mod tests {
                 .unwrap_err()
                 .reason
                 .contains("nests too deeply")
+        );
+    }
+
+    #[test]
+    fn what_mysql_would_read_otherwise_is_refused_for_it_alone() {
+        for (sql, says) in [
+            (
+                "status = \"done\"",
+                "a column name in Sluice's MySQL sessions",
+            ),
+            ("\"status\" = 'done'", "back quotes (`status`)"),
+            ("path = 'C:\\new'", "backslash"),
+            ("note = 'a\\' OR grp = 1 OR note = 'b'", "backslash"),
+        ] {
+            let condition = Condition::parse(sql).expect(sql);
+            let error = condition.check_for_mysql().expect_err(sql);
+            assert_eq!(error.what, "WHERE");
+            assert_eq!(error.input, sql);
+            assert!(error.reason.contains(says), "{sql}: {error}");
+        }
+        for sql in [
+            "status = 'done' || status = 'new'",
+            "`status` = 'it''s'",
+            "a = 1 AND b <> 2",
+        ] {
+            let condition = Condition::parse(sql).expect(sql);
+            assert_eq!(condition.check_for_mysql(), Ok(()), "{sql}");
+        }
+        let set = Assignments::parse("note = \"x\"").unwrap();
+        assert_eq!(set.check_for_mysql().unwrap_err().what, "SET");
+        assert!(
+            Assignments::parse("note = 'x', `hits` = hits + 1")
+                .unwrap()
+                .check_for_mysql()
+                .is_ok()
         );
     }
 

@@ -141,6 +141,12 @@ impl Store {
         self.connections.backend()
     }
 
+    /// The zone the store was told times without a zone are written in
+    /// ([`crate::ConnectOptions::time_zone`]); `None`: read as UTC.
+    pub fn time_zone(&self) -> Option<&str> {
+        self.connections.time_zone()
+    }
+
     /// Closes the pools, waiting for connections in use to be returned.
     pub async fn close(&self) {
         self.connections.close().await;

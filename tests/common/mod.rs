@@ -131,7 +131,9 @@ impl TestDb {
         .expect("create test database");
         admin.close().await;
         let url = format!("{}/{database}", base.trim_end_matches('/'));
-        let store = Store::connect(&url).await.expect("migrate MySQL store");
+        let store = Store::connect_with(&url, &fixtures_write_utc())
+            .await
+            .expect("migrate MySQL store");
         Some(TestDb {
             store,
             url,
@@ -599,13 +601,26 @@ pub fn sluice(db: &TestDb, args: &[&str]) -> Output {
     sluice_on(&db.url, args)
 }
 
-/// [`sluice`] on a database URL of its own.
+/// [`sluice`] on a database URL of its own. On MySQL it says the
+/// fixtures' zoneless times are UTC ([`fixtures_write_utc`]).
 pub fn sluice_on(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_DATABASE_URL", url)
-        .output()
-        .expect("run the sluice binary")
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command.args(args).env("SLUICE_DATABASE_URL", url);
+    if url.starts_with("mysql:") {
+        command.env("SLUICE_DB_TIME_ZONE", "UTC");
+    }
+    command.output().expect("run the sluice binary")
+}
+
+/// Connection options saying that the tests' `DATETIME` values are UTC, as
+/// the fixtures write them: a server whose own sessions default to another
+/// zone would otherwise (rightly) have those columns refused
+/// (`tests/time_zones.rs`).
+pub fn fixtures_write_utc() -> sluice_store::ConnectOptions {
+    sluice_store::ConnectOptions {
+        time_zone: Some("UTC".into()),
+        ..sluice_store::ConnectOptions::default()
+    }
 }
 
 /// Starts a `sluice run` worker process against `db` (output discarded)

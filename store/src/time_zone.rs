@@ -1,0 +1,155 @@
+//! The zone a database's own sessions read and write times without a zone
+//! in (a PostgreSQL `timestamp` or `date`, a MySQL `DATETIME` or `DATE`):
+//! what `now()` writes into such a column when an application stores it.
+//!
+//! Sluice's sessions run in UTC (sqlx sets it on every connection), so a
+//! zoneless value is compared with a time bound as if it were UTC. That is
+//! right only when the values are UTC; on a server whose sessions default
+//! to another zone, an application writing `now()` stores that zone's wall
+//! time, and a bound read as UTC would be off by the zone's offset. This
+//! module reads the default and its offset, so the caller can refuse.
+
+use chrono::{DateTime, Utc};
+
+use crate::connection::Backend;
+use crate::error::StoreError;
+use crate::store::Store;
+
+/// The zone a database's own sessions write zoneless times in, with its
+/// offset from UTC at the instants asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionsZone {
+    /// The zone as the server names it (`America/New_York`, `SYSTEM (EST)`,
+    /// `-05:00`).
+    pub name: String,
+    /// Seconds ahead of UTC at each instant asked about, in order; `None`
+    /// where the server could not say (a zone it cannot convert to).
+    pub offsets: Vec<Option<i64>>,
+}
+
+impl SessionsZone {
+    /// Whether the zone is UTC at every instant asked about.
+    pub fn is_utc(&self) -> bool {
+        self.offsets.iter().all(|o| *o == Some(0))
+    }
+
+    /// The largest offset from UTC seen, in seconds (`None` when the server
+    /// could not say for some instant).
+    pub fn largest_offset(&self) -> Option<i64> {
+        self.offsets
+            .iter()
+            .try_fold(0_i64, |most, o| o.map(|o| most.max(o.abs())))
+    }
+}
+
+impl Store {
+    /// The zone the database's own sessions write zoneless times in, and its
+    /// offset from UTC at each of `at`; `None` on SQLite, whose times are
+    /// text. On PostgreSQL: the database's own `TimeZone` setting (`ALTER
+    /// DATABASE … SET`), else the server's (`postgresql.conf`, read where
+    /// the role may, else `log_timezone`, which `initdb` sets alike); a
+    /// role's own setting is not seen. On MySQL: `@@global.time_zone`.
+    ///
+    /// Errors: the database's, on reading its settings.
+    pub async fn sessions_zone(
+        &self,
+        at: &[DateTime<Utc>],
+    ) -> Result<Option<SessionsZone>, StoreError> {
+        let mut offsets = Vec::with_capacity(at.len());
+        let name = match self.backend() {
+            Backend::Sqlite(_) => return Ok(None),
+            Backend::Postgres(pool) => {
+                let database: Option<String> = sqlx::query_scalar(POSTGRES_DATABASE_ZONE)
+                    .fetch_optional(pool)
+                    .await?;
+                // pg_file_settings is readable by superusers and
+                // pg_read_all_settings only: another role falls back.
+                let file: Option<String> = sqlx::query_scalar(POSTGRES_FILE_ZONE)
+                    .fetch_optional(pool)
+                    .await
+                    .ok()
+                    .flatten();
+                let name = match database.or(file) {
+                    Some(name) => name,
+                    None => {
+                        sqlx::query_scalar("SELECT current_setting('log_timezone')")
+                            .fetch_one(pool)
+                            .await?
+                    }
+                };
+                for instant in at {
+                    // An unknown name is an error of the statement: no offset.
+                    let offset = sqlx::query_scalar::<_, i64>(POSTGRES_OFFSET)
+                        .bind(instant)
+                        .bind(&name)
+                        .fetch_one(pool)
+                        .await
+                        .ok();
+                    offsets.push(offset);
+                }
+                name
+            }
+            Backend::MySql(pool) => {
+                let (zone, system): (String, String) = sqlx::query_as(
+                    "SELECT CAST(@@global.time_zone AS CHAR), CAST(@@system_time_zone AS CHAR)",
+                )
+                .fetch_one(pool)
+                .await?;
+                for instant in at {
+                    // NULL where the server cannot convert to the zone.
+                    let offset: Option<i64> = sqlx::query_scalar(
+                        "SELECT TIMESTAMPDIFF(SECOND, ?, CONVERT_TZ(?, '+00:00', @@global.time_zone))",
+                    )
+                    .bind(instant)
+                    .bind(instant)
+                    .fetch_one(pool)
+                    .await?;
+                    offsets.push(offset);
+                }
+                match zone.as_str() {
+                    "SYSTEM" => format!("SYSTEM ({system})"),
+                    _ => zone,
+                }
+            }
+        };
+        Ok(Some(SessionsZone { name, offsets }))
+    }
+}
+
+/// The database's own `TimeZone` (`ALTER DATABASE … SET timezone`), if set.
+const POSTGRES_DATABASE_ZONE: &str = "SELECT substr(c, strpos(c, '=') + 1) \
+     FROM pg_catalog.pg_db_role_setting s CROSS JOIN LATERAL unnest(s.setconfig) AS c \
+     WHERE s.setrole = 0 \
+       AND s.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
+       AND lower(split_part(c, '=', 1)) = 'timezone' \
+     LIMIT 1";
+
+/// The server's `timezone` from its configuration files, if applied.
+const POSTGRES_FILE_ZONE: &str = "SELECT setting FROM pg_catalog.pg_file_settings \
+     WHERE lower(name) = 'timezone' AND applied ORDER BY seqno DESC LIMIT 1";
+
+/// Seconds the zone named `$2` is ahead of UTC at `$1`.
+const POSTGRES_OFFSET: &str = "SELECT (EXTRACT(EPOCH FROM ($1::timestamptz AT TIME ZONE $2)) \
+     - EXTRACT(EPOCH FROM ($1::timestamptz AT TIME ZONE 'UTC')))::bigint";
+
+#[cfg(test)]
+mod tests {
+    use super::SessionsZone;
+
+    #[test]
+    fn only_a_zone_at_utc_at_every_instant_is_utc() {
+        let zone = |offsets: Vec<Option<i64>>| SessionsZone {
+            name: "z".into(),
+            offsets,
+        };
+        assert!(zone(vec![Some(0), Some(0)]).is_utc());
+        // London: UTC in winter, an hour ahead in summer.
+        assert!(!zone(vec![Some(0), Some(3_600)]).is_utc());
+        assert!(!zone(vec![Some(0), None]).is_utc());
+        assert_eq!(
+            zone(vec![Some(-18_000), Some(-14_400)]).largest_offset(),
+            Some(18_000)
+        );
+        assert_eq!(zone(vec![Some(0), None]).largest_offset(), None);
+    }
+}
