@@ -4,7 +4,9 @@
 //! Sluice's UTC sessions would misread by the offset — five hours behind
 //! UTC, `--older-than 1h` would delete every row, a minute old or not.
 //! `delete-aged-rows` is refused until the operator names the zone
-//! (`--db-time-zone`), and then deletes exactly the rows older than asked.
+//! (`--db-time-zone`), and then deletes exactly the rows older than asked;
+//! an operator's `--where` reading the clock (`now()`), which Sluice's
+//! sessions would read in UTC, is refused likewise.
 //!
 //! Its own test binary: on MariaDB the sessions' default zone is a global
 //! setting, which this test changes (and sets back) while no other test
@@ -54,9 +56,10 @@ async fn on_postgres_a_timestamp_written_in_the_database_s_zone_is_read_in_it() 
     // What an application's `now()` writes in this database: its wall
     // clock (this session's own zone is UTC: sqlx sets it).
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE visits (id BIGINT PRIMARY KEY, at TIMESTAMP NOT NULL); \
+        "CREATE TABLE visits (id BIGINT PRIMARY KEY, at TIMESTAMP NOT NULL, \
+         hits BIGINT NOT NULL DEFAULT 0); \
          CREATE INDEX visits_at ON visits (at); \
-         INSERT INTO visits SELECT g, (now() AT TIME ZONE '{IANA_ZONE}') \
+         INSERT INTO visits (id, at) SELECT g, (now() AT TIME ZONE '{IANA_ZONE}') \
          - (g * 10 + 5) * interval '1 minute' FROM generate_series(0, 19) g"
     )))
     .execute(&target)
@@ -92,7 +95,8 @@ async fn on_mysql_a_datetime_written_in_the_server_s_zone_is_read_in_it() {
         async move {
             // What an application's `NOW()` writes on this server.
             db.execute(
-                "CREATE TABLE visits (id BIGINT PRIMARY KEY, at DATETIME NOT NULL, KEY (at))",
+                "CREATE TABLE visits (id BIGINT PRIMARY KEY, at DATETIME NOT NULL, \
+                 hits BIGINT NOT NULL DEFAULT 0, KEY (at))",
             )
             .await;
             db.insert_series(
@@ -125,28 +129,97 @@ enum Counted<'a> {
 }
 
 impl Counted<'_> {
-    /// The rows of `visits`, those under an hour old, the operations stored.
-    async fn counts(&self) -> (i64, i64, i64) {
-        let mut counts = [0; 3];
+    /// The rows of `visits`, those under an hour old, the operations
+    /// stored, the rows changed once and those changed otherwise than the
+    /// rows over an hour old.
+    async fn counts(&self) -> [i64; 5] {
+        let mut counts = [0; 5];
         for (count, sql) in counts.iter_mut().zip([
             "SELECT COUNT(*) FROM visits",
             "SELECT COUNT(*) FROM visits WHERE id < 6",
             "SELECT COUNT(*) FROM sluice_operations",
+            "SELECT COUNT(*) FROM visits WHERE hits = 1",
+            "SELECT COUNT(*) FROM visits WHERE hits <> CASE WHEN id < 6 THEN 0 ELSE 1 END",
         ]) {
             *count = match self {
                 Counted::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(*pool).await.unwrap(),
                 Counted::MySql(db) => db.scalar(sql).await,
             };
         }
-        (counts[0], counts[1], counts[2])
+        counts
+    }
+
+    /// A condition on `at` reading the clock: older than an hour.
+    fn older_than_an_hour(&self) -> &'static str {
+        match self {
+            Counted::Postgres(_) => "at < now() - interval '1 hour'",
+            Counted::MySql(_) => "at < NOW() - INTERVAL 1 HOUR",
+        }
     }
 }
 
 /// `visits` holds 20 rows written 5, 15, … 195 minutes ago (ids 0 to 19)
-/// in the zone five hours behind UTC. `delete-aged-rows --older-than 1h` is
-/// first refused, naming the zone and its offset, with nothing written;
-/// with `--db-time-zone` it deletes the 14 rows older than an hour.
+/// in the zone five hours behind UTC.
+///
+/// `update-in-batches --where` reading the clock (`now()`) is refused,
+/// naming the read and the zone; with `--db-time-zone`, PostgreSQL's
+/// sessions read the clock in the zone and it changes exactly the 14 rows
+/// older than an hour, while MySQL's stay in UTC and it is still refused.
+/// `delete-aged-rows --older-than 1h` is refused, naming the zone and its
+/// offset; with `--db-time-zone` it deletes exactly those 14 rows. Nothing
+/// is written or changed by a refusal.
 async fn refused_then_read_in_the_named_zone(url: &str, target: Counted<'_>) {
+    let refused = |args: &[&str], parts: &[&str]| {
+        let refused = sluice_as_told(url, args);
+        let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+        assert_eq!(refused.status.code(), Some(2), "{said}");
+        assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+        for part in parts {
+            assert!(said.contains(part), "`{part}` in: {said}");
+        }
+    };
+    fn zoned<'a>(args: &[&'a str]) -> Vec<&'a str> {
+        let mut all = vec!["--db-time-zone", IANA_ZONE];
+        all.extend(args);
+        all
+    }
+
+    let update = [
+        "enqueue",
+        "update-in-batches",
+        "--table",
+        "visits",
+        "--set",
+        "hits = hits + 1",
+        "--where",
+        target.older_than_an_hour(),
+        "--batch-size",
+        "4",
+    ];
+    let clock = ["reads the clock", "UTC-05:00 now", "off by 5h"];
+    refused(&update, &clock);
+    assert_eq!(
+        target.counts().await,
+        [20, 6, 0, 0, 14],
+        "refused: nothing written"
+    );
+    let updated = match target {
+        Counted::Postgres(_) => {
+            succeeded(&sluice_as_told(url, &zoned(&update)));
+            succeeded(&sluice_as_told(url, &zoned(&["run", "--until-idle"])));
+            1
+        }
+        Counted::MySql(_) => {
+            refused(&zoned(&update), &["UTC_TIMESTAMP()"]);
+            0
+        }
+    };
+    assert_eq!(
+        target.counts().await,
+        [20, 6, updated, 14 * updated, 14 * (1 - updated)],
+        "on PostgreSQL, exactly the rows over an hour old, once"
+    );
+
     let delete = [
         "enqueue",
         "delete-aged-rows",
@@ -157,34 +230,25 @@ async fn refused_then_read_in_the_named_zone(url: &str, target: Counted<'_>) {
         "--older-than",
         "1h",
     ];
-    let refused = sluice_as_told(url, &delete);
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{said}");
-    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
-    for part in [
-        "`at` of `visits`",
-        "UTC-05:00 now",
-        "off by 5h",
-        "--db-time-zone",
-    ] {
-        assert!(said.contains(part), "`{part}` in: {said}");
-    }
+    refused(
+        &delete,
+        &[
+            "`at` of `visits`",
+            "UTC-05:00 now",
+            "off by 5h",
+            "--db-time-zone",
+        ],
+    );
     assert_eq!(
-        target.counts().await,
-        (20, 6, 0),
+        target.counts().await[..3],
+        [20, 6, updated],
         "refused: nothing written"
     );
-
-    let zoned = |args: &[&str]| {
-        let mut all = vec!["--db-time-zone", IANA_ZONE];
-        all.extend(args);
-        sluice_as_told(url, &all)
-    };
-    succeeded(&zoned(&delete));
-    succeeded(&zoned(&["run", "--until-idle"]));
+    succeeded(&sluice_as_told(url, &zoned(&delete)));
+    succeeded(&sluice_as_told(url, &zoned(&["run", "--until-idle"])));
     assert_eq!(
-        target.counts().await,
-        (6, 6, 1),
+        target.counts().await[..3],
+        [6, 6, updated + 1],
         "exactly the rows older than an hour in the zone they were written in"
     );
 }

@@ -9,8 +9,10 @@ use sluice_store::{
     Backend, CursorValue, Dialect, Ident, IdentError, Statement, Store, StoreError,
 };
 
+mod clock;
 mod time_column;
 
+pub use clock::check_clock_reads;
 pub use time_column::{TIME_SAMPLE_ROWS, TimeColumnProblem, check_time_column, time_text_format};
 
 /// A table and batching columns, validated against the catalogue.
@@ -119,6 +121,22 @@ pub enum TargetError {
         problem: TimeColumnProblem,
         /// Examples of the values found, one per format, with the format.
         seen: Vec<String>,
+    },
+    /// The operation's SQL reads the session's clock, which the database's
+    /// own sessions read in another zone than Sluice's (UTC).
+    #[error(
+        "the operation's SQL reads the clock (`{read}`), which this database's own sessions \
+         read in {zone} and Sluice's in UTC{effect}; {remedy}"
+    )]
+    ClockInAnotherZone {
+        /// The clock read as written (`now`, `CURRENT_DATE`).
+        read: String,
+        /// The sessions' zone, described.
+        zone: String,
+        /// What reading it in UTC would do to a zoneless column.
+        effect: String,
+        /// What the operator can do.
+        remedy: &'static str,
     },
     /// The database could not be asked.
     #[error(transparent)]

@@ -234,6 +234,43 @@ fn misread_by_mysql(what: &'static str, input: &str, text: &str) -> Result<(), O
     Ok(())
 }
 
+/// Functions and keywords whose value is the session's clock read in the
+/// session's time zone (PostgreSQL's and MySQL's names; `UTC_TIMESTAMP()`
+/// and `UNIX_TIMESTAMP()` are not among them: they read no zone).
+const CLOCK_READS: [&str; 13] = [
+    "now",
+    "current_timestamp",
+    "current_date",
+    "current_time",
+    "localtime",
+    "localtimestamp",
+    "curdate",
+    "curtime",
+    "sysdate",
+    "transaction_timestamp",
+    "statement_timestamp",
+    "clock_timestamp",
+    "timeofday",
+];
+
+/// The first clock read in the SQL `text` (`now`, `CURRENT_DATE`, … as
+/// written, see [`CLOCK_READS`]): a value that depends on the session's
+/// time zone. Names in quotes are columns, not clock reads; text that does
+/// not tokenize reads none.
+pub fn clock_read(text: &str) -> Option<String> {
+    static DIALECT: GenericDialect = GenericDialect {};
+    let tokens = Tokenizer::new(&DIALECT, text).tokenize().ok()?;
+    tokens.into_iter().find_map(|token| match token {
+        Token::Word(word)
+            if word.quote_style.is_none()
+                && CLOCK_READS.contains(&word.value.to_ascii_lowercase().as_str()) =>
+        {
+            Some(word.value)
+        }
+        _ => None,
+    })
+}
+
 /// Refuses anything after the one expression or list.
 fn expect_end(parser: &Parser<'_>) -> Result<(), String> {
     let next = parser.peek_token();
@@ -365,6 +402,29 @@ mod tests {
                 .check_for_mysql()
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_clock_read_is_found_wherever_it_is_written() {
+        for (sql, read) in [
+            ("created_at < now() - interval '1 day'", "now"),
+            ("d < CURRENT_DATE", "CURRENT_DATE"),
+            (
+                "SELECT 1 WHERE 1 = 1 AND (t < LOCALTIMESTAMP) AND id > $1",
+                "LOCALTIMESTAMP",
+            ),
+            ("t < SysDate()", "SysDate"),
+        ] {
+            assert_eq!(clock_read(sql).as_deref(), Some(read), "{sql}");
+        }
+        for sql in [
+            "t < UTC_TIMESTAMP() - INTERVAL 1 DAY",
+            "\"now\" = 1 AND `current_date` IS NULL",
+            "note = 'now'",
+            "nowhere = 1",
+        ] {
+            assert_eq!(clock_read(sql), None, "{sql}");
+        }
     }
 
     #[test]

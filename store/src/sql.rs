@@ -177,6 +177,13 @@ impl Statement {
         &self.text
     }
 
+    /// The first read of the session's clock in the statement (`now()`,
+    /// `CURRENT_DATE`, … as written): its value depends on the session's
+    /// time zone ([`crate::operator_sql::clock_read`]).
+    pub fn reads_the_clock(&self) -> Option<String> {
+        crate::operator_sql::clock_read(self.text.as_str())
+    }
+
     /// The bound values, in placeholder order.
     pub fn params(&self) -> &[SqlValue] {
         &self.params

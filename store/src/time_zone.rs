@@ -40,6 +40,33 @@ impl SessionsZone {
             .iter()
             .try_fold(0_i64, |most, o| o.map(|o| most.max(o.abs())))
     }
+
+    /// The zone as an operator reads it: `America/New_York (UTC-05:00 at
+    /// the first instant asked about)`, or that the server cannot convert to it.
+    pub fn described(&self) -> String {
+        match self.offsets.first().copied().flatten() {
+            Some(offset) => format!("{} ({} now)", self.name, utc_offset(offset)),
+            None => format!("{}, which the server cannot convert times to", self.name),
+        }
+    }
+
+    /// By how much a time read as UTC would be off: `5h`, `5h30m`, `45m`
+    /// (`None` when the server could not say).
+    pub fn error_of_utc(&self) -> Option<String> {
+        let minutes = self.largest_offset()? / 60;
+        Some(match (minutes / 60, minutes % 60) {
+            (h, 0) => format!("{h}h"),
+            (0, m) => format!("{m}m"),
+            (h, m) => format!("{h}h{m}m"),
+        })
+    }
+}
+
+/// `UTC+02:00`, `UTC-05:00` for an offset in seconds.
+fn utc_offset(seconds: i64) -> String {
+    let sign = if seconds < 0 { '-' } else { '+' };
+    let minutes = seconds.abs() / 60;
+    format!("UTC{sign}{:02}:{:02}", minutes / 60, minutes % 60)
 }
 
 impl Store {

@@ -64,54 +64,17 @@ pub(super) async fn cutoff(
     if sessions.is_utc() {
         return Ok(Cutoff::Timestamp(at));
     }
-    let now_offset = match sessions.offsets.first().copied().flatten() {
-        Some(offset) => format!(", {} now", utc_offset(offset)),
-        None => ", which the server cannot convert times to".into(),
-    };
-    let effect = match sessions.largest_offset() {
-        Some(offset) => format!(
-            ": read as UTC, the cutoff of --older-than {asked} would be off by {}",
-            hours(offset)
-        ),
+    let effect = match sessions.error_of_utc() {
+        Some(error) => {
+            format!(": read as UTC, the cutoff of --older-than {asked} would be off by {error}")
+        }
         None => String::new(),
     };
     Err(OperationError::Arguments(format!(
         "column `{column}` of `{table}` holds times without a zone ({declared}), which this \
-         database's own sessions write in {}{now_offset}, not UTC{effect}; name the zone its \
-         values are written in with --db-time-zone (an IANA name such as America/New_York, \
-         or UTC if the application writes UTC)",
-        sessions.name
+         database's own sessions write in {}, not UTC{effect}; name the zone its values are \
+         written in with --db-time-zone (an IANA name such as America/New_York, or UTC if the \
+         application writes UTC)",
+        sessions.described()
     )))
-}
-
-/// `UTC+02:00`, `UTC-05:00` for an offset in seconds.
-fn utc_offset(seconds: i64) -> String {
-    let sign = if seconds < 0 { '-' } else { '+' };
-    let minutes = seconds.abs() / 60;
-    format!("UTC{sign}{:02}:{:02}", minutes / 60, minutes % 60)
-}
-
-/// `5h`, `5h30m` for an offset in seconds.
-fn hours(seconds: i64) -> String {
-    let minutes = seconds.abs() / 60;
-    match (minutes / 60, minutes % 60) {
-        (h, 0) => format!("{h}h"),
-        (0, m) => format!("{m}m"),
-        (h, m) => format!("{h}h{m}m"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offsets_are_written_as_people_read_them() {
-        assert_eq!(utc_offset(-18_000), "UTC-05:00");
-        assert_eq!(utc_offset(19_800), "UTC+05:30");
-        assert_eq!(utc_offset(0), "UTC+00:00");
-        assert_eq!(hours(-18_000), "5h");
-        assert_eq!(hours(19_800), "5h30m");
-        assert_eq!(hours(2_700), "45m");
-    }
 }
