@@ -94,8 +94,9 @@ pub struct ConnectOptions {
     /// written in (an IANA name). `None`: UTC, which sqlx sets on every
     /// session — and a built-in operation refuses such a column on a
     /// server whose own sessions default to another zone
-    /// ([`Store::sessions_zone`](crate::Store::sessions_zone)). Refused on
-    /// SQLite, whose text times without an offset are read as UTC.
+    /// ([`Store::sessions_zone`](crate::Store::sessions_zone)). On SQLite,
+    /// whose text times without an offset are read as UTC, any other zone
+    /// than `UTC` is refused.
     pub time_zone: Option<String>,
 }
 
@@ -305,10 +306,17 @@ impl Connections {
     /// Opens the pools `url` names with `options` (not migrated).
     pub(crate) async fn open(url: &str, options: &ConnectOptions) -> Result<Self, StoreError> {
         if url.starts_with("sqlite:") {
-            if options.schema.is_some() || options.time_zone.is_some() {
+            // UTC is what SQLite reads a time without an offset as: saying
+            // so (an environment set for every database) changes nothing.
+            let other_zone = options
+                .time_zone
+                .as_deref()
+                .is_some_and(|zone| !matches!(zone, "UTC" | "Etc/UTC"));
+            if options.schema.is_some() || other_zone {
                 return Err(StoreError::BadSetting(
-                    "a schema and a time zone are PostgreSQL settings: an SQLite store is a \
-                     file of its own, and its text times without an offset are read as UTC"
+                    "a schema and a time zone other than UTC are PostgreSQL and MySQL settings: \
+                     an SQLite store is a file of its own, and its text times without an offset \
+                     are read as UTC"
                         .into(),
                 ));
             }

@@ -378,6 +378,15 @@ impl Driver {
             .is_some_and(|window| !window.is_open(now.wall))
     }
 
+    /// The rows an owner may still change in this run under its row limit
+    /// (`i64::MAX` without one, or for a helper, which keeps no limit).
+    pub(super) fn rows_left_this_run(&self) -> i64 {
+        match self.projection.limits.max_rows_per_run {
+            Some(rows) if self.is_owner() => rows.saturating_sub(self.rows_this_run).max(0),
+            _ => i64::MAX,
+        }
+    }
+
     pub(super) fn limit_reached(&self, now: Now) -> Option<String> {
         let limits = self.projection.limits;
         if let Some(ms) = limits.max_runtime_ms

@@ -90,10 +90,14 @@ impl Driver {
     pub(super) fn dispatch(&mut self, out: &mut Vec<Command>, now: Now) {
         let percent = self.percent();
         let timeout = self.settings.sub_batch_timeout;
+        let rows_left = self.rows_left_this_run();
         let Phase::Running { batch, in_flight } = &mut self.phase else {
             return;
         };
-        let size = throttled_size(batch.sub_batch_size, percent);
+        // Never more than the rows the run may still change.
+        let size = throttled_size(batch.sub_batch_size, percent)
+            .min(rows_left)
+            .max(1);
         if self.settings.rate_limited {
             match self.rows_taken {
                 // Rows first: the store says how long they wait.
@@ -261,7 +265,8 @@ impl Driver {
         };
         self.store_faults = 0;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
-        self.rows_this_run += rows;
+        self.rows_this_run = self.rows_this_run.saturating_add(rows);
+        let at_row_limit = self.rows_left_this_run() == 0;
         let Phase::Running { batch, .. } = &mut self.phase else {
             return;
         };
@@ -274,6 +279,13 @@ impl Driver {
         let done = outcome.last || (is_loop && batch.rows >= batch.size);
         if is_loop && outcome.last {
             self.scope_exhausted = true;
+        }
+        if !done && at_row_limit {
+            // Given back mid-batch: the next run goes on from its progress.
+            out.push(Command::Report);
+            let reason = self.limit_reached(now).unwrap_or_default();
+            self.stopping.get_or_insert(Stopping::Yield(reason));
+            return;
         }
         if !done {
             out.push(Command::Report);

@@ -5,14 +5,37 @@ use super::*;
 // Limits.
 
 #[test]
-fn the_row_limit_yields_the_operation_after_the_batch_that_reached_it() {
+fn the_row_limit_caps_the_last_sub_batch_and_yields_mid_batch() {
     let mut p = projection();
     p.limits.max_rows_per_run = Some(150);
     let mut h = Harness::owner_of(p, settings());
     h.in_flight(batch(1, 1));
-    assert_eq!(script(&h.on(committed(100, 100, false))), ["Dispatch(100)"]);
-    // The limit is reached mid-batch: the batch completes, no next is planned.
-    let closing = h.on(committed(900, 1_000, true));
+    // 100 of 150 changed: the next sub-batch asks for the 50 left, not 100.
+    assert_eq!(script(&h.on(committed(100, 100, false))), ["Dispatch(50)"]);
+    // The limit reached mid-batch: the batch is given back with its
+    // progress (the next run goes on from there), the operation yields.
+    let out = h.on(committed(50, 150, false));
+    assert_eq!(script(&out), ["ReleaseBatch", "Record(yielded)"]);
+    let Some(Event::Yielded { reason }) = recorded(&out) else {
+        unreachable!()
+    };
+    assert_eq!(reason, "changed its limit of 150 rows in this run");
+    let stopped = h.appended(recorded(&out).unwrap().clone(), |p| {
+        p.status = OperationStatus::Pending;
+    });
+    assert_eq!(script(&stopped), ["Stop"]);
+}
+
+#[test]
+fn the_row_limit_reached_by_a_batch_s_last_sub_batch_yields_after_it() {
+    let mut p = projection();
+    p.limits.max_rows_per_run = Some(1_000);
+    let mut h = Harness::owner_of(p, settings());
+    h.in_flight(batch(1, 1));
+    assert_eq!(script(&h.on(committed(900, 900, false))), ["Dispatch(100)"]);
+    // The batch's last sub-batch reaches the limit: the batch completes,
+    // no next is planned.
+    let closing = h.on(committed(100, 1_000, true));
     assert_eq!(script(&closing), ["Complete"]);
     let after = h.answer(Answer::Completed {
         state: h.counts(1, 1),
@@ -21,14 +44,6 @@ fn the_row_limit_yields_the_operation_after_the_batch_that_reached_it() {
     assert_eq!(script(&after), ["ScheduleStep(0ms)"]);
     let yielding = h.on(Input::Step);
     assert_eq!(script(&yielding), ["Record(yielded)"]);
-    let Some(Event::Yielded { reason }) = recorded(&yielding) else {
-        unreachable!()
-    };
-    assert_eq!(reason, "changed its limit of 150 rows in this run");
-    let stopped = h.appended(recorded(&yielding).unwrap().clone(), |p| {
-        p.status = OperationStatus::Pending;
-    });
-    assert_eq!(script(&stopped), ["Stop"]);
 }
 
 #[test]
