@@ -26,6 +26,7 @@ for_each_backend!(
     a_plan_that_turns_into_a_full_scan_mid_run_fails_the_operation,
     an_analyze_makes_the_plan_drift_guard_look_at_once,
     archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_not_fit,
+    archive_rows_refuses_a_table_whose_deletes_reach_other_rows,
     a_pause_until_a_time_is_resumed_by_a_running_worker,
     a_run_window_pauses_the_operation_when_it_closes_until_it_opens,
 );
@@ -986,6 +987,102 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
         "nothing enqueued"
     );
     assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 251);
+}
+
+/// `archive-rows` out of a table that foreign keys refer to with `ON DELETE
+/// CASCADE` or `SET NULL` (from another table, or from the table itself) is
+/// refused: deleting an archived row would delete or change rows that are
+/// not archived. A table only referring to others is archived as ever.
+/// `delete-aged-rows` over a table whose own rows refer to each other with
+/// `ON DELETE CASCADE` is refused: a young reply to an aged row would go
+/// with it.
+async fn archive_rows_refuses_a_table_whose_deletes_reach_other_rows(db: &TestDb) {
+    for sql in [
+        "CREATE TABLE parents (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL)",
+        "CREATE TABLE children (id BIGINT PRIMARY KEY, parent_id BIGINT NOT NULL, \
+         FOREIGN KEY (parent_id) REFERENCES parents (id) ON DELETE CASCADE)",
+        "CREATE TABLE threads (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, parent_id BIGINT, \
+         FOREIGN KEY (parent_id) REFERENCES threads (id) ON DELETE SET NULL)",
+    ] {
+        db.execute(sql).await;
+    }
+    db.insert_series("parents (id, grp)", "g, g % 2", 10, "")
+        .await;
+    db.insert_series("children (id, parent_id)", "g, (g % 10) + 1", 20, "")
+        .await;
+    db.insert_series("threads (id, grp, parent_id)", "g, g % 2, NULL", 10, "")
+        .await;
+    db.execute("UPDATE threads SET parent_id = id - 1 WHERE id > 1")
+        .await;
+    let archive = |table: &str, into: &str, condition: &str| {
+        sluice(
+            db,
+            &[
+                "enqueue",
+                "archive-rows",
+                "--table",
+                table,
+                "--into",
+                into,
+                "--where",
+                condition,
+            ],
+        )
+    };
+    for (table, reached) in [("parents", "`children` ("), ("threads", "`threads` (")] {
+        let refused = archive(table, &format!("{table}_archive"), "grp = 1");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{table}: {said}");
+        assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+        assert!(
+            said.contains("would lose rows it does not archive"),
+            "{said}"
+        );
+        assert!(said.contains(reached), "{table}: {reached} in {said}");
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM children").await, 20);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM threads WHERE parent_id IS NOT NULL")
+            .await,
+        9
+    );
+    // `children` only refers to `parents`: nothing reaches its rows.
+    succeeded(&archive("children", "children_archive", "parent_id > 5"));
+
+    let time = db.time_type();
+    db.execute(&format!(
+        "CREATE TABLE replies (id BIGINT PRIMARY KEY, created_at {time} NOT NULL, parent_id BIGINT, \
+         FOREIGN KEY (parent_id) REFERENCES replies (id) ON DELETE CASCADE)"
+    ))
+    .await;
+    db.execute("CREATE INDEX replies_created_at ON replies (created_at)")
+        .await;
+    let (old, young) = (
+        db.time_literal("2020-01-01T00:00:00Z".parse().unwrap()),
+        db.time_literal(chrono::Utc::now()),
+    );
+    db.execute(&format!(
+        "INSERT INTO replies (id, created_at, parent_id) VALUES (1, {old}, NULL), (2, {young}, 1)"
+    ))
+    .await;
+    let refused = sluice(
+        db,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "replies",
+            "--column",
+            "created_at",
+            "--older-than",
+            "30d",
+        ],
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("outside its scope"), "{said}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM replies").await, 2);
 }
 
 /// `pause --until`: a running worker's scheduler resumes the operation once

@@ -141,6 +141,7 @@ impl DeleteAgedRows {
             .checked_sub_signed(older_than)
             .ok_or_else(|| OperationError::Arguments("--older-than is too large".into()))?;
         crate::target::check_target(store, table, &[column, key]).await?;
+        refuse_reaching_itself(store, &table_ident).await?;
         let declared = store
             .column_type(&table_ident, column)
             .await?
@@ -298,6 +299,28 @@ impl Operation for UpdateInBatches {
     ) -> Result<Option<Statement>, OperationError> {
         rows.update_expression_statement(&arguments.set).map(Some)
     }
+}
+
+/// Refuses to delete from `table` when a foreign key of `table` to itself
+/// deletes or changes rows as the rows they refer to are deleted (`ON DELETE
+/// CASCADE`, `SET NULL`): an aged row's young replies would go with it, or
+/// lose their link, whatever their age. (Keys from other tables act as
+/// their schema says: the rows deleted here are all in scope.)
+async fn refuse_reaching_itself(store: &Store, table: &Ident) -> Result<(), OperationError> {
+    for action in store.delete_actions(table).await? {
+        let Ok(from) = Ident::parse(&action.table) else {
+            continue;
+        };
+        if store.same_table(&from, table).await? {
+            return Err(OperationError::Arguments(format!(
+                "delete-aged-rows would change rows outside its scope: deleting a row of \
+                 `{table}` also deletes or changes the rows of `{table}` that refer to it, \
+                 whatever their age, through {action}; settle those rows first, or make the \
+                 foreign key NO ACTION (a row still referred to then fails its sub-batch)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `at` written with the separator of `example` (`T` or space) and no zone

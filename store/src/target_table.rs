@@ -50,8 +50,10 @@ macro_rules! mysql_columns {
 }
 
 mod keys;
+mod references;
 
 pub use keys::{Index, TableKeys};
+pub use references::DeleteAction;
 
 impl Store {
     /// The table's column names in table order; empty when no such table exists.

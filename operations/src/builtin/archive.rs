@@ -222,6 +222,7 @@ impl Operation for ArchiveRows {
             .into());
         }
         check_archive(store, &table, &into, &columns).await?;
+        refuse_delete_actions(store, &table).await?;
         arguments.columns = columns;
         serde_json::to_value(arguments).map_err(|e| OperationError::Arguments(e.to_string()))
     }
@@ -397,6 +398,23 @@ async fn check_archive(
         }
     }
     Ok(())
+}
+
+/// Refuses to archive out of `table` when foreign keys delete or change
+/// other rows as its rows are deleted (`ON DELETE CASCADE`, `SET NULL`,
+/// `SET DEFAULT`): those rows would be lost or changed, not archived.
+async fn refuse_delete_actions(store: &Store, table: &Ident) -> Result<(), OperationError> {
+    let actions = store.delete_actions(table).await?;
+    if actions.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = actions.iter().map(ToString::to_string).collect();
+    Err(OperationError::Arguments(format!(
+        "archive-rows would lose rows it does not archive: deleting a row of `{table}` also \
+         deletes or changes the rows that refer to it in {}; archive those first, or make \
+         the foreign key NO ACTION while archiving",
+        listed.join(", ")
+    )))
 }
 
 /// SQLite's type affinity of a declared column type (its five rules, in
