@@ -20,14 +20,21 @@
 //!
 //! Meanwhile four clients read rows that stay by their key and insert new
 //! ones (one insert in four queries, about 500 queries/s per client); the
-//! harness prints each side's rows/s and the clients' p50 and p99.
+//! harness prints each side's rows/s and the clients' p50 and p99. When the
+//! servers run on this machine it also prints the CPU time their processes
+//! spent on each side, counted until the replica has replayed it: the work
+//! a purge costs the servers, whichever tool sends it.
 //!
 //! `cargo bench --bench pt_archiver` (env: `SLUICE_BENCH_ROWS`;
 //! `SLUICE_BENCH_PAUSE`, Sluice's pause between sub-batches, default `0ms`;
 //! `SLUICE_BENCH_REPEATS`, default 1, which side goes first alternates;
-//! `SLUICE_TEST_MYSQL_URL`, `SLUICE_TEST_MYSQL_REPLICA_URL`, without a
-//! password). Needs `pt-archiver` on the `PATH` (Debian: `percona-toolkit`);
-//! skips with a message when it or a server is missing.
+//! `SLUICE_BENCH_CLIENTS`, the foreground clients, default 4;
+//! `SLUICE_BENCH_HOLD_REPLICA=1`, the replica's applier stopped during the
+//! pair that does not check lag and started again after it, as if the
+//! replica ran on other cores; `SLUICE_TEST_MYSQL_URL`,
+//! `SLUICE_TEST_MYSQL_REPLICA_URL`, without a password). Needs
+//! `pt-archiver` on the `PATH` (Debian: `percona-toolkit`); skips with a
+//! message when it or a server is missing.
 
 mod common;
 
@@ -38,7 +45,6 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use common::{env, percentile};
 
-const CLIENTS: u64 = 4;
 const DATABASE: &str = "sluice_bench_archiver";
 const TABLE: &str = "arch_events";
 const SCOPE: &str = "created_at < NOW() - INTERVAL 1 DAY";
@@ -47,6 +53,8 @@ const SCOPE: &str = "created_at < NOW() - INTERVAL 1 DAY";
 async fn main() {
     let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
     let repeats: usize = env("SLUICE_BENCH_REPEATS", 1);
+    let clients: u64 = env("SLUICE_BENCH_CLIENTS", 4);
+    let hold_replica = std::env::var("SLUICE_BENCH_HOLD_REPLICA").is_ok_and(|v| v == "1");
     let server = std::env::var("SLUICE_TEST_MYSQL_URL")
         .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
     let replica = std::env::var("SLUICE_TEST_MYSQL_REPLICA_URL")
@@ -75,22 +83,26 @@ async fn main() {
     let url = format!("{}/{DATABASE}", server.trim_end_matches('/'));
     let replica_url = format!("{}/{DATABASE}", replica.trim_end_matches('/'));
     let primary = MySqlPoolOptions::new()
-        .max_connections(CLIENTS as u32)
+        .max_connections(clients.max(1) as u32)
         .connect(&url)
         .await
         .unwrap();
     let replica_pool = MySqlPool::connect(&replica_url).await.ok();
     println!(
-        "rows {rows}, {} aged, sub-batches of 1,000, {CLIENTS} clients",
+        "rows {rows}, {} aged, sub-batches of 1,000, {clients} clients",
         rows - rows / 5
     );
+    let load = Load { clients, rows };
 
     fill(&primary, rows).await;
-    let idle = under_load(&primary, rows, async {
-        tokio::time::sleep(Duration::from_secs(8)).await
-    })
-    .await;
-    report("no maintenance", None, &idle);
+    if clients > 0 {
+        let idle = load
+            .during(&primary, async {
+                tokio::time::sleep(Duration::from_secs(8)).await
+            })
+            .await;
+        report("no maintenance", None, &idle);
+    }
 
     let pairs: Vec<Option<&str>> = match replica_pool {
         Some(_) => vec![None, Some(replica_url.as_str())],
@@ -108,23 +120,41 @@ async fn main() {
             };
             for turn in 0..2 {
                 fill(&primary, rows).await;
-                if let Some(replica) = &replica_pool {
-                    caught_up(&primary, replica).await;
-                }
-                if (turn + repeat) % 2 == 0 {
+                let held = match &replica_pool {
+                    Some(replica) => {
+                        caught_up(&primary, replica).await;
+                        let held = hold_replica && lag_from.is_none();
+                        if held {
+                            applier(replica, "STOP").await;
+                        }
+                        held
+                    }
+                    None => false,
+                };
+                let cpu_before = server_cpu();
+                let (name, took, latencies) = if (turn + repeat) % 2 == 0 {
                     let (took, latencies) =
-                        under_load_timed(&primary, rows, pt_archiver(&url, *lag_from)).await;
-                    report(
-                        &format!("pt-archiver{with}"),
-                        Some((rows, took)),
-                        &latencies,
-                    );
+                        timed(load.during(&primary, pt_archiver(&url, *lag_from))).await;
+                    (format!("pt-archiver{with}"), took, latencies)
                 } else {
                     sluice_enqueue(&url).await;
                     let (took, latencies) =
-                        under_load_timed(&primary, rows, sluice_run(&url, *lag_from)).await;
-                    report(&format!("Sluice{with}"), Some((rows, took)), &latencies);
+                        timed(load.during(&primary, sluice_run(&url, *lag_from))).await;
+                    (format!("Sluice{with}"), took, latencies)
+                };
+                if let Some(replica) = &replica_pool {
+                    if held {
+                        applier(replica, "START").await;
+                    }
+                    caught_up(&primary, replica).await;
                 }
+                let cpu = cpu_before.zip(server_cpu()).map(|(a, b)| b - a);
+                let held = if held { ", applier held" } else { "" };
+                report(
+                    &format!("{name}{held}"),
+                    Some((rows, took, cpu)),
+                    &latencies,
+                );
                 let left: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "SELECT COUNT(*) FROM {TABLE} WHERE {SCOPE}"
                 )))
@@ -243,74 +273,123 @@ fn dsn(url: &str) -> String {
     dsn
 }
 
-/// Runs `maintenance` under the foreground load; returns how long it took
-/// and the clients' latencies.
-async fn under_load_timed(
-    pool: &MySqlPool,
-    rows: i64,
-    maintenance: impl Future<Output = ()>,
-) -> (Duration, Vec<u64>) {
+/// How long `work` took, and what it returned.
+async fn timed<T>(work: impl Future<Output = T>) -> (Duration, T) {
     let started = Instant::now();
-    let mut took = Duration::ZERO;
-    let latencies = under_load(pool, rows, async {
-        maintenance.await;
-        took = started.elapsed();
-    })
-    .await;
-    (took, latencies)
+    let done = work.await;
+    (started.elapsed(), done)
 }
 
-/// Runs `maintenance` while the clients read rows that stay and insert new
-/// ones (one query in four); returns their latencies (microseconds), sorted.
-async fn under_load(
-    pool: &MySqlPool,
+/// The foreground: `clients` clients reading rows that stay and inserting
+/// new ones in a table of `rows` rows.
+struct Load {
+    clients: u64,
     rows: i64,
-    maintenance: impl Future<Output = ()>,
-) -> Vec<u64> {
-    let pool = pool.clone();
-    let query = move |seed: u64| {
-        let pool = pool.clone();
-        async move {
-            if seed.is_multiple_of(4) {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "INSERT INTO {TABLE} (created_at, payload) VALUES ('2099-01-01', ?)"
-                )))
-                .bind(format!("fresh {seed}"))
-                .execute(&pool)
-                .await
-                .unwrap();
-            } else {
-                // The last fifth stays.
-                let id = rows - (seed % (rows / 5) as u64) as i64;
-                let _: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT payload FROM {TABLE} WHERE id = ?"
-                )))
-                .bind(id)
-                .fetch_optional(&pool)
-                .await
-                .unwrap();
-            }
-        }
-    };
-    common::under_load(CLIENTS, query, maintenance).await
 }
 
-/// Prints the clients' p50 and p99 and, for a purge, its rows/s.
-fn report(name: &str, purge: Option<(i64, Duration)>, latencies: &[u64]) {
-    let rate = match purge {
-        Some((rows, took)) => format!(
-            "{:.1} s, {:.0} rows/s, ",
+impl Load {
+    /// Runs `maintenance` while the clients read rows that stay and insert
+    /// new ones (one query in four); returns their latencies (microseconds),
+    /// sorted.
+    async fn during(&self, pool: &MySqlPool, maintenance: impl Future<Output = ()>) -> Vec<u64> {
+        let (pool, rows) = (pool.clone(), self.rows);
+        let query = move |seed: u64| {
+            let pool = pool.clone();
+            async move {
+                if seed.is_multiple_of(4) {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "INSERT INTO {TABLE} (created_at, payload) VALUES ('2099-01-01', ?)"
+                    )))
+                    .bind(format!("fresh {seed}"))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                } else {
+                    // The last fifth stays.
+                    let id = rows - (seed % (rows / 5) as u64) as i64;
+                    let _: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                        "SELECT payload FROM {TABLE} WHERE id = ?"
+                    )))
+                    .bind(id)
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap();
+                }
+            }
+        };
+        common::under_load(self.clients, query, maintenance).await
+    }
+}
+
+/// Stops or starts (`verb`) the replica's SQL thread, which replays what
+/// the primary wrote.
+async fn applier(replica: &MySqlPool, verb: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{verb} SLAVE SQL_THREAD")))
+        .execute(replica)
+        .await
+        .unwrap();
+}
+
+/// CPU time (user and system) spent so far by the MariaDB and MySQL server
+/// processes of this machine, read from `/proc`; `None` where there is no
+/// `/proc` or no such process (the servers run elsewhere).
+fn server_cpu() -> Option<Duration> {
+    let ticks_per_second: u64 = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok()?.trim().parse().ok())?;
+    let mut ticks = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state …`: the name may hold spaces, so split at its ')'.
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        if !(head.ends_with("(mariadbd") || head.ends_with("(mysqld")) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // Fields 14 and 15 of the line (utime, stime); `rest` starts at field 3.
+        let used: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+            .sum();
+        *ticks.get_or_insert(0) += used;
+    }
+    ticks.map(|t: u64| Duration::from_millis(t * 1_000 / ticks_per_second))
+}
+
+/// Prints the clients' p50 and p99 and, for a purge, its rows/s and the
+/// servers' CPU time.
+fn report(name: &str, purge: Option<(i64, Duration, Option<Duration>)>, latencies: &[u64]) {
+    let mut parts = Vec::new();
+    if let Some((rows, took, cpu)) = purge {
+        let purged = (rows - rows / 5) as f64;
+        parts.push(format!(
+            "{:.1} s, {:.0} rows/s",
             took.as_secs_f64(),
-            (rows - rows / 5) as f64 / took.as_secs_f64()
-        ),
-        None => String::new(),
-    };
-    println!(
-        "{name}: {rate}{} queries, p50 {:.2} ms, p99 {:.2} ms",
-        latencies.len(),
-        percentile(latencies, 0.50) as f64 / 1e3,
-        percentile(latencies, 0.99) as f64 / 1e3,
-    );
+            purged / took.as_secs_f64()
+        ));
+        if let Some(cpu) = cpu {
+            parts.push(format!(
+                "server CPU {:.1} s ({:.1} µs/row)",
+                cpu.as_secs_f64(),
+                cpu.as_secs_f64() * 1e6 / purged
+            ));
+        }
+    }
+    if !latencies.is_empty() {
+        parts.push(format!(
+            "{} queries, p50 {:.2} ms, p99 {:.2} ms",
+            latencies.len(),
+            percentile(latencies, 0.50) as f64 / 1e3,
+            percentile(latencies, 0.99) as f64 / 1e3,
+        ));
+    }
+    println!("{name}: {}", parts.join(", "));
 }
 
 /// `arch_events` afresh: `rows` rows, the first 80 % aged (2020, a second
