@@ -21,6 +21,7 @@ use sluice_store::{ConnectOptions, Store};
 for_each_backend!(
     a_time_bound_deletes_exactly_the_older_rows_in_every_format,
     a_time_column_in_no_single_known_format_is_refused_and_nothing_changes,
+    a_date_is_older_than_the_cutoff_only_when_its_whole_day_is,
 );
 
 postgres_only!(a_timestamp_without_time_zone_is_read_in_the_store_time_zone,);
@@ -335,6 +336,69 @@ async fn a_time_column_in_no_single_known_format_is_refused_and_nothing_changes(
         }
     }
     assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+}
+
+/// A date names a whole day, any time of which its row may have been
+/// written: `delete-aged-rows --older-than 1d` deletes the rows dated before
+/// the cutoff's own day and keeps that day's (some of which are younger than
+/// a day). PostgreSQL and MySQL `DATE`, SQLite text dates.
+async fn a_date_is_older_than_the_cutoff_only_when_its_whole_day_is(db: &TestDb) {
+    let date_type = match db.backend {
+        "sqlite" => "TEXT",
+        _ => "DATE",
+    };
+    let cutoff_day = || (Utc::now() - chrono::Duration::days(1)).date_naive();
+    // Twice at most: once more if midnight (UTC) passed during the first.
+    for attempt in 0..2 {
+        let table = format!("days_{attempt}");
+        db.execute(&format!(
+            "CREATE TABLE {table} (id BIGINT PRIMARY KEY, d {date_type} NOT NULL)"
+        ))
+        .await;
+        db.execute(&format!("CREATE INDEX {table}_d ON {table} (d)"))
+            .await;
+        let day = cutoff_day();
+        for (id, offset) in [(1, -2), (2, -1), (3, 0), (4, 1)] {
+            let date = (day + chrono::Duration::days(offset)).format("%Y-%m-%d");
+            let literal = match db.backend {
+                "postgres" => format!("DATE '{date}'"),
+                "mysql" => format!("DATE '{date}'"),
+                _ => format!("'{date}'"),
+            };
+            db.execute(&format!(
+                "INSERT INTO {table} (id, d) VALUES ({id}, {literal})"
+            ))
+            .await;
+        }
+        common::succeeded(&common::sluice(
+            db,
+            &[
+                "enqueue",
+                "delete-aged-rows",
+                "--table",
+                &table,
+                "--column",
+                "d",
+                "--older-than",
+                "1d",
+            ],
+        ));
+        if cutoff_day() != day {
+            continue;
+        }
+        common::succeeded(&common::sluice(db, &["run", "--until-idle"]));
+        let left = db
+            .scalar(&format!("SELECT COUNT(*) FROM {table} WHERE id IN (3, 4)"))
+            .await;
+        assert_eq!(left, 2, "the cutoff's own day and the next stay");
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {table}")).await,
+            2,
+            "the days before the cutoff's go"
+        );
+        return;
+    }
+    panic!("midnight passed twice");
 }
 
 /// A `timestamp` column holding Paris wall-clock times, compared through a

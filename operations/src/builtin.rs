@@ -171,6 +171,14 @@ impl DeleteAgedRows {
             let first = store.fetch_cursor(&sample, 1).await?;
             match first.and_then(|c| c.0.into_iter().next()) {
                 Some(CursorValue::Int(_)) => Cutoff::EpochSeconds(at.timestamp()),
+                // A date names a whole day: older only when all of it is,
+                // so the cutoff is the start of its day (UTC).
+                Some(CursorValue::Text(example)) if names_a_day(&example) => {
+                    if typed {
+                        refuse_mixed_formats(store, &table_ident, &column_ident, &example).await?;
+                    }
+                    Cutoff::Text(at.format("%Y-%m-%d").to_string())
+                }
                 // SQLite compares a time with text as the instant the text
                 // names, whatever its format ([`Filter`]).
                 Some(CursorValue::Timestamp(_)) | Some(CursorValue::Text(_)) | None if !typed => {
@@ -321,6 +329,11 @@ async fn refuse_reaching_itself(store: &Store, table: &Ident) -> Result<(), Oper
         }
     }
     Ok(())
+}
+
+/// Whether a text time names a day alone (`2025-07-01`).
+fn names_a_day(example: &str) -> bool {
+    crate::target::time_text_format(example) == Some("a date")
 }
 
 /// `at` written with the separator of `example` (`T` or space) and no zone

@@ -9,9 +9,13 @@
 //! UTC, and only where the database's own sessions default to UTC: on a
 //! server whose sessions write another zone's time, the operation is
 //! refused until the operator names the zone.
+//!
+//! A `date` names a whole day, any time of which its row may have been
+//! written: a row is older than the cutoff only when its whole day is, so a
+//! date column's cutoff is the start of the cutoff's own day (in that zone).
 
 use chrono::{DateTime, Utc};
-use sluice_store::{Backend, Store};
+use sluice_store::{Backend, CursorValue, SqlValue, Statement, Store};
 
 use super::Cutoff;
 use crate::error::OperationError;
@@ -33,6 +37,49 @@ pub(super) fn is_zoneless(backend: &Backend, declared: &str) -> bool {
 /// and the database's own sessions write another zone than UTC (or one the
 /// server cannot convert to), naming it and its offset.
 pub(super) async fn cutoff(
+    store: &Store,
+    table: &str,
+    column: &str,
+    declared: &str,
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    asked: &str,
+) -> Result<Cutoff, OperationError> {
+    let cutoff = instant_or_wall_time(store, table, column, declared, at, now, asked).await?;
+    if declared != "date" {
+        return Ok(cutoff);
+    }
+    Ok(match cutoff {
+        Cutoff::WallTime { at, zone } => Cutoff::WallTime {
+            at: at.date().and_time(chrono::NaiveTime::MIN),
+            zone,
+        },
+        Cutoff::Timestamp(at) => Cutoff::Timestamp(start_of_day(store, at).await?),
+        other => other,
+    })
+}
+
+/// The start of the day `at` falls on, in the zone the store's sessions
+/// read a date in: on PostgreSQL the session's own (`date_trunc`),
+/// elsewhere UTC (the sessions' zone).
+async fn start_of_day(store: &Store, at: DateTime<Utc>) -> Result<DateTime<Utc>, OperationError> {
+    if let Backend::Postgres(_) = store.backend() {
+        let truncated = Statement::new("SELECT date_trunc('day', ")
+            .value(SqlValue::Timestamp(at))
+            .push("::timestamptz)");
+        if let Some(CursorValue::Timestamp(start)) = store
+            .fetch_cursor(&truncated, 1)
+            .await?
+            .and_then(|c| c.0.into_iter().next())
+        {
+            return Ok(start);
+        }
+    }
+    Ok(at.date_naive().and_time(chrono::NaiveTime::MIN).and_utc())
+}
+
+/// [`cutoff`] before a date's whole day is taken into account.
+async fn instant_or_wall_time(
     store: &Store,
     table: &str,
     column: &str,
