@@ -24,7 +24,7 @@ use crate::operation::{PreparedOperation, Registry};
 use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
 use crate::target::{
-    check_clock_reads, check_key, check_key_values, check_target, check_time_column,
+    check_key, check_key_values, check_session_dependent_sql, check_target, check_time_column,
     full_scan_refusal,
 };
 
@@ -358,7 +358,7 @@ pub(crate) async fn checked_spec(
         store.explain(statement).await.map_err(refused_sql)?;
     }
     let run: Vec<&Statement> = std::iter::once(&query).chain(&sub_batch).collect();
-    check_clock_reads(store, &run).await?;
+    check_session_dependent_sql(store, &run).await?;
 
     let rows = |head: &'static str| Statement::new(head).ident(shape.table());
     let in_scope = |head| shape.filter().and_to(rows(head).push(" WHERE 1 = 1"));

@@ -9,10 +9,10 @@ use sluice_store::{
     Backend, CursorValue, Dialect, Ident, IdentError, Statement, Store, StoreError,
 };
 
-mod clock;
+mod session_sql;
 mod time_column;
 
-pub use clock::check_clock_reads;
+pub use session_sql::check_session_dependent_sql;
 pub use time_column::{TIME_SAMPLE_ROWS, TimeColumnProblem, check_time_column, time_text_format};
 
 /// A table and batching columns, validated against the catalogue.
@@ -137,6 +137,21 @@ pub enum TargetError {
         effect: String,
         /// What the operator can do.
         remedy: &'static str,
+    },
+    /// The operation's SQL holds a date PostgreSQL reads in `DateStyle`'s
+    /// order, which the database's own sessions set otherwise than Sluice's.
+    #[error(
+        "the operation's SQL holds the date '{date}', which this database's own sessions \
+         read {order} (DateStyle {style}) and Sluice's month first (ISO, MDY): write it as \
+         ISO 8601, year first (YYYY-MM-DD)"
+    )]
+    AmbiguousDate {
+        /// The date as written.
+        date: String,
+        /// The sessions' `DateStyle`.
+        style: String,
+        /// How they read it: `day first`, `year first`.
+        order: &'static str,
     },
     /// The database could not be asked.
     #[error(transparent)]

@@ -26,6 +26,7 @@ mod queries;
 pub mod rate_limit;
 pub mod record;
 pub mod schedule;
+mod session_defaults;
 pub mod spec;
 pub mod sql;
 mod statements;
@@ -34,7 +35,6 @@ mod store;
 mod sub_batch;
 mod sub_batch_session;
 pub mod target_table;
-mod time_zone;
 
 pub use announce::{Announced, CONTROL_CHANNEL};
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
@@ -54,10 +54,10 @@ pub use schedule::{
     FireOutcome, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume, kind_target,
     operation_target,
 };
+pub use session_defaults::SessionsZone;
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use store::{Enqueued, ListFilter, Store};
 pub use sub_batch::SubBatchTx;
 pub use sub_batch_session::{SessionConnection, SubBatchSession};
 pub use target_table::{DeleteAction, Index, TableKeys};
-pub use time_zone::SessionsZone;

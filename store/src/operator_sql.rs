@@ -271,6 +271,46 @@ pub fn clock_read(text: &str) -> Option<String> {
     })
 }
 
+/// The first string in the SQL `text` that is a date written with its day
+/// and month as one or two digits each, before the year (`'01/12/2025'`,
+/// `'1.12.25'`, `'01-12-2025 10:00'`): PostgreSQL reads it month first or
+/// day first as the session's `DateStyle` says. An ISO 8601 date
+/// (`'2025-12-01'`) starts with its year and reads the same in every session.
+pub fn ambiguous_date(text: &str) -> Option<String> {
+    static DIALECT: GenericDialect = GenericDialect {};
+    let tokens = Tokenizer::new(&DIALECT, text).tokenize().ok()?;
+    tokens.into_iter().find_map(|token| match token {
+        Token::SingleQuotedString(value) if day_and_month_first(&value) => Some(value),
+        _ => None,
+    })
+}
+
+/// Whether `value` starts with `d[d] S d[d] S dd[dd]`, `S` one of `/ . -`.
+fn day_and_month_first(value: &str) -> bool {
+    let mut rest = value.trim_start();
+    let mut separator = None;
+    for (group, widths) in [(0, 1..=2), (1, 1..=2), (2, 2..=4)] {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if !widths.contains(&digits) {
+            return false;
+        }
+        rest = &rest[digits..];
+        if group == 2 {
+            // The year ends the date: a time or nothing may follow.
+            return !rest.starts_with(|c: char| c.is_ascii_digit());
+        }
+        let Some(next) = rest.chars().next().filter(|c| matches!(c, '/' | '.' | '-')) else {
+            return false;
+        };
+        if separator.is_some_and(|s| s != next) {
+            return false;
+        }
+        separator = Some(next);
+        rest = &rest[1..];
+    }
+    false
+}
+
 /// Refuses anything after the one expression or list.
 fn expect_end(parser: &Parser<'_>) -> Result<(), String> {
     let next = parser.peek_token();
@@ -424,6 +464,30 @@ mod tests {
             "nowhere = 1",
         ] {
             assert_eq!(clock_read(sql), None, "{sql}");
+        }
+    }
+
+    #[test]
+    fn a_date_read_by_datestyle_is_found_and_an_iso_one_is_not() {
+        for sql in [
+            "at < '01/12/2025'",
+            "at < '1.12.25'",
+            "at >= '01-12-2025 10:00:00' AND id > $1",
+            "at < ' 1/2/2025'",
+        ] {
+            assert!(ambiguous_date(sql).is_some(), "{sql}");
+        }
+        for sql in [
+            "at < '2025-12-01'",
+            "at < '2025/12/01'",
+            "code = '01/12'",
+            "code = '1/2/3'",
+            "code = '01/12-2025'",
+            "code = '01/12/20251'",
+            "\"01/12/2025\" IS NULL",
+            "note = 'due 01/12/2025'",
+        ] {
+            assert_eq!(ambiguous_date(sql), None, "{sql}");
         }
     }
 

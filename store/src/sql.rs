@@ -184,6 +184,13 @@ impl Statement {
         crate::operator_sql::clock_read(self.text.as_str())
     }
 
+    /// The first date in the statement whose day and month PostgreSQL reads
+    /// in the order of the session's `DateStyle` (`'01/12/2025'`,
+    /// [`crate::operator_sql::ambiguous_date`]).
+    pub fn ambiguous_date(&self) -> Option<String> {
+        crate::operator_sql::ambiguous_date(self.text.as_str())
+    }
+
     /// The bound values, in placeholder order.
     pub fn params(&self) -> &[SqlValue] {
         &self.params

@@ -615,7 +615,7 @@ pub fn sluice_on(url: &str, args: &[&str]) -> Output {
 /// Connection options saying that the tests' `DATETIME` values are UTC, as
 /// the fixtures write them: a server whose own sessions default to another
 /// zone would otherwise (rightly) have those columns refused
-/// (`tests/time_zones.rs`).
+/// (`tests/session_defaults.rs`).
 pub fn fixtures_write_utc() -> sluice_store::ConnectOptions {
     sluice_store::ConnectOptions {
         time_zone: Some("UTC".into()),

@@ -1,3 +1,5 @@
+//! What a database's own sessions default to where Sluice's do not.
+//!
 //! A time column without a zone (PostgreSQL `timestamp`, MySQL `DATETIME`)
 //! on a server whose own sessions write another zone than UTC: an
 //! application's `now()` stores that zone's wall-clock time there, which
@@ -7,6 +9,11 @@
 //! (`--db-time-zone`), and then deletes exactly the rows older than asked;
 //! an operator's `--where` reading the clock (`now()`), which Sluice's
 //! sessions would read in UTC, is refused likewise.
+//!
+//! On a PostgreSQL database whose sessions read dates day first
+//! (`DateStyle` `ISO, DMY`), an operator's `'01/12/2025'` (the 1st of
+//! December in psql) would be the 12th of January to Sluice's sessions
+//! (sqlx's `ISO, MDY`): refused, while `'2025-12-01'` is accepted.
 //!
 //! Its own test binary: on MariaDB the sessions' default zone is a global
 //! setting, which this test changes (and sets back) while no other test
@@ -24,55 +31,148 @@ const IANA_ZONE: &str = "Etc/GMT+5";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_timestamp_written_in_the_database_s_zone_is_read_in_it() {
-    let base = postgres_url();
-    let admin = match PgPoolOptions::new().max_connections(1).connect(&base).await {
-        Ok(pool) => pool,
-        Err(e) if !servers_required() => {
-            println!("skipped: no PostgreSQL at {base}: {e}");
-            return;
-        }
-        Err(e) => panic!("server required but not reachable at {base}: {e}"),
+    let Some(database) = PostgresDatabase::with("timezone", IANA_ZONE).await else {
+        return;
     };
-    let database = format!("sluice_zones_{}", std::process::id());
-    for sql in [
-        format!("DROP DATABASE IF EXISTS {database}"),
-        format!("CREATE DATABASE {database}"),
-        format!("ALTER DATABASE {database} SET timezone = '{IANA_ZONE}'"),
-    ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-            .execute(&admin)
+    // What an application's `now()` writes in this database: its wall
+    // clock (this session's own zone is UTC: sqlx sets it).
+    database
+        .execute(&format!(
+            "CREATE TABLE visits (id BIGINT PRIMARY KEY, at TIMESTAMP NOT NULL, \
+             hits BIGINT NOT NULL DEFAULT 0); \
+             CREATE INDEX visits_at ON visits (at); \
+             INSERT INTO visits (id, at) SELECT g, (now() AT TIME ZONE '{IANA_ZONE}') \
+             - (g * 10 + 5) * interval '1 minute' FROM generate_series(0, 19) g"
+        ))
+        .await;
+    refused_then_read_in_the_named_zone(&database.url, Counted::Postgres(&database.pool)).await;
+    database.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_date_read_day_first_by_the_database_s_sessions_is_refused() {
+    let Some(database) = PostgresDatabase::with("datestyle", "ISO, DMY").await else {
+        return;
+    };
+    database
+        .execute(
+            "CREATE TABLE visits (id BIGINT PRIMARY KEY, at TIMESTAMP NOT NULL, \
+             hits BIGINT NOT NULL DEFAULT 0); \
+             INSERT INTO visits (id, at) SELECT g, TIMESTAMP '2025-01-01' + g * interval '1 month' \
+             FROM generate_series(0, 23) g",
+        )
+        .await;
+    let update = |condition: &str| {
+        sluice_as_told(
+            &database.url,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "visits",
+                "--set",
+                "hits = hits + 1",
+                "--where",
+                condition,
+            ],
+        )
+    };
+    let refused = update("at < '01/12/2025'");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+    for part in ["'01/12/2025'", "day first", "ISO, DMY", "YYYY-MM-DD"] {
+        assert!(said.contains(part), "`{part}` in: {said}");
+    }
+    let pool = &database.pool;
+    let count = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(count("SELECT COUNT(*) FROM sluice_operations").await, 0);
+    succeeded(&update("at < '2025-12-01'"));
+    succeeded(&sluice_as_told(&database.url, &["run", "--until-idle"]));
+    assert_eq!(
+        count("SELECT COUNT(*) FROM visits WHERE hits = 1").await,
+        11,
+        "January to November 2025"
+    );
+    assert_eq!(count("SELECT SUM(hits)::bigint FROM visits").await, 11);
+    database.drop().await;
+}
+
+/// A PostgreSQL database of a test's own, whose sessions default to one
+/// setting of the test's.
+struct PostgresDatabase {
+    admin: sqlx::PgPool,
+    name: String,
+    url: String,
+    pool: sqlx::PgPool,
+}
+
+impl PostgresDatabase {
+    /// A fresh database with `setting` set to `value` for its sessions, or
+    /// `None` (after saying so) when the server is unreachable and servers
+    /// are not required.
+    async fn with(setting: &str, value: &str) -> Option<Self> {
+        let base = postgres_url();
+        let admin = match PgPoolOptions::new().max_connections(1).connect(&base).await {
+            Ok(pool) => pool,
+            Err(e) if !servers_required() => {
+                println!("skipped: no PostgreSQL at {base}: {e}");
+                return None;
+            }
+            Err(e) => panic!("server required but not reachable at {base}: {e}"),
+        };
+        let name = format!("sluice_{setting}_{}", std::process::id());
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {name}"),
+            format!("CREATE DATABASE {name}"),
+            format!("ALTER DATABASE {name} SET {setting} = '{value}'"),
+        ] {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+        let url = match base.rsplit_once('/') {
+            Some((server, _)) => format!("{server}/{name}"),
+            None => unreachable!("a PostgreSQL URL names its database"),
+        };
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap();
+        Some(PostgresDatabase {
+            admin,
+            name,
+            url,
+            pool,
+        })
+    }
+
+    /// Runs `sql` in the database.
+    async fn execute(&self, sql: &str) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(&self.pool)
             .await
             .unwrap();
     }
-    let url = match base.rsplit_once('/') {
-        Some((server, _)) => format!("{server}/{database}"),
-        None => unreachable!("a PostgreSQL URL names its database"),
-    };
-    let target = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&url)
+
+    /// Drops the database.
+    async fn drop(self) {
+        self.pool.close().await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE {} WITH (FORCE)",
+            self.name
+        )))
+        .execute(&self.admin)
         .await
         .unwrap();
-    // What an application's `now()` writes in this database: its wall
-    // clock (this session's own zone is UTC: sqlx sets it).
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE visits (id BIGINT PRIMARY KEY, at TIMESTAMP NOT NULL, \
-         hits BIGINT NOT NULL DEFAULT 0); \
-         CREATE INDEX visits_at ON visits (at); \
-         INSERT INTO visits (id, at) SELECT g, (now() AT TIME ZONE '{IANA_ZONE}') \
-         - (g * 10 + 5) * interval '1 minute' FROM generate_series(0, 19) g"
-    )))
-    .execute(&target)
-    .await
-    .unwrap();
-    refused_then_read_in_the_named_zone(&url, Counted::Postgres(&target)).await;
-    target.close().await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {database} WITH (FORCE)"
-    )))
-    .execute(&admin)
-    .await
-    .unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,16 @@
-//! The zone a database's own sessions read and write times without a zone
-//! in (a PostgreSQL `timestamp` or `date`, a MySQL `DATETIME` or `DATE`):
-//! what `now()` writes into such a column when an application stores it.
+//! What a database's own sessions default to where Sluice's sessions do
+//! not (sqlx sets `TimeZone` UTC and PostgreSQL's `DateStyle` `ISO, MDY`
+//! on every connection): the zone times without a zone are read and
+//! written in (a PostgreSQL `timestamp` or `date`, a MySQL `DATETIME` or
+//! `DATE`: what `now()` writes into such a column), and on PostgreSQL the
+//! order an ambiguous date like `01/12/2025` is read in.
 //!
-//! Sluice's sessions run in UTC (sqlx sets it on every connection), so a
-//! zoneless value is compared with a time bound as if it were UTC. That is
-//! right only when the values are UTC; on a server whose sessions default
-//! to another zone, an application writing `now()` stores that zone's wall
-//! time, and a bound read as UTC would be off by the zone's offset. This
-//! module reads the default and its offset, so the caller can refuse.
+//! On a server whose sessions default to another zone, an application
+//! writing `now()` stores that zone's wall time, and a bound read as UTC
+//! would be off by the zone's offset; on one reading dates day first, an
+//! operator's `'01/12/2025'` is the 1st of December in psql and the 12th of
+//! January to Sluice. This module reads the defaults, so the caller can
+//! refuse.
 
 use chrono::{DateTime, Utc};
 
@@ -70,12 +73,39 @@ fn utc_offset(seconds: i64) -> String {
 }
 
 impl Store {
+    /// On PostgreSQL, the value the database's own sessions take for the
+    /// setting `name` (`TimeZone`, `DateStyle`): the database's own
+    /// (`ALTER DATABASE … SET`), else the server's configuration files' where
+    /// the role may read them (`pg_file_settings`: superusers and
+    /// `pg_read_all_settings`); `None` when neither says, or elsewhere. A
+    /// role's own setting is not seen.
+    ///
+    /// Errors: the database's, on reading its catalogue.
+    pub async fn sessions_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let Backend::Postgres(pool) = self.backend() else {
+            return Ok(None);
+        };
+        let database: Option<String> = sqlx::query_scalar(POSTGRES_DATABASE_SETTING)
+            .bind(name)
+            .fetch_optional(pool)
+            .await?;
+        if database.is_some() {
+            return Ok(database);
+        }
+        // Another role may not read the files: it does without.
+        Ok(sqlx::query_scalar(POSTGRES_FILE_SETTING)
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+            .ok()
+            .flatten())
+    }
+
     /// The zone the database's own sessions write zoneless times in, and its
     /// offset from UTC at each of `at`; `None` on SQLite, whose times are
-    /// text. On PostgreSQL: the database's own `TimeZone` setting (`ALTER
-    /// DATABASE … SET`), else the server's (`postgresql.conf`, read where
-    /// the role may, else `log_timezone`, which `initdb` sets alike); a
-    /// role's own setting is not seen. On MySQL: `@@global.time_zone`.
+    /// text. On PostgreSQL: `TimeZone` as [`Store::sessions_setting`] reads
+    /// it, else `log_timezone` (which `initdb` sets alike). On MySQL:
+    /// `@@global.time_zone`.
     ///
     /// Errors: the database's, on reading its settings.
     pub async fn sessions_zone(
@@ -86,17 +116,7 @@ impl Store {
         let name = match self.backend() {
             Backend::Sqlite(_) => return Ok(None),
             Backend::Postgres(pool) => {
-                let database: Option<String> = sqlx::query_scalar(POSTGRES_DATABASE_ZONE)
-                    .fetch_optional(pool)
-                    .await?;
-                // pg_file_settings is readable by superusers and
-                // pg_read_all_settings only: another role falls back.
-                let file: Option<String> = sqlx::query_scalar(POSTGRES_FILE_ZONE)
-                    .fetch_optional(pool)
-                    .await
-                    .ok()
-                    .flatten();
-                let name = match database.or(file) {
+                let name = match self.sessions_setting("TimeZone").await? {
                     Some(name) => name,
                     None => {
                         sqlx::query_scalar("SELECT current_setting('log_timezone')")
@@ -143,17 +163,17 @@ impl Store {
     }
 }
 
-/// The database's own `TimeZone` (`ALTER DATABASE … SET timezone`), if set.
-const POSTGRES_DATABASE_ZONE: &str = "SELECT substr(c, strpos(c, '=') + 1) \
+/// The database's own value of setting `$1` (`ALTER DATABASE … SET`), if set.
+const POSTGRES_DATABASE_SETTING: &str = "SELECT substr(c, strpos(c, '=') + 1) \
      FROM pg_catalog.pg_db_role_setting s CROSS JOIN LATERAL unnest(s.setconfig) AS c \
      WHERE s.setrole = 0 \
        AND s.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
-       AND lower(split_part(c, '=', 1)) = 'timezone' \
+       AND lower(split_part(c, '=', 1)) = lower($1) \
      LIMIT 1";
 
-/// The server's `timezone` from its configuration files, if applied.
-const POSTGRES_FILE_ZONE: &str = "SELECT setting FROM pg_catalog.pg_file_settings \
-     WHERE lower(name) = 'timezone' AND applied ORDER BY seqno DESC LIMIT 1";
+/// The server's value of setting `$1` from its configuration files, if applied.
+const POSTGRES_FILE_SETTING: &str = "SELECT setting FROM pg_catalog.pg_file_settings \
+     WHERE lower(name) = lower($1) AND applied ORDER BY seqno DESC LIMIT 1";
 
 /// Seconds the zone named `$2` is ahead of UTC at `$1`.
 const POSTGRES_OFFSET: &str = "SELECT (EXTRACT(EPOCH FROM ($1::timestamptz AT TIME ZONE $2)) \
