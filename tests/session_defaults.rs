@@ -62,28 +62,11 @@ async fn on_postgres_a_date_read_day_first_by_the_database_s_sessions_is_refused
              FROM generate_series(0, 23) g",
         )
         .await;
-    let update = |condition: &str| {
-        sluice_as_told(
-            &database.url,
-            &[
-                "enqueue",
-                "update-in-batches",
-                "--table",
-                "visits",
-                "--set",
-                "hits = hits + 1",
-                "--where",
-                condition,
-            ],
-        )
-    };
-    let refused = update("at < '01/12/2025'");
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{said}");
-    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
-    for part in ["'01/12/2025'", "day first", "ISO, DMY", "YYYY-MM-DD"] {
-        assert!(said.contains(part), "`{part}` in: {said}");
-    }
+    refused(
+        &database.url,
+        &increment_where("at < '01/12/2025'"),
+        &["'01/12/2025'", "day first", "ISO, DMY", "YYYY-MM-DD"],
+    );
     let pool = &database.pool;
     let count = |sql: &'static str| async move {
         sqlx::query_scalar::<_, i64>(sql)
@@ -92,7 +75,10 @@ async fn on_postgres_a_date_read_day_first_by_the_database_s_sessions_is_refused
             .unwrap()
     };
     assert_eq!(count("SELECT COUNT(*) FROM sluice_operations").await, 0);
-    succeeded(&update("at < '2025-12-01'"));
+    succeeded(&sluice_as_told(
+        &database.url,
+        &increment_where("at < '2025-12-01'"),
+    ));
     succeeded(&sluice_as_told(&database.url, &["run", "--until-idle"]));
     assert_eq!(
         count("SELECT COUNT(*) FROM visits WHERE hits = 1").await,
@@ -269,35 +255,15 @@ impl Counted<'_> {
 /// offset; with `--db-time-zone` it deletes exactly those 14 rows. Nothing
 /// is written or changed by a refusal.
 async fn refused_then_read_in_the_named_zone(url: &str, target: Counted<'_>) {
-    let refused = |args: &[&str], parts: &[&str]| {
-        let refused = sluice_as_told(url, args);
-        let said = String::from_utf8_lossy(&refused.stderr).into_owned();
-        assert_eq!(refused.status.code(), Some(2), "{said}");
-        assert_eq!(said.trim_end().lines().count(), 1, "{said}");
-        for part in parts {
-            assert!(said.contains(part), "`{part}` in: {said}");
-        }
-    };
     fn zoned<'a>(args: &[&'a str]) -> Vec<&'a str> {
         let mut all = vec!["--db-time-zone", IANA_ZONE];
         all.extend(args);
         all
     }
 
-    let update = [
-        "enqueue",
-        "update-in-batches",
-        "--table",
-        "visits",
-        "--set",
-        "hits = hits + 1",
-        "--where",
-        target.older_than_an_hour(),
-        "--batch-size",
-        "4",
-    ];
+    let update = increment_where(target.older_than_an_hour());
     let clock = ["reads the clock", "UTC-05:00 now", "off by 5h"];
-    refused(&update, &clock);
+    refused(url, &update, &clock);
     assert_eq!(
         target.counts().await,
         [20, 6, 0, 0, 14],
@@ -310,7 +276,7 @@ async fn refused_then_read_in_the_named_zone(url: &str, target: Counted<'_>) {
             1
         }
         Counted::MySql(_) => {
-            refused(&zoned(&update), &["UTC_TIMESTAMP()"]);
+            refused(url, &zoned(&update), &["UTC_TIMESTAMP()"]);
             0
         }
     };
@@ -331,6 +297,7 @@ async fn refused_then_read_in_the_named_zone(url: &str, target: Counted<'_>) {
         "1h",
     ];
     refused(
+        url,
         &delete,
         &[
             "`at` of `visits`",
@@ -351,6 +318,32 @@ async fn refused_then_read_in_the_named_zone(url: &str, target: Counted<'_>) {
         [6, 6, updated + 1],
         "exactly the rows older than an hour in the zone they were written in"
     );
+}
+
+/// `update-in-batches` of `hits = hits + 1` over `visits` where `condition`.
+fn increment_where(condition: &str) -> [&str; 8] {
+    [
+        "enqueue",
+        "update-in-batches",
+        "--table",
+        "visits",
+        "--set",
+        "hits = hits + 1",
+        "--where",
+        condition,
+    ]
+}
+
+/// Runs `sluice` on `url` with `args` and checks it is refused as bad
+/// input, in one line holding each of `parts`.
+fn refused(url: &str, args: &[&str], parts: &[&str]) {
+    let refused = sluice_as_told(url, args);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+    for part in parts {
+        assert!(said.contains(part), "`{part}` in: {said}");
+    }
 }
 
 /// The `sluice` binary on `url` with `args` alone: no zone from the
