@@ -15,6 +15,9 @@
 //! December in psql) would be the 12th of January to Sluice's sessions
 //! (sqlx's `ISO, MDY`): refused, while `'2025-12-01'` is accepted.
 //!
+//! A MariaDB server writing a statement-based binary log is refused: its
+//! replicas would run a `DELETE … LIMIT` again and pick their own rows.
+//!
 //! Its own test binary: on MariaDB the sessions' default zone is a global
 //! setting, which this test changes (and sets back) while no other test
 //! runs. On PostgreSQL it is a database's own setting, in a database made
@@ -24,6 +27,10 @@ mod common;
 
 use common::{TestDb, postgres_url, servers_required, succeeded};
 use sqlx::postgres::PgPoolOptions;
+
+/// Held by a test while it changes a MariaDB global setting, which the
+/// other test's sessions would take up.
+static MYSQL_GLOBALS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Five hours behind UTC all year, as each server and chrono-tz name it.
 const MYSQL_ZONE: &str = "-05:00";
@@ -87,6 +94,59 @@ async fn on_postgres_a_date_read_day_first_by_the_database_s_sessions_is_refused
     );
     assert_eq!(count("SELECT SUM(hits)::bigint FROM visits").await, 11);
     database.drop().await;
+}
+
+/// A MariaDB server writing a statement-based binary log: its replicas run
+/// each statement again, where a `DELETE … LIMIT` picks its own rows.
+/// Refused at enqueue, nothing written; the global setting is set back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mysql_a_statement_based_binary_log_is_refused() {
+    let _globals = MYSQL_GLOBALS.lock().await;
+    let Some(db) = TestDb::mysql().await else {
+        return;
+    };
+    if db.scalar("SELECT @@log_bin").await == 0 {
+        println!("skipped: this MySQL server writes no binary log");
+        return db.cleanup().await;
+    }
+    db.execute("CREATE TABLE visits (id BIGINT PRIMARY KEY, at DATETIME NOT NULL, KEY (at))")
+        .await;
+    db.execute("INSERT INTO visits VALUES (1, '2020-01-01'), (2, '2099-01-01')")
+        .await;
+    let was = db.text("SELECT CAST(@@global.binlog_format AS CHAR)").await;
+    // A run stopped midway left the test's setting: CI's server logs rows.
+    let was = if was == "STATEMENT" {
+        "ROW".into()
+    } else {
+        was
+    };
+    db.execute("SET GLOBAL binlog_format = 'STATEMENT'").await;
+    let url = db.url.clone();
+    let tried = tokio::task::spawn_blocking(move || {
+        refused(
+            &url,
+            &[
+                "enqueue",
+                "delete-aged-rows",
+                "--table",
+                "visits",
+                "--column",
+                "at",
+                "--older-than",
+                "1d",
+            ],
+            &["binlog_format = STATEMENT", "MIXED or ROW"],
+        )
+    })
+    .await;
+    db.execute(&format!("SET GLOBAL binlog_format = '{was}'"))
+        .await;
+    if let Err(failed) = tried {
+        std::panic::resume_unwind(failed.into_panic());
+    }
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM visits").await, 2);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+    db.cleanup().await;
 }
 
 /// A PostgreSQL database of a test's own, whose sessions default to one
@@ -163,6 +223,7 @@ impl PostgresDatabase {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_mysql_a_datetime_written_in_the_server_s_zone_is_read_in_it() {
+    let _globals = MYSQL_GLOBALS.lock().await;
     let Some(db) = TestDb::mysql().await else {
         return;
     };

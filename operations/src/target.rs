@@ -48,6 +48,13 @@ pub enum TargetError {
         /// Its engine.
         engine: String,
     },
+    /// A MySQL server logging statements, not rows, for its replicas.
+    #[error(
+        "this server writes a statement-based binary log (binlog_format = STATEMENT): a \
+         replica runs each statement again, and a DELETE … LIMIT there picks its own rows, so \
+         the replica would keep other rows than the primary; set binlog_format to MIXED or ROW"
+    )]
+    StatementBinlog,
     /// A column does not exist in the table.
     #[error("table `{table}` has no column `{column}` (its columns: {})", .available.join(", "))]
     UnknownColumn {
@@ -190,6 +197,9 @@ pub async fn check_target(
             table: table.to_owned(),
             engine,
         });
+    }
+    if store.logs_statements().await? {
+        return Err(TargetError::StatementBinlog);
     }
     for column in &column_idents {
         if column.schema().is_some() || !available.iter().any(|a| a == column.name()) {

@@ -185,6 +185,21 @@ impl Store {
         Ok(engine.flatten())
     }
 
+    /// MySQL: whether the server writes the statements themselves to its
+    /// binary log (`log_bin` on, this session's `binlog_format` `STATEMENT`),
+    /// for replicas to run again; `false` elsewhere.
+    pub async fn logs_statements(&self) -> Result<bool, StoreError> {
+        let Backend::MySql(pool) = self.backend() else {
+            return Ok(false);
+        };
+        let logs: i64 = sqlx::query_scalar(
+            "SELECT CAST(@@log_bin = 1 AND @@binlog_format = 'STATEMENT' AS SIGNED)",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(logs == 1)
+    }
+
     /// The declared type of `column` in `table` as the catalogue spells it
     /// (SQLite: the declared type, possibly empty; PostgreSQL: what
     /// `information_schema.columns.data_type` says — a built-in type's name,
