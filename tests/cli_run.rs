@@ -27,6 +27,7 @@ for_each_backend!(
     an_analyze_makes_the_plan_drift_guard_look_at_once,
     archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_not_fit,
     archive_rows_refuses_a_table_whose_deletes_reach_other_rows,
+    archive_rows_copies_by_name_and_fails_on_a_column_added_since_enqueue,
     a_pause_until_a_time_is_resumed_by_a_running_worker,
     a_run_window_pauses_the_operation_when_it_closes_until_it_opens,
 );
@@ -1083,6 +1084,82 @@ async fn archive_rows_refuses_a_table_whose_deletes_reach_other_rows(db: &TestDb
     assert_eq!(refused.status.code(), Some(2), "{said}");
     assert!(said.contains("outside its scope"), "{said}");
     assert_eq!(db.scalar("SELECT COUNT(*) FROM replies").await, 2);
+}
+
+/// The live table's columns change between enqueue and run. Columns moved
+/// (MySQL's `MODIFY … AFTER`; elsewhere one dropped and added again, now
+/// last) are copied into their own archive columns, by name; a column added
+/// fails the run, naming it, with every row still in the live table and
+/// its values — copied, it would have lost them.
+async fn archive_rows_copies_by_name_and_fails_on_a_column_added_since_enqueue(db: &TestDb) {
+    for table in ["moved", "grown"] {
+        db.execute(&format!(
+            "CREATE TABLE {table} (id BIGINT PRIMARY KEY, a INTEGER NOT NULL, b INTEGER NOT NULL)"
+        ))
+        .await;
+        db.insert_series(&format!("{table} (id, a, b)"), "g, g, g * 100", 20, "")
+            .await;
+    }
+    let archive = |table: &str| {
+        sluice(
+            db,
+            &[
+                "enqueue",
+                "archive-rows",
+                "--table",
+                table,
+                "--into",
+                &format!("{table}_archive"),
+                "--where",
+                "id <= 10",
+                "--sub-batch-size",
+                "4",
+            ],
+        )
+    };
+
+    succeeded(&archive("moved"));
+    if db.backend == "mysql" {
+        db.execute("ALTER TABLE moved MODIFY b INTEGER NOT NULL AFTER id")
+            .await;
+    } else if db.backend == "sqlite" {
+        // One call, so one connection: SQLite prepares an ALTER against
+        // its connection's schema as last read.
+        db.execute(
+            "ALTER TABLE moved DROP COLUMN a; \
+             ALTER TABLE moved ADD COLUMN a INTEGER NOT NULL DEFAULT 0; \
+             UPDATE moved SET a = id",
+        )
+        .await;
+    } else {
+        db.execute("ALTER TABLE moved DROP COLUMN a").await;
+        db.execute("ALTER TABLE moved ADD COLUMN a INTEGER NOT NULL DEFAULT 0")
+            .await;
+        db.execute("UPDATE moved SET a = id").await;
+    }
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM moved_archive WHERE a = id AND b = id * 100")
+            .await,
+        10,
+        "each value in its own column"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM moved").await, 10);
+
+    succeeded(&archive("grown"));
+    db.execute("ALTER TABLE grown ADD COLUMN extra INTEGER NOT NULL DEFAULT 7")
+        .await;
+    let failed = sluice(db, &["run", "--until-idle"]);
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "{said}");
+    assert!(said.contains("(extra)"), "{said}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM grown_archive").await, 0);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM grown WHERE extra = 7")
+            .await,
+        20,
+        "every row where it was, with its values"
+    );
 }
 
 /// `pause --until`: a running worker's scheduler resumes the operation once

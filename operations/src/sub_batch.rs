@@ -287,6 +287,22 @@ impl<'a> SubBatch<'a> {
             self.tx.execute(statement).instrument(span.clone()).await,
         )
     }
+
+    /// Reads the first column of the first row `statement` returns, as
+    /// text (`None` for no row or `NULL`), in the sub-batch's transaction:
+    /// what its changes so far and the locks they took let it see.
+    pub async fn fetch_text(
+        &mut self,
+        statement: &Statement,
+    ) -> Result<Option<String>, OperationError> {
+        let span = statement_span(
+            self.system,
+            self.rows.table().name(),
+            statement.text().as_str(),
+        );
+        let read = self.tx.fetch_text(statement).instrument(span.clone()).await;
+        Ok(traced(&span, read.map(|text| (text, 1)))?.0)
+    }
 }
 
 /// Runs one sub-batch of `operation`: finds where the sub-batch ends, runs

@@ -48,7 +48,7 @@ pub struct ArchiveRowsArguments {
     /// both must hold).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cutoff: Option<Cutoff>,
-    /// The live table's columns, in table order, copied by position.
+    /// The live table's columns, in table order: the columns copied, by name.
     #[serde(default)]
     pub columns: Vec<String>,
 }
@@ -118,9 +118,8 @@ impl Operation for ArchiveRows {
             .map(|c| Ident::parse(c))
             .collect::<Result<Vec<_>, _>>()?;
         let table = sub_batch.table().clone();
-        // Every column of the live table, by position: a column added to
-        // (or dropped from) it since enqueue makes the counts differ and the
-        // statement fail, rather than copy rows without it.
+        // The columns enqueue saw, named on both sides: a column moved in
+        // the live table since is copied into its own column still.
         let insert = || {
             Statement::new("INSERT INTO ")
                 .ident(&into)
@@ -132,16 +131,31 @@ impl Operation for ArchiveRows {
             // One statement: the rows deleted are exactly the rows copied.
             let statement = sub_batch
                 .rows_where(Statement::new("WITH moved AS (DELETE FROM ").ident(&table))
-                .push(" RETURNING *) INSERT INTO ")
+                .push(" RETURNING ")
+                .idents(&columns)
+                .push(") INSERT INTO ")
                 .ident(&into)
                 .push(" (")
                 .idents(&columns)
-                .push(") SELECT * FROM moved");
-            return sub_batch.execute(&statement).await;
+                .push(") SELECT ")
+                .idents(&columns)
+                .push(" FROM moved");
+            let moved = sub_batch.execute(&statement).await?;
+            refuse_new_columns(sub_batch, &table, &columns).await?;
+            return Ok(moved);
         }
         let copied = sub_batch
-            .execute(&sub_batch.rows_where(insert().push("SELECT * FROM ").ident(&table)))
+            .execute(
+                &sub_batch.rows_where(
+                    insert()
+                        .push("SELECT ")
+                        .idents(&columns)
+                        .push(" FROM ")
+                        .ident(&table),
+                ),
+            )
             .await?;
+        refuse_new_columns(sub_batch, &table, &columns).await?;
         // The rows to delete are those whose keys the archive now holds in
         // this range: the scope is not evaluated a second time (one that can
         // answer otherwise, `RAND() < 0.5`, would delete other rows than it
@@ -398,6 +412,57 @@ async fn check_archive(
         }
     }
     Ok(())
+}
+
+/// Fails the sub-batch (rolled back) when `table` has a column that
+/// `columns`, the ones enqueue saw and the sub-batch copied, lack: its
+/// values would be deleted with their rows, not archived. Read after the
+/// sub-batch's statement, whose locks hold the table's columns as they are
+/// until it commits (PostgreSQL's row-exclusive lock, MySQL's metadata
+/// lock, SQLite's write lock); a column dropped since fails the statement
+/// itself.
+async fn refuse_new_columns(
+    sub_batch: &mut SubBatch<'_>,
+    table: &Ident,
+    columns: &[Ident],
+) -> Result<(), OperationError> {
+    let listed = match sub_batch.dialect() {
+        Dialect::Postgres => Statement::new(
+            "SELECT string_agg(attname::text, ',') FROM pg_catalog.pg_attribute \
+             WHERE attnum > 0 AND NOT attisdropped AND attrelid = to_regclass(",
+        )
+        .value(table.quoted().into())
+        .push(")"),
+        Dialect::MySql => {
+            let head = Statement::new(
+                "SELECT GROUP_CONCAT(column_name SEPARATOR ',') FROM information_schema.columns \
+                 WHERE table_schema = ",
+            );
+            let within = match table.schema() {
+                Some(schema) => head.value(schema.into()),
+                None => head.push("DATABASE()"),
+            };
+            within.push(" AND table_name = ").value(table.name().into())
+        }
+        Dialect::Sqlite => Statement::new("SELECT group_concat(name, ',') FROM pragma_table_info(")
+            .value(table.name().into())
+            .push(", ")
+            .value(table.schema().unwrap_or("main").into())
+            .push(")"),
+    };
+    let now = sub_batch.fetch_text(&listed).await?.unwrap_or_default();
+    let added: Vec<&str> = now
+        .split(',')
+        .filter(|name| !columns.iter().any(|c| c.name().eq_ignore_ascii_case(name)))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    Err(OperationError::Failed(format!(
+        "`{table}` has columns archive-rows was not enqueued with ({}): their values would be \
+         deleted, not archived; rolled back — add them to the archive table and enqueue again",
+        added.join(", ")
+    )))
 }
 
 /// Refuses to archive out of `table` when foreign keys delete or change
