@@ -1015,21 +1015,8 @@ async fn archive_rows_refuses_a_table_whose_deletes_reach_other_rows(db: &TestDb
         .await;
     db.execute("UPDATE threads SET parent_id = id - 1 WHERE id > 1")
         .await;
-    let archive = |table: &str, into: &str, condition: &str| {
-        sluice(
-            db,
-            &[
-                "enqueue",
-                "archive-rows",
-                "--table",
-                table,
-                "--into",
-                into,
-                "--where",
-                condition,
-            ],
-        )
-    };
+    let archive =
+        |table: &str, into: &str, condition: &str| enqueue_archive(db, table, into, condition, &[]);
     for (table, reached) in [("parents", "`children` ("), ("threads", "`threads` (")] {
         let refused = archive(table, &format!("{table}_archive"), "grp = 1");
         let said = String::from_utf8_lossy(&refused.stderr);
@@ -1101,21 +1088,8 @@ async fn archive_rows_copies_by_name_and_fails_on_a_column_added_since_enqueue(d
             .await;
     }
     let archive = |table: &str| {
-        sluice(
-            db,
-            &[
-                "enqueue",
-                "archive-rows",
-                "--table",
-                table,
-                "--into",
-                &format!("{table}_archive"),
-                "--where",
-                "id <= 10",
-                "--sub-batch-size",
-                "4",
-            ],
-        )
+        let into = format!("{table}_archive");
+        enqueue_archive(db, table, &into, "id <= 10", &["--sub-batch-size", "4"])
     };
 
     succeeded(&archive("moved"));
@@ -1160,6 +1134,29 @@ async fn archive_rows_copies_by_name_and_fails_on_a_column_added_since_enqueue(d
         20,
         "every row where it was, with its values"
     );
+}
+
+/// `sluice enqueue archive-rows` of the rows of `table` matching
+/// `condition` into `into`, with `extra` options.
+fn enqueue_archive(
+    db: &TestDb,
+    table: &str,
+    into: &str,
+    condition: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec![
+        "enqueue",
+        "archive-rows",
+        "--table",
+        table,
+        "--into",
+        into,
+        "--where",
+        condition,
+    ];
+    args.extend_from_slice(extra);
+    sluice(db, &args)
 }
 
 /// `pause --until`: a running worker's scheduler resumes the operation once
