@@ -51,6 +51,12 @@ macro_rules! record_then_commit {
                 .bind(lease.epoch)
                 .fetch_one(&mut *tx)
                 .await?;
+            // At once, not when the connection is next used: the refused
+            // record may hold the batch row's lock (InnoDB locks the rows an
+            // UPDATE reads), and whoever claims the batch next skips a
+            // locked row. A connection that fails here is closed, which
+            // rolls back as well.
+            let _ = tx.rollback().await;
             Err(record_refused(lease, held == 1))
         }
     }};
