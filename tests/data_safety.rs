@@ -101,7 +101,10 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
 
 postgres_and_mysql!(a_key_the_database_writes_on_update_is_refused);
 
-mysql_only!(operator_sql_means_on_mysql_what_it_means_in_the_mysql_client);
+mysql_only!(
+    operator_sql_means_on_mysql_what_it_means_in_the_mysql_client,
+    unsigned_integers_batch_on_mysql_as_signed_ones_do,
+);
 
 postgres_only!(
     a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
@@ -328,6 +331,164 @@ async fn operator_sql_means_on_mysql_what_it_means_in_the_mysql_client(db: &Test
         0,
         "no row changed by a refused operation"
     );
+}
+
+/// MySQL's unsigned integers — a `BIGINT UNSIGNED` key (`SERIAL`, most
+/// frameworks' ids), `INT UNSIGNED` epoch seconds — batch as signed ones
+/// do: each row in scope changed once and no other, from key 0 to the
+/// largest a cursor holds (2^63 - 1). A key above that is refused at
+/// enqueue, naming the value, and nothing is written.
+async fn unsigned_integers_batch_on_mysql_as_signed_ones_do(db: &TestDb) {
+    for table in ["by_update", "by_time", "by_epoch", "by_archive"] {
+        create_unsigned_table(db, table, "9223372036854775807").await;
+    }
+    let batched = ["--batch-size", "7", "--sub-batch-size", "3"];
+    let enqueue = |args: &[&str]| {
+        let args: Vec<&str> = ["enqueue"]
+            .iter()
+            .chain(args)
+            .chain(&batched)
+            .copied()
+            .collect();
+        succeeded(&sluice(db, &args));
+    };
+    enqueue(&[
+        "update-in-batches",
+        "--table",
+        "by_update",
+        "--set",
+        "hits = hits + 1",
+        "--where",
+        "id % 3 = 0",
+    ]);
+    for (table, column) in [("by_time", "at"), ("by_epoch", "seen")] {
+        enqueue(&[
+            "delete-aged-rows",
+            "--table",
+            table,
+            "--column",
+            column,
+            "--older-than",
+            "1d",
+        ]);
+    }
+    enqueue(&[
+        "archive-rows",
+        "--table",
+        "by_archive",
+        "--into",
+        "by_archive_old",
+        "--column",
+        "at",
+        "--older-than",
+        "1d",
+    ]);
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+
+    // Ids 0, 3, …, 198 (2^63 - 1 leaves 1 divided by 3).
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM by_update WHERE hits = 1 AND id % 3 = 0")
+            .await,
+        67,
+        "each row in scope changed"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM by_update WHERE hits <> IF(id % 3 = 0, 1, 0)")
+            .await,
+        0,
+        "no row changed twice or outside the scope"
+    );
+    for table in ["by_time", "by_epoch", "by_archive"] {
+        assert_eq!(
+            db.scalar(&format!("SELECT COUNT(*) FROM {table}")).await,
+            100,
+            "{table}: the aged rows gone"
+        );
+        assert_eq!(
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM {table} WHERE at < '2099-01-01'"
+            ))
+            .await,
+            0,
+            "{table}: only the aged rows gone"
+        );
+    }
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM by_archive_old WHERE at < '2099-01-01' \
+             AND id NOT IN (SELECT id FROM by_archive)"
+        )
+        .await,
+        101,
+        "every aged row archived, none kept twice"
+    );
+
+    // A key above 2^63 - 1: refused before anything is written.
+    create_unsigned_table(db, "beyond", "18446744073709551615").await;
+    let operations = db.scalar("SELECT COUNT(*) FROM sluice_operations").await;
+    for kind in [
+        &[
+            "update-in-batches",
+            "--table",
+            "beyond",
+            "--set",
+            "hits = 1",
+        ][..],
+        &[
+            "delete-aged-rows",
+            "--table",
+            "beyond",
+            "--column",
+            "at",
+            "--older-than",
+            "1d",
+        ],
+    ] {
+        let args: Vec<&str> = ["enqueue"].iter().chain(kind).copied().collect();
+        let refused = sluice(db, &args);
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{kind:?}: {said}");
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains("18446744073709551615") && said.contains("above 9223372036854775807"),
+            "{said}"
+        );
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM sluice_operations").await,
+        operations,
+        "refused, yet written"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM beyond WHERE hits <> 0")
+            .await,
+        0,
+        "no row changed by a refused operation"
+    );
+}
+
+/// `table` with unsigned columns: keys 0 to 199 and `largest`; the even
+/// keys and `largest` aged (2020, by `at` and by `seen` in epoch seconds),
+/// the odd ones young (2099).
+async fn create_unsigned_table(db: &TestDb, table: &str, largest: &str) {
+    db.execute(&format!(
+        "CREATE TABLE {table} (id BIGINT UNSIGNED PRIMARY KEY, seen INT UNSIGNED NOT NULL, \
+         at DATETIME NOT NULL, hits INT UNSIGNED NOT NULL DEFAULT 0, KEY (seen), KEY (at))"
+    ))
+    .await;
+    db.insert_series(
+        &format!("{table} (id, seen, at)"),
+        "g - 1, IF(g % 2 = 1, 1577836800, 4070908800) + g, \
+         IF(g % 2 = 1, TIMESTAMP '2020-01-01 00:00:00', TIMESTAMP '2099-01-01 00:00:00') \
+         + INTERVAL g SECOND",
+        200,
+        "",
+    )
+    .await;
+    db.execute(&format!(
+        "INSERT INTO {table} (id, seen, at) VALUES ({largest}, 1577836800, '2020-01-01')"
+    ))
+    .await;
 }
 
 /// Enqueues `update-in-batches` of `set` over `table` by `key`, in batches

@@ -24,8 +24,8 @@ use crate::operation::{PreparedOperation, Registry};
 use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
 use crate::target::{
-    check_key, check_key_values, check_session_dependent_sql, check_target, check_time_column,
-    full_scan_refusal,
+    check_key, check_key_range, check_key_values, check_session_dependent_sql, check_target,
+    check_time_column, full_scan_refusal,
 };
 
 /// How an operation is to run, beside its arguments. Serialisable so a
@@ -317,6 +317,7 @@ pub(crate) async fn checked_spec(
             Strategy::Loop { key } => std::slice::from_ref(key),
         };
         check_key(store, shape.table(), batching_key).await?;
+        check_key_range(store, shape.table(), &batching_key[0]).await?;
         if let Strategy::Keyset(columns) = shape.strategy() {
             check_key_values(store, shape.table(), &columns[0]).await?;
         }

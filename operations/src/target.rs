@@ -169,7 +169,10 @@ impl TargetError {
     /// True when the target itself is at fault (the user's input), false when
     /// the database could not be consulted.
     pub fn is_bad_input(&self) -> bool {
-        !matches!(self, TargetError::Store(_))
+        match self {
+            TargetError::Store(e) => e.is_bad_input(),
+            _ => true,
+        }
     }
 }
 
@@ -332,6 +335,28 @@ pub async fn check_key_values(
         smallest: described(smallest),
         largest: described(largest),
     })
+}
+
+/// On MySQL, refuses a key whose largest value no cursor holds: an
+/// unsigned column (`BIGINT UNSIGNED`) holding more than 2^63 - 1, which
+/// the operation would reach mid-run. It reads the column's `MAX` through
+/// its index. Other databases' integers are signed 64-bit at most.
+pub async fn check_key_range(
+    store: &Store,
+    table: &Ident,
+    column: &Ident,
+) -> Result<(), TargetError> {
+    let Backend::MySql(_) = store.backend() else {
+        return Ok(());
+    };
+    let largest = Statement::new("SELECT MAX(")
+        .ident(column)
+        .push(") AS ")
+        .ident(column)
+        .push(" FROM ")
+        .ident(table);
+    store.fetch_cursor(&largest, 1).await?;
+    Ok(())
 }
 
 /// Refuses `probe` (a statement the operation will run, filtering or ordering

@@ -125,6 +125,17 @@ pub enum StoreError {
         /// holds a value of another type (SQLite).
         type_name: String,
     },
+    /// A batching column holds an unsigned integer (MySQL `BIGINT
+    /// UNSIGNED`) above the signed 64-bit range that cursors hold.
+    #[error(
+        "column `{column}` holds {value}, above 9223372036854775807, the largest integer Sluice can batch by: batch by another unique column"
+    )]
+    KeyBeyondRange {
+        /// The column as the query named it.
+        column: String,
+        /// The value found.
+        value: u64,
+    },
     /// A connection setting that the database cannot honour (an unsafe schema
     /// name, a setting another backend's).
     #[error("{0}")]
@@ -159,6 +170,7 @@ impl StoreError {
                 | StoreError::InvalidSpec(_)
                 | StoreError::Illegal { .. }
                 | StoreError::UnsupportedCursorType { .. }
+                | StoreError::KeyBeyondRange { .. }
                 | StoreError::BadSetting(_)
         )
     }

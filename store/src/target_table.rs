@@ -385,7 +385,10 @@ impl Store {
 
 /// Reads a row's first `width` columns as a cursor: `None` when one of them
 /// is NULL, an error naming the column when its type cannot be a cursor.
-pub(crate) fn row_cursor<R: sqlx::Row>(row: &R, width: usize) -> Result<Option<Cursor>, StoreError>
+pub(crate) fn row_cursor<R: sqlx::Row + UnsignedColumns>(
+    row: &R,
+    width: usize,
+) -> Result<Option<Cursor>, StoreError>
 where
     usize: sqlx::ColumnIndex<R>,
     i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
@@ -413,6 +416,12 @@ where
             CursorValue::Int(v)
         } else if let Ok(v) = row.try_get::<i32, _>(i) {
             CursorValue::Int(v.into())
+        } else if let Some(v) = row.unsigned(i) {
+            let column = || row.columns()[i].name().to_owned();
+            CursorValue::Int(i64::try_from(v).map_err(|_| StoreError::KeyBeyondRange {
+                column: column(),
+                value: v,
+            })?)
         } else if let Ok(v) = row.try_get::<String, _>(i) {
             CursorValue::Text(v)
         } else if let (true, Ok(v)) = (postgres, row.try_get::<DateTime<Utc>, _>(i)) {
@@ -437,4 +446,31 @@ where
         values.push(value);
     }
     Ok(Some(Cursor(values)))
+}
+
+/// A row whose columns may hold unsigned integers (MySQL's `UNSIGNED`
+/// types, which sqlx reads only as unsigned Rust integers). A cursor holds
+/// such a value as a signed 64-bit integer, which MySQL compares with an
+/// unsigned column exactly; larger values are refused by [`row_cursor`].
+pub(crate) trait UnsignedColumns {
+    /// Column `i` as an unsigned integer, when it is an unsigned column.
+    fn unsigned(&self, i: usize) -> Option<u64>;
+}
+
+impl UnsignedColumns for sqlx::mysql::MySqlRow {
+    fn unsigned(&self, i: usize) -> Option<u64> {
+        sqlx::Row::try_get::<u64, _>(self, i).ok()
+    }
+}
+
+impl UnsignedColumns for sqlx::postgres::PgRow {
+    fn unsigned(&self, _: usize) -> Option<u64> {
+        None
+    }
+}
+
+impl UnsignedColumns for sqlx::sqlite::SqliteRow {
+    fn unsigned(&self, _: usize) -> Option<u64> {
+        None
+    }
 }
