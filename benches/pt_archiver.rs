@@ -4,8 +4,9 @@
 //!
 //! The table has 1,000,000 rows (`SLUICE_BENCH_ROWS`) written over time, as
 //! a log table is: `created_at` grows with the key, the first 80 % are
-//! aged (2020), the last 20 % young; an index on `created_at`. Each side starts from a fresh fill, with the replica caught
-//! up, and deletes the rows older than a day, 1,000 per transaction:
+//! aged (2020), the last 20 % young; an index on `created_at`. Each side
+//! starts from a fresh fill, with the replica caught up, and deletes the
+//! rows older than a day, 1,000 per transaction:
 //! - `pt-archiver --purge --where "created_at < NOW() - INTERVAL 1 DAY"
 //!   --limit 1000 --commit-each --bulk-delete`;
 //! - Sluice's `delete-aged-rows` with sub-batches of 1,000 (batches of
@@ -20,10 +21,12 @@
 //!
 //! Meanwhile four clients read rows that stay by their key and insert new
 //! ones (one insert in four queries, about 500 queries/s per client); the
-//! harness prints each side's rows/s and the clients' p50 and p99. When the
-//! servers run on this machine it also prints the CPU time their processes
-//! spent on each side, counted until the replica has replayed it: the work
-//! a purge costs the servers, whichever tool sends it.
+//! harness prints each side's rows/s, the clients' p50 and p99, and the
+//! inserts' p99 alone (the tail is theirs: their commits queue with the
+//! purge's). When the servers run on this machine it also prints the CPU
+//! time their processes spent on each side, counted until the replica has
+//! replayed it: the work a purge costs the servers, whichever tool sends
+//! it.
 //!
 //! `cargo bench --bench pt_archiver` (env: `SLUICE_BENCH_ROWS`;
 //! `SLUICE_BENCH_PAUSE`, Sluice's pause between sub-batches, default `0ms`;
@@ -31,7 +34,10 @@
 //! `SLUICE_BENCH_CLIENTS`, the foreground clients, default 4;
 //! `SLUICE_BENCH_HOLD_REPLICA=1`, the replica's applier stopped during the
 //! pair that does not check lag and started again after it, as if the
-//! replica ran on other cores; `SLUICE_TEST_MYSQL_URL`,
+//! replica ran on other cores; `SLUICE_BENCH_PAIRS`, `plain`, `lag` or
+//! `plain,lag` (the default); `SLUICE_BENCH_MAX_LAG`, pt-archiver's
+//! `--max-lag` in the second pair (default 5); `SLUICE_BENCH_RUN_ARGS`,
+//! more options for `sluice run`; `SLUICE_TEST_MYSQL_URL`,
 //! `SLUICE_TEST_MYSQL_REPLICA_URL`, without a password). Needs
 //! `pt-archiver` on the `PATH` (Debian: `percona-toolkit`); skips with a
 //! message when it or a server is missing.
@@ -87,7 +93,7 @@ async fn main() {
         .connect(&url)
         .await
         .unwrap();
-    let replica_pool = MySqlPool::connect(&replica_url).await.ok();
+    let replica_pool = replica_with_database(&replica_url).await;
     println!(
         "rows {rows}, {} aged, sub-batches of 1,000, {clients} clients",
         rows - rows / 5
@@ -104,13 +110,17 @@ async fn main() {
         report("no maintenance", None, &idle);
     }
 
-    let pairs: Vec<Option<&str>> = match replica_pool {
-        Some(_) => vec![None, Some(replica_url.as_str())],
-        None => {
-            println!("no replica at {replica_url}: the lag-checking pair is skipped");
-            vec![None]
+    let wanted = std::env::var("SLUICE_BENCH_PAIRS").unwrap_or_else(|_| "plain,lag".into());
+    let mut pairs: Vec<Option<&str>> = Vec::new();
+    if wanted.split(',').any(|p| p == "plain") {
+        pairs.push(None);
+    }
+    if wanted.split(',').any(|p| p == "lag") {
+        match replica_pool {
+            Some(_) => pairs.push(Some(replica_url.as_str())),
+            None => println!("no replica at {replica_url}: the lag-checking pair is skipped"),
         }
-    };
+    }
     for repeat in 0..repeats {
         for lag_from in &pairs {
             let with = if lag_from.is_some() {
@@ -188,7 +198,8 @@ async fn pt_archiver(url: &str, replica: Option<&str>) {
         "--bulk-delete",
     ]);
     if let Some(replica) = replica {
-        command.args(["--check-slave-lag", &dsn(replica), "--max-lag", "5"]);
+        let max_lag = std::env::var("SLUICE_BENCH_MAX_LAG").unwrap_or_else(|_| "5".into());
+        command.args(["--check-slave-lag", &dsn(replica), "--max-lag", &max_lag]);
     }
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
@@ -240,6 +251,8 @@ async fn sluice_run(url: &str, replica: Option<&str>) {
     if let Some(replica) = replica {
         run.extend(["--replica", replica]);
     }
+    let extra = std::env::var("SLUICE_BENCH_RUN_ARGS").unwrap_or_default();
+    run.extend(extra.split_whitespace());
     sluice(url, &run).await;
 }
 
@@ -256,6 +269,25 @@ async fn sluice(url: &str, args: &[&str]) {
         "sluice failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// A connection to the replica at `url` once it has replayed the creation
+/// of the benchmark's database (at most a minute); `None` when there is no
+/// replica there.
+async fn replica_with_database(url: &str) -> Option<MySqlPool> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match MySqlPool::connect(url).await {
+            Ok(pool) => return Some(pool),
+            // 1049: unknown database, not replayed yet.
+            Err(sqlx::Error::Database(e))
+                if e.code().as_deref() == Some("42000") && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 /// `url` as a Percona DSN (`h=…,P=…,u=…[,D=…]`).
@@ -289,14 +321,16 @@ struct Load {
 
 impl Load {
     /// Runs `maintenance` while the clients read rows that stay and insert
-    /// new ones (one query in four); returns their latencies (microseconds),
-    /// sorted.
-    async fn during(&self, pool: &MySqlPool, maintenance: impl Future<Output = ()>) -> Vec<u64> {
+    /// new ones (one query in four); returns their latencies.
+    async fn during(&self, pool: &MySqlPool, maintenance: impl Future<Output = ()>) -> Latencies {
         let (pool, rows) = (pool.clone(), self.rows);
+        let inserts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let insert_times = inserts.clone();
         let query = move |seed: u64| {
-            let pool = pool.clone();
+            let (pool, inserts) = (pool.clone(), insert_times.clone());
             async move {
                 if seed.is_multiple_of(4) {
+                    let asked = Instant::now();
                     sqlx::query(sqlx::AssertSqlSafe(format!(
                         "INSERT INTO {TABLE} (created_at, payload) VALUES ('2099-01-01', ?)"
                     )))
@@ -304,6 +338,10 @@ impl Load {
                     .execute(&pool)
                     .await
                     .unwrap();
+                    inserts
+                        .lock()
+                        .unwrap()
+                        .push(asked.elapsed().as_micros() as u64);
                 } else {
                     // The last fifth stays.
                     let id = rows - (seed % (rows / 5) as u64) as i64;
@@ -317,8 +355,19 @@ impl Load {
                 }
             }
         };
-        common::under_load(self.clients, query, maintenance).await
+        let all = common::under_load(self.clients, query, maintenance).await;
+        let mut inserts = std::mem::take(&mut *inserts.lock().unwrap());
+        inserts.sort_unstable();
+        Latencies { all, inserts }
     }
+}
+
+/// The foreground's latencies (microseconds, sorted): every query's, and
+/// the inserts' alone (whose commits wait on the purge's, where the tail
+/// comes from).
+struct Latencies {
+    all: Vec<u64>,
+    inserts: Vec<u64>,
 }
 
 /// Stops or starts (`verb`) the replica's SQL thread, which replays what
@@ -364,7 +413,7 @@ fn server_cpu() -> Option<Duration> {
 
 /// Prints the clients' p50 and p99 and, for a purge, its rows/s and the
 /// servers' CPU time.
-fn report(name: &str, purge: Option<(i64, Duration, Option<Duration>)>, latencies: &[u64]) {
+fn report(name: &str, purge: Option<(i64, Duration, Option<Duration>)>, latencies: &Latencies) {
     let mut parts = Vec::new();
     if let Some((rows, took, cpu)) = purge {
         let purged = (rows - rows / 5) as f64;
@@ -381,12 +430,19 @@ fn report(name: &str, purge: Option<(i64, Duration, Option<Duration>)>, latencie
             ));
         }
     }
-    if !latencies.is_empty() {
+    let Latencies { all, inserts } = latencies;
+    if !all.is_empty() {
         parts.push(format!(
             "{} queries, p50 {:.2} ms, p99 {:.2} ms",
-            latencies.len(),
-            percentile(latencies, 0.50) as f64 / 1e3,
-            percentile(latencies, 0.99) as f64 / 1e3,
+            all.len(),
+            percentile(all, 0.50) as f64 / 1e3,
+            percentile(all, 0.99) as f64 / 1e3,
+        ));
+    }
+    if !inserts.is_empty() {
+        parts.push(format!(
+            "inserts' p99 {:.2} ms",
+            percentile(inserts, 0.99) as f64 / 1e3
         ));
     }
     println!("{name}: {}", parts.join(", "));
