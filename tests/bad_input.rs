@@ -66,6 +66,16 @@ async fn set_up(db: &TestDb) {
         .await;
     db.execute("CREATE INDEX day_numbers_day ON day_numbers (day)")
         .await;
+    // Milliseconds since 1970: read as epoch seconds, no row would ever be
+    // aged (and the largest, a "never" sentinel, is allowed).
+    db.execute("CREATE TABLE ms_numbers (id BIGINT PRIMARY KEY, at_ms BIGINT NOT NULL)")
+        .await;
+    db.insert_series("ms_numbers (id, at_ms)", "g, 1700000000000 + g", 30, "")
+        .await;
+    db.execute("INSERT INTO ms_numbers (id, at_ms) VALUES (31, 9223372036854775807)")
+        .await;
+    db.execute("CREATE INDEX ms_numbers_at_ms ON ms_numbers (at_ms)")
+        .await;
     let ok = sluice(
         db,
         &[
@@ -116,6 +126,7 @@ async fn snapshot(db: &TestDb) -> Vec<i64> {
         "SELECT COUNT(*) FROM items",
         "SELECT CAST(SUM(counter) AS BIGINT) FROM items",
         "SELECT COUNT(*) FROM day_numbers",
+        "SELECT COUNT(*) FROM ms_numbers",
     ] {
         counts.push(db.scalar(sql).await);
     }
@@ -261,6 +272,11 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             2,
             "its largest value, 20030, would be 1970-01-01T05:33:50Z: every row would count \
              as older than 90d",
+        ),
+        (
+            aged("ms_numbers", "at_ms", "90d"),
+            2,
+            "its smallest value, 1700000000001, would be +55840-",
         ),
         // Durations past their bounds.
         (

@@ -358,44 +358,69 @@ fn iso_like(example: &str, at: DateTime<Utc>) -> String {
 /// for it to be read as epoch seconds: 1980-01-01T00:00:00Z.
 pub const EPOCH_SECONDS_FLOOR: i64 = 315_532_800;
 
+/// The instant an integer time column's smallest value must be before for
+/// it to be read as epoch seconds: 3000-01-01T00:00:00Z. Milliseconds since
+/// 1970 read as seconds are past the year 50,000.
+pub const EPOCH_SECONDS_CEILING: i64 = 32_503_680_000;
+
 /// Refuses reading an integer `column` as epoch seconds when its largest
-/// value is before [`EPOCH_SECONDS_FLOOR`]: a column of years, days, hours
-/// or minutes, whose every row would count as aged and be deleted. (A
-/// column of milliseconds or finer reads as far in the future, and nothing
-/// in it is deleted.) One `MAX`, which an index on the column answers.
+/// value is before [`EPOCH_SECONDS_FLOOR`] — a column of years, days, hours
+/// or minutes, whose every row would count as aged and be deleted — or its
+/// smallest is after [`EPOCH_SECONDS_CEILING`] — milliseconds or finer, of
+/// which no row would ever count as aged, the operation finishing having
+/// deleted nothing. (A sentinel such as 2^63 - 1 for "never" is a largest
+/// value, and allowed.) One `MIN` and one `MAX`, which an index on the
+/// column answers.
 async fn refuse_other_units(
     store: &Store,
     table: &Ident,
     column: &Ident,
     older_than: &str,
 ) -> Result<(), OperationError> {
-    let largest = Statement::new("SELECT CAST(MAX(")
-        .ident(column)
-        .push(") AS CHAR(24)) FROM ")
-        .ident(table);
-    let Some(CursorValue::Text(largest)) = store
-        .fetch_cursor(&largest, 1)
-        .await?
-        .and_then(|c| c.0.into_iter().next())
-    else {
+    let end = |statement: Statement, end: &'static str| {
+        statement
+            .push("CAST(")
+            .push(end)
+            .push("(")
+            .ident(column)
+            .push(") AS CHAR(24))")
+    };
+    let ends = end(Statement::new("SELECT "), "MIN").push(", ");
+    let ends = end(ends, "MAX").push(" FROM ").ident(table);
+    let Some(ends) = store.fetch_cursor(&ends, 2).await? else {
         return Ok(()); // an empty table
     };
-    let Ok(value) = largest.trim().parse::<i64>() else {
-        return Ok(());
+    let [smallest, largest] = [&ends.0[0], &ends.0[1]].map(|end| match end {
+        CursorValue::Text(text) => text.trim().parse::<i64>().ok(),
+        _ => None,
+    });
+    let read_as = |value: i64| {
+        DateTime::from_timestamp(value, 0).map_or_else(
+            || "out of any calendar".to_owned(),
+            |at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
     };
-    if value >= EPOCH_SECONDS_FLOOR {
-        return Ok(());
-    }
-    let read_as = DateTime::from_timestamp(value, 0).map_or_else(
-        || "before 1970".to_owned(),
-        |at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-    );
-    Err(OperationError::Arguments(format!(
+    let intro = format!(
         "column `{column}` of `{table}` is an integer, which delete-aged-rows reads as epoch \
-         seconds, but its largest value, {value}, would be {read_as}: every row would count as \
-         older than {older_than}; store epoch seconds there (not years, days, hours or minutes), \
-         or give the column a time type"
-    )))
+         seconds, but its"
+    );
+    match (smallest, largest) {
+        (_, Some(value)) if value < EPOCH_SECONDS_FLOOR => Err(OperationError::Arguments(format!(
+            "{intro} largest value, {value}, would be {}: every row would count as older \
+                 than {older_than}; store epoch seconds there (not years, days, hours or \
+                 minutes), or give the column a time type",
+            read_as(value)
+        ))),
+        (Some(value), _) if value > EPOCH_SECONDS_CEILING => {
+            Err(OperationError::Arguments(format!(
+                "{intro} smallest value, {value}, would be {}: no row would ever count as older \
+                 than {older_than}; store epoch seconds there (not milliseconds or \
+                 microseconds), or give the column a time type",
+                read_as(value)
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 async fn refuse_mixed_formats(
