@@ -23,6 +23,7 @@ for_each_backend!(
     identical_enqueues_from_ten_processes_at_once_make_one_operation,
     rows_written_behind_a_running_delete_are_still_deleted_each_once,
     an_archive_whose_scope_answers_otherwise_each_time_loses_no_row,
+    a_text_key_is_walked_in_its_collation_s_order,
 );
 
 /// On SQLite a loop sub-batch picks its rows by rowid first
@@ -783,6 +784,76 @@ async fn generated_operations_change_exactly_the_rows_in_scope_each_once(db: &Te
         }
     }
     runtime.shutdown().await.unwrap();
+}
+
+/// A text key under a collation that does not order by bytes — SQLite's
+/// `NOCASE`, ICU's `en-US` on PostgreSQL, MySQL's default
+/// `utf8mb4_general_ci`, where `apple` < `Banana` — is walked in that order:
+/// each row changed once, one row a batch, none refused as out of order.
+async fn a_text_key_is_walked_in_its_collation_s_order(db: &TestDb) {
+    let collated = match db.backend {
+        "postgres" => "TEXT COLLATE \"en-US-x-icu\"",
+        "mysql" => "VARCHAR(40) COLLATE utf8mb4_general_ci",
+        _ => "TEXT COLLATE NOCASE",
+    };
+    db.execute(&format!(
+        "CREATE TABLE names (name {collated} NOT NULL PRIMARY KEY, hits INTEGER NOT NULL DEFAULT 0)"
+    ))
+    .await;
+    let names = [
+        "apple",
+        "Banana",
+        "cherry",
+        "Date",
+        "elder",
+        "Fig",
+        "grape",
+        "Honeydew",
+        "ice",
+        "Jack",
+        "kiwi",
+        "Lemon",
+        "mango",
+        "Nectar ine",
+        "o-range",
+        "Papaya",
+        "quince",
+        "Zebra",
+    ];
+    let values: Vec<String> = names.iter().map(|n| format!("('{n}')")).collect();
+    db.execute(&format!(
+        "INSERT INTO names (name) VALUES {}",
+        values.join(", ")
+    ))
+    .await;
+    succeeded(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "names",
+            "--key",
+            "name",
+            "--set",
+            "hits = hits + 1",
+            "--batch-size",
+            "1",
+            "--sub-batch-size",
+            "1",
+        ],
+    ));
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM names WHERE hits = 1").await,
+        names.len() as i64,
+        "each row changed once"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM names WHERE hits <> 1")
+            .await,
+        0
+    );
 }
 
 /// `delete-aged-rows` walks its time column (on MySQL each sub-batch seeks

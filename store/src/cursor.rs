@@ -1,10 +1,14 @@
 //! Batch cursors: positions in the order a batching strategy walks a table.
 //!
 //! A [`Cursor`] is one value per batching column (one for a single-column key,
-//! several for a keyset such as `(created_at, id)`). Cursors compare
-//! lexicographically, column by column, which is the order the batching SQL
-//! walks (`WHERE (a, b) > ($1, $2) ORDER BY a, b`). Within one column an
-//! integer sorts before text, but one operation never mixes the two in a column.
+//! several for a keyset such as `(created_at, id)`). The batching SQL walks
+//! them in the database's order (`WHERE (a, b) > ($1, $2) ORDER BY a, b`),
+//! text by the column's collation, which Sluice does not know: under
+//! `en_US` or MySQL's `utf8mb4_general_ci`, `apple` comes before `Banana`.
+//! [`Cursor::known_cmp`] is the order where Sluice can know it (integers
+//! and timestamps decide it). `Ord` compares lexicographically, text by
+//! its bytes, for sorting and maps only; within one column an integer sorts
+//! before text, but one operation never mixes the two in a column.
 //!
 //! In JSON (the form stored in the `operations` and `batches` tables, for an
 //! operator to read) a cursor is a plain array such as `[1042]` or
@@ -41,6 +45,24 @@ impl Cursor {
     /// A single-column cursor at an integer position.
     pub fn int(value: i64) -> Self {
         Cursor(vec![CursorValue::Int(value)])
+    }
+
+    /// The order of two cursors in the database, where Sluice can know it:
+    /// column by column, the first values that differ decide, integers and
+    /// timestamps as numbers; `None` when two different texts would, which
+    /// the column's collation orders (not their bytes). Texts that are
+    /// equal byte for byte are equal under every collation.
+    pub fn known_cmp(&self, other: &Cursor) -> Option<std::cmp::Ordering> {
+        for (a, b) in self.0.iter().zip(&other.0) {
+            if a == b {
+                continue;
+            }
+            return match (a, b) {
+                (CursorValue::Text(_), CursorValue::Text(_)) => None,
+                _ => Some(a.cmp(b)),
+            };
+        }
+        Some(self.0.len().cmp(&other.0.len()))
     }
 
     /// How many columns the cursor spans.
@@ -234,6 +256,17 @@ mod tests {
         fn postcard_round_trip_is_exact(c in cursor()) {
             let bytes = postcard::to_stdvec(&c).unwrap();
             prop_assert_eq!(postcard::from_bytes::<Cursor>(&bytes).unwrap(), c);
+        }
+
+        #[test]
+        fn the_known_order_is_the_order_unless_two_texts_decide(a in cursor(), b in cursor()) {
+            let deciding = a.0.iter().zip(&b.0).find(|(x, y)| x != y);
+            match deciding {
+                Some((CursorValue::Text(_), CursorValue::Text(_))) => {
+                    prop_assert_eq!(a.known_cmp(&b), None)
+                }
+                _ => prop_assert_eq!(a.known_cmp(&b), Some(a.cmp(&b))),
+            }
         }
 
         #[test]

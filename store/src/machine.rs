@@ -30,6 +30,8 @@
 //! `finished` and `cancelled` are terminal; `failed` is terminal until an
 //! operator retries it.
 
+use std::cmp::Ordering;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cursor::Cursor;
@@ -463,18 +465,20 @@ fn plan_batch(
             ));
         }
     }
+    // Where text decides, the database's collation orders the cursors and
+    // the batching SQL (`key > start ORDER BY key`) planned them forward.
     if let (Some(start), Some(end)) = (start, end)
-        && end <= start
+        && matches!(end.known_cmp(start), Some(Ordering::Less | Ordering::Equal))
     {
         return Err(order(format!("end {end} is not after start {start}")));
     }
     if let (Some(min), Some(end)) = (&next.min_cursor, end)
-        && end < min
+        && end.known_cmp(min) == Some(Ordering::Less)
     {
         return Err(order(format!("end {end} is below min_cursor {min}")));
     }
     if let (Some(max), Some(end)) = (&next.max_cursor, end)
-        && end > max
+        && end.known_cmp(max) == Some(Ordering::Greater)
     {
         return Err(order(format!("end {end} is past max_cursor {max}")));
     }
@@ -508,7 +512,11 @@ fn split_batch(
         )));
     }
     match &next.cursor {
-        Some(cursor) if at < cursor => {}
+        Some(cursor)
+            if !matches!(
+                at.known_cmp(cursor),
+                Some(Ordering::Greater | Ordering::Equal)
+            ) => {}
         Some(cursor) => {
             return Err(order(format!(
                 "split point {at} is not behind the cursor {cursor}"

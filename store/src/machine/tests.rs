@@ -369,6 +369,61 @@ fn cursor_may_not_go_back_or_skip() {
     }
 }
 
+/// Under `en_US` or MySQL's `utf8mb4_general_ci`, `apple` < `Banana` <
+/// `cherry`, though `B` sorts first by bytes: the database's order, which
+/// planned the batches, is not second-guessed where text decides; where a
+/// number or a time decides, or two texts are the same, it still is.
+#[test]
+fn text_cursors_are_ordered_by_the_database_not_their_bytes() {
+    let text = |s: &str| Cursor(vec![CursorValue::Text(s.into())]);
+    let mut by_name = spec(1, None);
+    by_name.min_cursor = Some(text("apple"));
+    by_name.max_cursor = Some(text("cherry"));
+    let (p, _) = apply(None, &Event::Created(Box::new(by_name)), 0).unwrap();
+    let (mut p, _) = apply(Some(&p), &Event::Started { node: "a".into() }, 1).unwrap();
+    let plan = |ordinal, start: Option<&str>, end: &str| Event::BatchPlanned {
+        ordinal,
+        start: start.map(text),
+        end: Some(text(end)),
+        size: 1,
+    };
+    for (ordinal, start, end) in [(1, None, "apple"), (2, Some("apple"), "Banana")] {
+        p = apply(Some(&p), &plan(ordinal, start, end), ordinal + 1)
+            .unwrap()
+            .0;
+    }
+    assert!(matches!(
+        apply(Some(&p), &plan(3, Some("Banana"), "Banana"), 4),
+        Err(IllegalTransition::CursorOrder { .. })
+    ));
+    // A keyset whose time goes back is refused whatever its text says.
+    let at = |s: &str, name: &str| {
+        Cursor(vec![
+            CursorValue::Timestamp(s.parse().unwrap()),
+            CursorValue::Text(name.into()),
+        ])
+    };
+    let (p, _) = apply(None, &Event::Created(Box::new(spec(2, None))), 0).unwrap();
+    let (p, _) = apply(Some(&p), &Event::Started { node: "a".into() }, 1).unwrap();
+    let first = Event::BatchPlanned {
+        ordinal: 1,
+        start: None,
+        end: Some(at("2026-01-02T00:00:00Z", "a")),
+        size: 1,
+    };
+    let (p, _) = apply(Some(&p), &first, 2).unwrap();
+    let back = Event::BatchPlanned {
+        ordinal: 2,
+        start: Some(at("2026-01-02T00:00:00Z", "a")),
+        end: Some(at("2026-01-01T00:00:00Z", "z")),
+        size: 1,
+    };
+    assert!(matches!(
+        apply(Some(&p), &back, 3),
+        Err(IllegalTransition::CursorOrder { .. })
+    ));
+}
+
 #[test]
 fn finishing_requires_every_planned_batch() {
     let p = running();
