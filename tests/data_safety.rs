@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestDb, enqueue_older_than_90_days, sluice, succeeded, until};
+use common::{TestDb, enqueue_older_than_90_days, sluice, sluice_on, succeeded, until};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
@@ -110,7 +110,88 @@ mysql_only!(
 postgres_only!(
     a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
     lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables,
+    a_worker_whose_names_resolve_elsewhere_changes_no_row,
 );
+
+/// Two roles can resolve one unqualified name to two tables: here the
+/// session that enqueues finds `events` in one schema, and a worker — the
+/// same store, another search path — would find it in another. That worker
+/// refuses the operation, naming both paths, and changes no row in either
+/// table; a worker resolving names as the enqueuing session did runs it.
+async fn a_worker_whose_names_resolve_elsewhere_changes_no_row(db: &TestDb) {
+    let store = db.schema.as_deref().expect("a PostgreSQL test schema");
+    let [meant, other] = [format!("{store}_meant"), format!("{store}_other")];
+    let aged = db.time_literal(chrono::Utc::now() - chrono::Duration::days(200));
+    for schema in [&meant, &other] {
+        for sql in [
+            format!("CREATE SCHEMA {schema}"),
+            format!(
+                "CREATE TABLE {schema}.events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL)"
+            ),
+            format!("CREATE INDEX ON {schema}.events (created_at)"),
+            format!("INSERT INTO {schema}.events SELECT g, {aged} FROM generate_series(1, 40) g"),
+        ] {
+            db.execute(&sql).await;
+        }
+    }
+    // Sluice's tables stay in the test schema (`--schema`, first on the
+    // path); the target is found along the rest of each session's path.
+    let on_path = |schema: &str| {
+        format!(
+            "{}?options=-c%20search_path%3D{schema}",
+            common::postgres_url()
+        )
+    };
+    let with_store = |args: &[&'static str]| -> Vec<&str> {
+        ["--schema", store]
+            .iter()
+            .copied()
+            .chain(args.iter().copied())
+            .collect()
+    };
+    succeeded(&sluice_on(
+        &on_path(&meant),
+        &with_store(&[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "events",
+            "--column",
+            "created_at",
+            "--older-than",
+            "90d",
+        ]),
+    ));
+    let elsewhere = sluice_on(&on_path(&other), &with_store(&["run", "--until-idle"]));
+    let said = String::from_utf8_lossy(&elsewhere.stderr);
+    assert_eq!(elsewhere.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("through the schemas {store}, {meant}, and this worker's sessions resolve them through {store}, {other}")),
+        "{said}"
+    );
+    let counts = format!(
+        "SELECT (SELECT COUNT(*) FROM {meant}.events) * 1000 + (SELECT COUNT(*) FROM {other}.events)"
+    );
+    assert_eq!(
+        db.scalar(&counts).await,
+        40_040,
+        "no row of either table changed"
+    );
+
+    succeeded(&sluice_on(&on_path(&meant), &with_store(&["retry", "1"])));
+    succeeded(&sluice_on(
+        &on_path(&meant),
+        &with_store(&["run", "--until-idle"]),
+    ));
+    assert_eq!(
+        db.scalar(&counts).await,
+        40,
+        "the aged rows of the table it was enqueued for, and only those, deleted"
+    );
+    for schema in [&meant, &other] {
+        db.execute(&format!("DROP SCHEMA {schema} CASCADE")).await;
+    }
+}
 
 /// SQLite keeps any value in any column, whatever its declared type. A key
 /// whose values are of two kinds, or of a kind no batch walks (REAL, BLOB),

@@ -26,6 +26,7 @@ mod queries;
 pub mod rate_limit;
 pub mod record;
 pub mod schedule;
+mod search_path;
 mod session_defaults;
 pub mod spec;
 pub mod sql;
@@ -54,6 +55,7 @@ pub use schedule::{
     FireOutcome, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume, kind_target,
     operation_target,
 };
+pub use search_path::SearchPathMismatch;
 pub use session_defaults::SessionsZone;
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};

@@ -45,7 +45,7 @@ pub struct TestDb {
     /// Which backend.
     pub backend: &'static str,
     /// The PostgreSQL schema the test made (first on its search path).
-    schema: Option<String>,
+    pub schema: Option<String>,
     /// The MySQL database the test made, dropped by [`TestDb::cleanup`].
     database: Option<String>,
     _dir: Option<tempfile::TempDir>,

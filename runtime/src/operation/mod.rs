@@ -177,6 +177,20 @@ impl Actor for OperationActor {
                 return Err(error.into());
             }
         };
+        // Names in its SQL must resolve here as where it was enqueued, or this
+        // worker would change another table than the one checked.
+        if let Some(mismatch) = store.search_path_mismatch(record.id).await? {
+            let error = format!("cannot run this operation here: {mismatch}");
+            if !args.helper {
+                let failed = Event::Failed {
+                    error: error.clone(),
+                };
+                store
+                    .append(record.id, Expected::Any, record.lease.as_ref(), &[failed])
+                    .await?;
+            }
+            return Err(error.into());
+        }
         // A batch this node held before a restart may still have a sub-batch
         // of the previous actor in the pool: give it back so that sub-batch's
         // commit is refused and the batch is claimed afresh (a new epoch).
