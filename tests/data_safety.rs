@@ -111,7 +111,85 @@ postgres_only!(
     a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes,
     lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables,
     a_worker_whose_names_resolve_elsewhere_changes_no_row,
+    a_worker_seeing_other_rows_of_a_secured_table_changes_none,
 );
+
+/// A table with row-level security shows each role its own rows: here the
+/// role that enqueues sees one tenant's. A worker running as a role that
+/// bypasses the policy (the table's owner, a superuser) would delete every
+/// tenant's aged rows; it refuses the operation, naming both roles, and
+/// changes no row. A worker running as the enqueuing role deletes exactly
+/// the rows that role saw.
+async fn a_worker_seeing_other_rows_of_a_secured_table_changes_none(db: &TestDb) {
+    let store = db.schema.as_deref().expect("a PostgreSQL test schema");
+    let tenant = format!("{store}_tenant");
+    let aged = db.time_literal(chrono::Utc::now() - chrono::Duration::days(200));
+    for sql in [
+        format!("CREATE ROLE {tenant} LOGIN"),
+        format!("GRANT USAGE, CREATE ON SCHEMA {store} TO {tenant}"),
+        "CREATE TABLE docs (id BIGINT PRIMARY KEY, tenant INTEGER NOT NULL, \
+         created_at TIMESTAMPTZ NOT NULL)"
+            .to_owned(),
+        "CREATE INDEX docs_created_at ON docs (created_at)".to_owned(),
+        format!("INSERT INTO docs SELECT g, g % 2, {aged} FROM generate_series(1, 40) g"),
+        "ALTER TABLE docs ENABLE ROW LEVEL SECURITY".to_owned(),
+        format!("CREATE POLICY own_rows ON docs TO {tenant} USING (tenant = 1)"),
+        format!("GRANT ALL ON ALL TABLES IN SCHEMA {store} TO {tenant}"),
+        format!("GRANT ALL ON ALL SEQUENCES IN SCHEMA {store} TO {tenant}"),
+    ] {
+        db.execute(&sql).await;
+    }
+    let as_tenant = db.url.replacen("postgres@", &format!("{tenant}@"), 1);
+    assert_ne!(as_tenant, db.url, "the test URL names its role");
+    succeeded(&sluice_on(
+        &as_tenant,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "docs",
+            "--column",
+            "created_at",
+            "--older-than",
+            "90d",
+        ],
+    ));
+    let bypassing = sluice(db, &["run", "--until-idle"]);
+    let said = String::from_utf8_lossy(&bypassing.stderr);
+    assert_eq!(bypassing.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "table `docs` has row-level security and the operation was enqueued by role `{tenant}`, but this worker runs as `postgres`"
+        )),
+        "{said}"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM docs").await,
+        40,
+        "no row deleted"
+    );
+
+    succeeded(&sluice_on(&as_tenant, &["retry", "1"]));
+    succeeded(&sluice_on(&as_tenant, &["run", "--until-idle"]));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM docs WHERE tenant = 0")
+            .await,
+        20,
+        "the rows the enqueuing role could not see are kept"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM docs WHERE tenant = 1")
+            .await,
+        0,
+        "the rows it saw are deleted"
+    );
+    for sql in [
+        format!("DROP OWNED BY {tenant}"),
+        format!("DROP ROLE {tenant}"),
+    ] {
+        db.execute(&sql).await;
+    }
+}
 
 /// Two roles can resolve one unqualified name to two tables: here the
 /// session that enqueues finds `events` in one schema, and a worker — the

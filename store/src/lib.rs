@@ -14,6 +14,7 @@ mod bulk_enqueue;
 pub mod clock;
 pub mod connection;
 pub mod cursor;
+mod enqueuing_session;
 pub mod error;
 pub mod event;
 pub mod machine;
@@ -26,7 +27,6 @@ mod queries;
 pub mod rate_limit;
 pub mod record;
 pub mod schedule;
-mod search_path;
 mod session_defaults;
 pub mod spec;
 pub mod sql;
@@ -42,6 +42,7 @@ pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use connection::{Backend, ConnectOptions, Dialect, redact_url};
 pub use cursor::{Cursor, CursorValue};
+pub use enqueuing_session::SessionMismatch;
 pub use error::StoreError;
 pub use event::{Event, RecordedEvent};
 pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection};
@@ -55,7 +56,6 @@ pub use schedule::{
     FireOutcome, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume, kind_target,
     operation_target,
 };
-pub use search_path::SearchPathMismatch;
 pub use session_defaults::SessionsZone;
 pub use spec::{Limits, OperationSpec, Origin, SpecError};
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};

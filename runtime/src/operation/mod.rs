@@ -177,9 +177,13 @@ impl Actor for OperationActor {
                 return Err(error.into());
             }
         };
-        // Names in its SQL must resolve here as where it was enqueued, or this
-        // worker would change another table than the one checked.
-        if let Some(mismatch) = store.search_path_mismatch(record.id).await? {
+        // Its SQL must mean here what it meant where it was enqueued (names
+        // resolved to the same tables, rows seen by the same role), or this
+        // worker would change other rows than the ones checked.
+        if let Some(mismatch) = store
+            .session_mismatch(record.id, operation.shape().table())
+            .await?
+        {
             let error = format!("cannot run this operation here: {mismatch}");
             if !args.helper {
                 let failed = Event::Failed {

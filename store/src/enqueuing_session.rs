@@ -1,0 +1,126 @@
+//! What a PostgreSQL operation's SQL means depends on the session reading
+//! it. An unqualified name — its table, a table its `--where` reads — is
+//! the first table of that name along the session's search path, and two
+//! roles can have different paths (`"$user", public` with a schema per
+//! role, a path set per role or in the URL); a table with row-level
+//! security shows each role its own rows, and none to a role that bypasses
+//! it. The session that enqueues an operation records its effective path
+//! and its role with it (the columns' defaults); a worker whose sessions
+//! would read the SQL otherwise would check one set of rows and change
+//! another, so it refuses the operation ([`Store::session_mismatch`]).
+
+use crate::connection::Backend;
+use crate::error::StoreError;
+use crate::sql::Ident;
+use crate::store::Store;
+
+/// How this store's sessions would read an operation's SQL otherwise than
+/// the session that enqueued it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionMismatch {
+    /// Names resolve through other schemas here.
+    SearchPath {
+        /// The schemas the enqueuing session resolved names through, in order.
+        enqueued: Vec<String>,
+        /// The schemas this store's sessions resolve them through.
+        here: Vec<String>,
+    },
+    /// The operation's table has row-level security, and this store's
+    /// sessions run as another role than the enqueuing session did.
+    RowSecurity {
+        /// The table.
+        table: String,
+        /// The enqueuing session's role.
+        enqueued_by: String,
+        /// This store's sessions' role.
+        here: String,
+    },
+}
+
+impl std::fmt::Display for SessionMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionMismatch::SearchPath { enqueued, here } => {
+                let shown = |schemas: &[String]| match schemas {
+                    [] => "no schema".to_owned(),
+                    _ => schemas.join(", "),
+                };
+                write!(
+                    f,
+                    "it was enqueued where names resolve through the schemas {}, and this \
+                     worker's sessions resolve them through {}, where its SQL may name other \
+                     tables: run the worker with the same search_path (the same role, or \
+                     options=-csearch_path=… in its URL), or name each table with its schema",
+                    shown(enqueued),
+                    shown(here)
+                )
+            }
+            SessionMismatch::RowSecurity {
+                table,
+                enqueued_by,
+                here,
+            } => write!(
+                f,
+                "table `{table}` has row-level security and the operation was enqueued by role \
+                 `{enqueued_by}`, but this worker runs as `{here}`, which may see other rows: \
+                 run the worker as `{enqueued_by}`"
+            ),
+        }
+    }
+}
+
+/// The enqueuing session's path and role, this session's, and whether
+/// table `$2` (quoted, resolved along this session's path) has row-level
+/// security.
+const SESSIONS: &str = "SELECT o.search_path, to_json(current_schemas(false))::text, \
+       o.enqueued_by, current_user::text, \
+       COALESCE((SELECT c.relrowsecurity FROM pg_catalog.pg_class c \
+                 WHERE c.oid = to_regclass($2)), false) \
+     FROM sluice_operations o WHERE o.id = $1";
+
+impl Store {
+    /// On PostgreSQL, how this store's sessions would read operation `id`'s
+    /// SQL, over `table`, otherwise than the session that enqueued it:
+    /// through another search path, or as another role where `table` has
+    /// row-level security. `None` when they read it alike, the operation
+    /// recorded no session, or on SQLite and MySQL, where a store's sessions
+    /// all share its file or database.
+    ///
+    /// Errors: [`StoreError::NotFound`] for an unknown id, or the database's.
+    pub async fn session_mismatch(
+        &self,
+        id: i64,
+        table: &Ident,
+    ) -> Result<Option<SessionMismatch>, StoreError> {
+        let Backend::Postgres(pool) = self.backend() else {
+            return Ok(None);
+        };
+        let (path, path_here, enqueued_by, role_here, row_security): (
+            Option<String>,
+            String,
+            Option<String>,
+            String,
+            bool,
+        ) = sqlx::query_as(SESSIONS)
+            .bind(id)
+            .bind(table.quoted())
+            .fetch_optional(pool)
+            .await?
+            .ok_or(StoreError::NotFound(id))?;
+        if let Some(path) = path.filter(|path| *path != path_here) {
+            let schemas =
+                |json: &str| serde_json::from_str::<Vec<String>>(json).unwrap_or_default();
+            return Ok(Some(SessionMismatch::SearchPath {
+                enqueued: schemas(&path),
+                here: schemas(&path_here),
+            }));
+        }
+        Ok(enqueued_by
+            .filter(|role| row_security && *role != role_here)
+            .map(|enqueued_by| SessionMismatch::RowSecurity {
+                table: table.to_string(),
+                enqueued_by,
+                here: role_here,
+            }))
+    }
+}
