@@ -24,6 +24,7 @@ for_each_backend!(
     rows_written_behind_a_running_delete_are_still_deleted_each_once,
     an_archive_whose_scope_answers_otherwise_each_time_loses_no_row,
     a_text_key_is_walked_in_its_collation_s_order,
+    a_clock_running_ahead_of_the_database_ages_no_young_row,
 );
 
 /// On SQLite a loop sub-batch picks its rows by rowid first
@@ -943,6 +944,50 @@ async fn generated_operations_change_exactly_the_rows_in_scope_each_once(db: &Te
         }
     }
     runtime.shutdown().await.unwrap();
+}
+
+/// `--older-than 90d` enqueued or fired on a machine whose clock runs a
+/// year ahead of the database's (a drifted clock, a VM restored from a
+/// snapshot) measures the age from the database's clock: the rows 30 days
+/// old stay, where the machine's clock would have counted them aged.
+async fn a_clock_running_ahead_of_the_database_ages_no_young_row(db: &TestDb) {
+    let now = chrono::Utc::now();
+    let time = db.time_type();
+    db.execute(&format!(
+        "CREATE TABLE stamped (id BIGINT PRIMARY KEY, created_at {time} NOT NULL)"
+    ))
+    .await;
+    db.execute("CREATE INDEX stamped_created_at ON stamped (created_at)")
+        .await;
+    let rows: Vec<String> = (1..=40)
+        .map(|id| {
+            let days = if id <= 20 { 200 } else { 30 };
+            format!(
+                "({id}, {})",
+                db.time_literal(now - chrono::Duration::days(days))
+            )
+        })
+        .collect();
+    db.execute(&format!("INSERT INTO stamped VALUES {}", rows.join(", ")))
+        .await;
+    let runtime = quick_runtime(&db.store).await;
+    let ahead = now + chrono::Duration::days(365);
+    let id =
+        enqueue_older_than_90_days(&db.store, "stamped", ahead, &EnqueueOptions::default()).await;
+    let record = runtime.wait(id, Duration::from_secs(60)).await.unwrap();
+    runtime.shutdown().await.unwrap();
+    assert_eq!(record.state.status.as_str(), "finished");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM stamped WHERE id > 20")
+            .await,
+        20,
+        "the rows 30 days old stay"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM stamped").await,
+        20,
+        "the rows 200 days old go"
+    );
 }
 
 /// A text key under a collation that does not order by bytes — SQLite's

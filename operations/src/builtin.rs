@@ -135,6 +135,18 @@ impl DeleteAgedRows {
         let column_ident = Ident::parse(column)?;
         Ident::parse(key)?;
         let asked = crate::duration::format_duration(older_than);
+        // Measured from the earlier of the caller's clock and the database's:
+        // a clock running ahead of the one that wrote the rows (a machine
+        // whose clock drifted, a VM restored from a snapshot) would count
+        // young rows as aged. One behind deletes fewer rows, left for later.
+        let database_now = store.database_now().await?;
+        if now - database_now > chrono::Duration::minutes(1) {
+            tracing::warn!(
+                ahead = %(now - database_now),
+                "this machine's clock is ahead of the database's: the cutoff is measured from the database's"
+            );
+        }
+        let now = now.min(database_now);
         let older_than = chrono::Duration::from_std(older_than)
             .map_err(|_| OperationError::Arguments("--older-than is too large".into()))?;
         let at = now

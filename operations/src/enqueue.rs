@@ -317,7 +317,6 @@ pub(crate) async fn checked_spec(
             Strategy::Loop { key } => std::slice::from_ref(key),
         };
         check_key(store, shape.table(), batching_key).await?;
-        check_key_range(store, shape.table(), &batching_key[0]).await?;
         if let Strategy::Keyset(columns) = shape.strategy() {
             check_key_values(store, shape.table(), &columns[0]).await?;
         }
@@ -331,6 +330,8 @@ pub(crate) async fn checked_spec(
         {
             return Err(full_scan_refusal(shape.table(), shape.indexed_column(), line).into());
         }
+        // After the plan check: its MAX reads the index the walk uses.
+        check_key_range(store, shape.table(), &batching_key[0]).await?;
         checked
             .targets
             .insert(key.clone(), explained_now.first.clone());
