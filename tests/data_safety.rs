@@ -25,6 +25,7 @@ for_each_backend!(
     an_archive_whose_scope_answers_otherwise_each_time_loses_no_row,
     a_text_key_is_walked_in_its_collation_s_order,
     a_clock_running_ahead_of_the_database_ages_no_young_row,
+    a_generated_column_is_archived_as_its_values,
 );
 
 /// On SQLite a loop sub-batch picks its rows by rowid first
@@ -944,6 +945,77 @@ async fn generated_operations_change_exactly_the_rows_in_scope_each_once(db: &Te
         }
     }
     runtime.shutdown().await.unwrap();
+}
+
+/// `archive-rows` of a table with a generated column creates its archive
+/// with a plain column holding the values, and refuses an archive that
+/// computes the column itself (an `INSERT` cannot give it one: every
+/// sub-batch would fail), changing nothing.
+async fn a_generated_column_is_archived_as_its_values(db: &TestDb) {
+    let time = db.time_type();
+    for table in ["priced", "computing_archive"] {
+        db.execute(&format!(
+            "CREATE TABLE {table} (id BIGINT PRIMARY KEY, price INTEGER NOT NULL, \
+             doubled INTEGER GENERATED ALWAYS AS (price * 2) STORED, created_at {time} NOT NULL)"
+        ))
+        .await;
+    }
+    db.execute("CREATE INDEX priced_created_at ON priced (created_at)")
+        .await;
+    let now = chrono::Utc::now();
+    let rows: Vec<String> = (1..=30)
+        .map(|id| {
+            let days = if id <= 20 { 200 } else { 30 };
+            let at = db.time_literal(now - chrono::Duration::days(days));
+            format!("({id}, {id}, {at})")
+        })
+        .collect();
+    db.execute(&format!(
+        "INSERT INTO priced (id, price, created_at) VALUES {}",
+        rows.join(", ")
+    ))
+    .await;
+    let archive = |into: &str| {
+        sluice(
+            db,
+            &[
+                "enqueue",
+                "archive-rows",
+                "--table",
+                "priced",
+                "--into",
+                into,
+                "--column",
+                "created_at",
+                "--older-than",
+                "90d",
+            ],
+        )
+    };
+    let refused = archive("computing_archive");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("computes its column `doubled` itself"),
+        "{said}"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+
+    succeeded(&archive("priced_archive"));
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM priced_archive WHERE id <= 20 AND doubled = price * 2")
+            .await,
+        20,
+        "every aged row archived with its generated value"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM priced_archive").await, 20);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM priced WHERE id > 20").await,
+        10,
+        "the young rows stay"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM priced").await, 10);
 }
 
 /// `--older-than 90d` enqueued or fired on a machine whose clock runs a

@@ -307,7 +307,7 @@ impl<'c> SubBatchTx<'c> {
         /// it): how many tables of that name have a rowid, how many
         /// objects of that name have none, and which rowid names its
         /// columns take, lower-cased and space-separated.
-        const ROWID_NAMES: &str = "SELECT              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND type = 'table' AND wr = 0),              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND (type <> 'table' OR wr <> 0)),              (SELECT group_concat(lower(name), ' ') FROM pragma_table_info($1, $2)               WHERE lower(name) IN ('rowid', '_rowid_', 'oid'))";
+        const ROWID_NAMES: &str = "SELECT              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND type = 'table' AND wr = 0),              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND (type <> 'table' OR wr <> 0)),              (SELECT group_concat(lower(name), ' ') FROM pragma_table_xinfo($1, $2)               WHERE lower(name) IN ('rowid', '_rowid_', 'oid'))";
         let Tx::Sqlite(tx) = &mut self.tx else {
             return Ok(None);
         };

@@ -60,8 +60,10 @@ impl Store {
     pub async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
         Ok(match self.backend() {
             Backend::Sqlite(pool) => {
+                // `table_xinfo`: `table_info` leaves generated columns out.
                 sqlx::query_scalar(
-                    "SELECT name FROM pragma_table_info($1, COALESCE($2, 'main')) ORDER BY cid",
+                    "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
+                     WHERE hidden <> 1 ORDER BY cid",
                 )
                 .bind(table.name())
                 .bind(table.schema())
@@ -214,7 +216,8 @@ impl Store {
         Ok(match self.backend() {
             Backend::Sqlite(pool) => {
                 sqlx::query_scalar(
-                    "SELECT type FROM pragma_table_info($1, COALESCE($2, 'main')) WHERE name = $3",
+                    "SELECT type FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
+                     WHERE hidden <> 1 AND name = $3",
                 )
                 .bind(table.name())
                 .bind(table.schema())
@@ -246,6 +249,47 @@ impl Store {
                 .bind(table.name())
                 .bind(column)
                 .fetch_optional(pool)
+                .await?
+            }
+        })
+    }
+
+    /// The columns of `table` whose values the database computes, which an
+    /// `INSERT` cannot give: generated ones (virtual or stored), and on
+    /// PostgreSQL identity columns `GENERATED ALWAYS`. In table order.
+    pub async fn generated_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
+        Ok(match self.backend() {
+            Backend::Sqlite(pool) => {
+                sqlx::query_scalar(
+                    "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
+                     WHERE hidden IN (2, 3) ORDER BY cid",
+                )
+                .bind(table.name())
+                .bind(table.schema())
+                .fetch_all(pool)
+                .await?
+            }
+            Backend::Postgres(pool) => {
+                sqlx::query_scalar(concat!(
+                    "SELECT a.attname::text ",
+                    postgres_columns!(),
+                    " AND (a.attgenerated <> '' OR a.attidentity = 'a') ORDER BY a.attnum"
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
+                .await?
+            }
+            Backend::MySql(pool) => {
+                crate::positional::query_scalar(concat!(
+                    "SELECT CAST(column_name AS CHAR) ",
+                    mysql_columns!(),
+                    " AND (LOWER(extra) LIKE '%virtual generated%' \
+                       OR LOWER(extra) LIKE '%stored generated%') ORDER BY ordinal_position"
+                ))
+                .bind(table.schema())
+                .bind(table.name())
+                .fetch_all(pool)
                 .await?
             }
         })

@@ -287,10 +287,10 @@ impl ArchiveRows {
     }
 
     /// Creates the archive table of `arguments` when it does not exist:
-    /// the live table's columns and types (PostgreSQL `LIKE`, MySQL
-    /// `LIKE` with its indexes, SQLite `CREATE TABLE … AS` an empty
-    /// select), with a unique index on the key so a row cannot be archived
-    /// twice. Returns whether it created one. Checked ([`ArchiveRows`]'s
+    /// the live table's columns and types as plain columns (PostgreSQL
+    /// `LIKE`, MySQL and SQLite `CREATE TABLE … AS` an empty select; a
+    /// generated column's values are archived as values), with a unique
+    /// index on the key so a row cannot be archived twice. Returns whether it created one. Checked ([`ArchiveRows`]'s
     /// `arguments_at`) before, so an existing table is left as it is.
     pub async fn create_archive(
         store: &Store,
@@ -323,13 +323,25 @@ impl ArchiveRows {
                     )
                     .await?;
             }
+            // Plain columns of the same types: a generated column of the live
+            // table is a column of values in its archive.
             Backend::MySql(_) => {
                 store
                     .execute(
                         &Statement::new("CREATE TABLE ")
                             .ident(&into)
-                            .push(" LIKE ")
-                            .ident(&table),
+                            .push(" AS SELECT * FROM ")
+                            .ident(&table)
+                            .push(" WHERE 1 = 0"),
+                    )
+                    .await?;
+                store
+                    .execute(
+                        &Statement::new("ALTER TABLE ")
+                            .ident(&into)
+                            .push(" ADD UNIQUE (")
+                            .ident(&key)
+                            .push(")"),
                     )
                     .await?;
             }
@@ -364,8 +376,9 @@ impl ArchiveRows {
 }
 
 /// Refuses an existing archive table `into` that lacks one of the live
-/// table's `columns` or gives it another type (SQLite: another type
-/// affinity). A missing archive table is fine: enqueue creates it.
+/// table's `columns`, gives it another type (SQLite: another type
+/// affinity), or computes it itself. A missing archive table is fine:
+/// enqueue creates it.
 async fn check_archive(
     store: &Store,
     table: &Ident,
@@ -390,6 +403,15 @@ async fn check_archive(
         return Err(OperationError::Arguments(format!(
             "`{into}` is a view (or another kind of relation), not a table: rows moved into it \
              would land in the tables it shows, perhaps `{table}` itself; archive into a table"
+        )));
+    }
+    let generated = store.generated_columns(into).await?;
+    if let Some(column) = columns.iter().find(|c| generated.contains(c)) {
+        return Err(OperationError::Arguments(format!(
+            "archive table `{into}` computes its column `{column}` itself (generated, or an \
+             identity generated always), so it cannot take the values of `{table}`'s rows; \
+             archive into a new table (it is created with plain columns) or make `{column}` \
+             a plain column"
         )));
     }
     let sqlite = matches!(store.backend(), Backend::Sqlite(_));
@@ -444,11 +466,13 @@ async fn refuse_new_columns(
             };
             within.push(" AND table_name = ").value(table.name().into())
         }
-        Dialect::Sqlite => Statement::new("SELECT group_concat(name, ',') FROM pragma_table_info(")
-            .value(table.name().into())
-            .push(", ")
-            .value(table.schema().unwrap_or("main").into())
-            .push(")"),
+        Dialect::Sqlite => {
+            Statement::new("SELECT group_concat(name, ',') FROM pragma_table_xinfo(")
+                .value(table.name().into())
+                .push(", ")
+                .value(table.schema().unwrap_or("main").into())
+                .push(") WHERE hidden <> 1")
+        }
     };
     let now = sub_batch.fetch_text(&listed).await?.unwrap_or_default();
     let added: Vec<&str> = now

@@ -67,7 +67,8 @@ impl Store {
             Backend::Sqlite(pool) => {
                 let schema = table.schema().unwrap_or("main");
                 let columns: Vec<(String, String, bool, i64)> = sqlx::query_as(
-                    "SELECT name, type, \"notnull\", pk FROM pragma_table_info($1, $2) ORDER BY cid",
+                    "SELECT name, type, \"notnull\", pk FROM pragma_table_xinfo($1, $2) \
+                     WHERE hidden <> 1 ORDER BY cid",
                 )
                 .bind(table.name())
                 .bind(schema)
@@ -210,11 +211,14 @@ impl Store {
                 .bind(table.name())
                 .fetch_all(pool)
                 .await?;
+                // Not MySQL 8's `DEFAULT_GENERATED`: a default the database
+                // computes when a row is inserted, not a value it writes.
                 let extras: Vec<(String, String)> = sqlx::query_as(concat!(
                     "SELECT CAST(column_name AS CHAR), CAST(LOWER(extra) AS CHAR) ",
                     mysql_columns!(),
-                    " AND (LOWER(extra) LIKE '%generated%' OR LOWER(extra) LIKE '%on update%') \
-                     ORDER BY ordinal_position"
+                    " AND (LOWER(extra) LIKE '%virtual generated%' \
+                       OR LOWER(extra) LIKE '%stored generated%' \
+                       OR LOWER(extra) LIKE '%on update%') ORDER BY ordinal_position"
                 ))
                 .bind(table.schema())
                 .bind(table.name())
@@ -223,7 +227,7 @@ impl Store {
                 keys.written_by_database = extras
                     .into_iter()
                     .map(|(name, extra)| {
-                        let how = if extra.contains("generated") {
+                        let how = if extra.contains(" generated") {
                             GENERATED
                         } else {
                             SET_ON_UPDATE
