@@ -58,41 +58,23 @@ pub use references::DeleteAction;
 impl Store {
     /// The table's column names in table order; empty when no such table exists.
     pub async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
-        Ok(match self.backend() {
-            Backend::Sqlite(pool) => {
-                // `table_xinfo`: `table_info` leaves generated columns out.
-                sqlx::query_scalar(
-                    "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
-                     WHERE hidden <> 1 ORDER BY cid",
-                )
-                .bind(table.name())
-                .bind(table.schema())
-                .fetch_all(pool)
-                .await?
-            }
-            Backend::Postgres(pool) => {
-                sqlx::query_scalar(concat!(
-                    "SELECT a.attname::text ",
-                    postgres_columns!(),
-                    " ORDER BY a.attnum"
-                ))
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
-            }
-            Backend::MySql(pool) => {
-                crate::positional::query_scalar(concat!(
-                    "SELECT CAST(column_name AS CHAR) ",
-                    mysql_columns!(),
-                    " ORDER BY ordinal_position"
-                ))
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
-            }
-        })
+        self.column_names(
+            table,
+            // `table_xinfo`: `table_info` leaves generated columns out.
+            "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
+             WHERE hidden <> 1 ORDER BY cid",
+            concat!(
+                "SELECT a.attname::text ",
+                postgres_columns!(),
+                " ORDER BY a.attnum"
+            ),
+            concat!(
+                "SELECT CAST(column_name AS CHAR) ",
+                mysql_columns!(),
+                " ORDER BY ordinal_position"
+            ),
+        )
+        .await
     }
 
     /// True when `a` and `b`, both existing tables, name the same one: the
@@ -258,39 +240,56 @@ impl Store {
     /// `INSERT` cannot give: generated ones (virtual or stored), and on
     /// PostgreSQL identity columns `GENERATED ALWAYS`. In table order.
     pub async fn generated_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
+        self.column_names(
+            table,
+            "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
+             WHERE hidden IN (2, 3) ORDER BY cid",
+            concat!(
+                "SELECT a.attname::text ",
+                postgres_columns!(),
+                " AND (a.attgenerated <> '' OR a.attidentity = 'a') ORDER BY a.attnum"
+            ),
+            concat!(
+                "SELECT CAST(column_name AS CHAR) ",
+                mysql_columns!(),
+                " AND (LOWER(extra) LIKE '%virtual generated%' \
+                   OR LOWER(extra) LIKE '%stored generated%') ORDER BY ordinal_position"
+            ),
+        )
+        .await
+    }
+
+    /// The names a catalogue query lists for `table`, in this backend's
+    /// dialect: SQLite's binds the table's name then its schema, the others
+    /// its schema then its name.
+    async fn column_names(
+        &self,
+        table: &Ident,
+        sqlite: &'static str,
+        postgres: &'static str,
+        mysql: &'static str,
+    ) -> Result<Vec<String>, StoreError> {
         Ok(match self.backend() {
             Backend::Sqlite(pool) => {
-                sqlx::query_scalar(
-                    "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
-                     WHERE hidden IN (2, 3) ORDER BY cid",
-                )
-                .bind(table.name())
-                .bind(table.schema())
-                .fetch_all(pool)
-                .await?
+                sqlx::query_scalar(sqlite)
+                    .bind(table.name())
+                    .bind(table.schema())
+                    .fetch_all(pool)
+                    .await?
             }
             Backend::Postgres(pool) => {
-                sqlx::query_scalar(concat!(
-                    "SELECT a.attname::text ",
-                    postgres_columns!(),
-                    " AND (a.attgenerated <> '' OR a.attidentity = 'a') ORDER BY a.attnum"
-                ))
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
+                sqlx::query_scalar(postgres)
+                    .bind(table.schema())
+                    .bind(table.name())
+                    .fetch_all(pool)
+                    .await?
             }
             Backend::MySql(pool) => {
-                crate::positional::query_scalar(concat!(
-                    "SELECT CAST(column_name AS CHAR) ",
-                    mysql_columns!(),
-                    " AND (LOWER(extra) LIKE '%virtual generated%' \
-                       OR LOWER(extra) LIKE '%stored generated%') ORDER BY ordinal_position"
-                ))
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
+                crate::positional::query_scalar(mysql)
+                    .bind(table.schema())
+                    .bind(table.name())
+                    .fetch_all(pool)
+                    .await?
             }
         })
     }

@@ -290,8 +290,9 @@ impl ArchiveRows {
     /// the live table's columns and types as plain columns (PostgreSQL
     /// `LIKE`, MySQL and SQLite `CREATE TABLE … AS` an empty select; a
     /// generated column's values are archived as values), with a unique
-    /// index on the key so a row cannot be archived twice. Returns whether it created one. Checked ([`ArchiveRows`]'s
-    /// `arguments_at`) before, so an existing table is left as it is.
+    /// index on the key so a row cannot be archived twice. Returns whether
+    /// it created one. Checked ([`ArchiveRows`]'s `arguments_at`) before, so
+    /// an existing table is left as it is.
     pub async fn create_archive(
         store: &Store,
         arguments: &ArchiveRowsArguments,
@@ -302,74 +303,40 @@ impl ArchiveRows {
         if !store.table_columns(&into).await?.is_empty() {
             return Ok(false);
         }
-        match store.backend() {
-            Backend::Postgres(_) => {
-                store
-                    .execute(
-                        &Statement::new("CREATE TABLE ")
-                            .ident(&into)
-                            .push(" (LIKE ")
-                            .ident(&table)
-                            .push(")"),
-                    )
-                    .await?;
-                store
-                    .execute(
-                        &Statement::new("ALTER TABLE ")
-                            .ident(&into)
-                            .push(" ADD UNIQUE (")
-                            .ident(&key)
-                            .push(")"),
-                    )
-                    .await?;
-            }
-            // Plain columns of the same types: a generated column of the live
-            // table is a column of values in its archive.
-            Backend::MySql(_) => {
-                store
-                    .execute(
-                        &Statement::new("CREATE TABLE ")
-                            .ident(&into)
-                            .push(" AS SELECT * FROM ")
-                            .ident(&table)
-                            .push(" WHERE 1 = 0"),
-                    )
-                    .await?;
-                store
-                    .execute(
-                        &Statement::new("ALTER TABLE ")
-                            .ident(&into)
-                            .push(" ADD UNIQUE (")
-                            .ident(&key)
-                            .push(")"),
-                    )
-                    .await?;
-            }
+        // Plain columns of the same types: a generated column of the live
+        // table is a column of values in its archive.
+        let create = Statement::new("CREATE TABLE ").ident(&into);
+        let create = match store.backend() {
+            Backend::Postgres(_) => create.push(" (LIKE ").ident(&table).push(")"),
+            Backend::MySql(_) | Backend::Sqlite(_) => create
+                .push(" AS SELECT * FROM ")
+                .ident(&table)
+                .push(" WHERE 1 = 0"),
+        };
+        store.execute(&create).await?;
+        // On SQLite the index is named for its table, and an archive in an
+        // attached database (whose index would be named in that schema) gets
+        // none.
+        let unique = match store.backend() {
+            Backend::Sqlite(_) if into.schema().is_some() => None,
             Backend::Sqlite(_) => {
-                store
-                    .execute(
-                        &Statement::new("CREATE TABLE ")
-                            .ident(&into)
-                            .push(" AS SELECT * FROM ")
-                            .ident(&table)
-                            .push(" WHERE 0"),
-                    )
-                    .await?;
-                if into.schema().is_none() {
-                    let index = Ident::parse(&format!("{}_{}_archived", into.name(), key.name()))?;
-                    store
-                        .execute(
-                            &Statement::new("CREATE UNIQUE INDEX ")
-                                .ident(&index)
-                                .push(" ON ")
-                                .ident(&into)
-                                .push(" (")
-                                .ident(&key)
-                                .push(")"),
-                        )
-                        .await?;
-                }
+                let index = Ident::parse(&format!("{}_{}_archived", into.name(), key.name()))?;
+                Some(
+                    Statement::new("CREATE UNIQUE INDEX ")
+                        .ident(&index)
+                        .push(" ON ")
+                        .ident(&into)
+                        .push(" ("),
+                )
             }
+            _ => Some(
+                Statement::new("ALTER TABLE ")
+                    .ident(&into)
+                    .push(" ADD UNIQUE ("),
+            ),
+        };
+        if let Some(unique) = unique {
+            store.execute(&unique.ident(&key).push(")")).await?;
         }
         Ok(true)
     }
