@@ -26,6 +26,7 @@ for_each_backend!(
     a_text_key_is_walked_in_its_collation_s_order,
     a_clock_running_ahead_of_the_database_ages_no_young_row,
     a_generated_column_is_archived_as_its_values,
+    a_key_the_database_writes_on_update_is_refused,
 );
 
 /// On SQLite a loop sub-batch picks its rows by rowid first
@@ -101,8 +102,6 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
     runtime.shutdown().await.unwrap();
     db.cleanup().await;
 }
-
-postgres_and_mysql!(a_key_the_database_writes_on_update_is_refused);
 
 mysql_only!(
     operator_sql_means_on_mysql_what_it_means_in_the_mysql_client,
@@ -352,7 +351,7 @@ async fn a_key_the_database_writes_on_update_is_refused(db: &TestDb) {
     // refused for NULLs too; its `touched` is the case that only this
     // check refuses.
     let generated = match db.backend {
-        "postgres" => "BIGINT GENERATED ALWAYS AS (x * 10) STORED NOT NULL",
+        "postgres" | "sqlite" => "BIGINT GENERATED ALWAYS AS (x * 10) STORED NOT NULL",
         _ => "BIGINT AS (x * 10) STORED",
     };
     db.execute(&format!(

@@ -74,6 +74,15 @@ impl Store {
                 .bind(schema)
                 .fetch_all(pool)
                 .await?;
+                let mut keys = TableKeys {
+                    written_by_database: self
+                        .generated_columns(table)
+                        .await?
+                        .into_iter()
+                        .map(|name| (name, GENERATED))
+                        .collect(),
+                    ..TableKeys::default()
+                };
                 let listed: Vec<(String, bool, String, bool)> = sqlx::query_as(
                     "SELECT name, \"unique\", origin, partial FROM pragma_index_list($1, $2) ORDER BY seq",
                 )
@@ -81,7 +90,6 @@ impl Store {
                 .bind(schema)
                 .fetch_all(pool)
                 .await?;
-                let mut keys = TableKeys::default();
                 for (name, unique, _, partial) in &listed {
                     let names: Vec<Option<String>> = sqlx::query_scalar(
                         "SELECT name FROM pragma_index_info($1, $2) ORDER BY seqno",
