@@ -961,13 +961,8 @@ async fn a_generated_column_is_archived_as_its_values(db: &TestDb) {
     }
     db.execute("CREATE INDEX priced_created_at ON priced (created_at)")
         .await;
-    let now = chrono::Utc::now();
-    let rows: Vec<String> = (1..=30)
-        .map(|id| {
-            let days = if id <= 20 { 200 } else { 30 };
-            let at = db.time_literal(now - chrono::Duration::days(days));
-            format!("({id}, {id}, {at})")
-        })
+    let rows: Vec<String> = aged_then_young(db, 20, 30)
+        .map(|(id, at)| format!("({id}, {id}, {at})"))
         .collect();
     db.execute(&format!(
         "INSERT INTO priced (id, price, created_at) VALUES {}",
@@ -1030,14 +1025,8 @@ async fn a_clock_running_ahead_of_the_database_ages_no_young_row(db: &TestDb) {
     .await;
     db.execute("CREATE INDEX stamped_created_at ON stamped (created_at)")
         .await;
-    let rows: Vec<String> = (1..=40)
-        .map(|id| {
-            let days = if id <= 20 { 200 } else { 30 };
-            format!(
-                "({id}, {})",
-                db.time_literal(now - chrono::Duration::days(days))
-            )
-        })
+    let rows: Vec<String> = aged_then_young(db, 20, 40)
+        .map(|(id, at)| format!("({id}, {at})"))
         .collect();
     db.execute(&format!("INSERT INTO stamped VALUES {}", rows.join(", ")))
         .await;
@@ -1059,6 +1048,16 @@ async fn a_clock_running_ahead_of_the_database_ages_no_young_row(db: &TestDb) {
         20,
         "the rows 200 days old go"
     );
+}
+
+/// Ids 1 to `rows` with a time literal each: 200 days old up to `aged`,
+/// 30 days old after.
+fn aged_then_young(db: &TestDb, aged: i64, rows: i64) -> impl Iterator<Item = (i64, String)> {
+    let now = chrono::Utc::now();
+    (1..=rows).map(move |id| {
+        let days = if id <= aged { 200 } else { 30 };
+        (id, db.time_literal(now - chrono::Duration::days(days)))
+    })
 }
 
 /// A text key under a collation that does not order by bytes — SQLite's

@@ -3,7 +3,9 @@
 //! on every connection): the zone times without a zone are read and
 //! written in (a PostgreSQL `timestamp` or `date`, a MySQL `DATETIME` or
 //! `DATE`: what `now()` writes into such a column), and on PostgreSQL the
-//! order an ambiguous date like `01/12/2025` is read in.
+//! order an ambiguous date like `01/12/2025` is read in. And the server's
+//! clock, which the cutoffs of aged rows are measured from when the
+//! caller's runs ahead of it.
 //!
 //! On a server whose sessions default to another zone, an application
 //! writing `now()` stores that zone's wall time, and a bound read as UTC
@@ -73,6 +75,28 @@ fn utc_offset(seconds: i64) -> String {
 }
 
 impl Store {
+    /// The database server's clock now (on SQLite, which runs in this
+    /// process, this machine's). A cutoff computed from a client's clock
+    /// that runs ahead of it would count young rows as aged.
+    ///
+    /// Errors: the database's.
+    pub async fn database_now(&self) -> Result<DateTime<Utc>, StoreError> {
+        Ok(match self.backend() {
+            Backend::Sqlite(_) => Utc::now(),
+            Backend::Postgres(pool) => {
+                sqlx::query_scalar("SELECT clock_timestamp()")
+                    .fetch_one(pool)
+                    .await?
+            }
+            Backend::MySql(pool) => {
+                let utc: chrono::NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
+                    .fetch_one(pool)
+                    .await?;
+                utc.and_utc()
+            }
+        })
+    }
+
     /// On PostgreSQL, the value the database's own sessions take for the
     /// setting `name` (`TimeZone`, `DateStyle`): the database's own
     /// (`ALTER DATABASE … SET`), else the server's configuration files' where

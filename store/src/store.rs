@@ -136,28 +136,6 @@ impl Store {
         &self.clock
     }
 
-    /// The database server's clock now (on SQLite, which runs in this
-    /// process, this machine's). A cutoff computed from a client's clock
-    /// that runs ahead of it would count young rows as aged.
-    ///
-    /// Errors: the database's.
-    pub async fn database_now(&self) -> Result<chrono::DateTime<chrono::Utc>, StoreError> {
-        Ok(match self.backend() {
-            Backend::Sqlite(_) => chrono::Utc::now(),
-            Backend::Postgres(pool) => {
-                sqlx::query_scalar("SELECT clock_timestamp()")
-                    .fetch_one(pool)
-                    .await?
-            }
-            Backend::MySql(pool) => {
-                let utc: chrono::NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
-                    .fetch_one(pool)
-                    .await?;
-                utc.and_utc()
-            }
-        })
-    }
-
     /// The database the store lives in, for callers that run their own SQL there.
     pub fn backend(&self) -> &Backend {
         self.connections.backend()
