@@ -12,7 +12,7 @@ use sluice_operations::{
     plan,
     window::WindowOption,
 };
-use sluice_store::{Limits, Store};
+use sluice_store::{Limits, OperationRecord, Store, operation_target};
 
 use crate::failure::Failure;
 use crate::render;
@@ -264,6 +264,11 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
     }
     let enqueued = enqueue_kind(store, &registry, recipe.kind, &arguments, &recipe.options).await?;
     let record = store.operation(enqueued.id).await?;
+    // An existing operation returned keeps its own options.
+    let not_applied = match enqueued.created {
+        true => Vec::new(),
+        false => options_it_lacks(store, &record, &recipe.options).await?,
+    };
     if recipe.json {
         let value = json!({
             "id": enqueued.id,
@@ -271,10 +276,83 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
             "kind": recipe.kind,
             "status": record.state.status.as_str(),
             "estimated_rows": record.state.estimated_rows,
+            "not_applied": not_applied,
         });
         println!("{value}");
         return Ok(());
     }
-    render::enqueued(&record, enqueued.created);
+    render::enqueued(&record, enqueued.created, &not_applied);
     Ok(())
+}
+
+/// The options `asked` sets (to other than their defaults), by their flags,
+/// that the existing operation `record` does not have: another size,
+/// pause, limit or priority, a run window or a rate limit of its own that
+/// it lacks or holds otherwise.
+async fn options_it_lacks(
+    store: &Store,
+    record: &OperationRecord,
+    asked: &EnqueueOptions,
+) -> Result<Vec<&'static str>, Failure> {
+    let has = &record.state;
+    let window = store.window_for(record.id, &has.kind).await?;
+    let own_window = window.filter(|w| w.target == operation_target(record.id));
+    let rates = store.rate_limits_for(record.id, &has.kind).await?;
+    let own_rate = rates
+        .iter()
+        .find(|r| r.target == operation_target(record.id))
+        .map(|r| r.rows_per_second);
+    let default = EnqueueOptions::default();
+    let set_otherwise = |asked: i64, default: i64, has: i64| asked != default && asked != has;
+    let limit_otherwise = |asked: Option<i64>, has: Option<i64>| asked.is_some() && asked != has;
+    let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    Ok([
+        (
+            "--batch-size",
+            set_otherwise(asked.batch_size, default.batch_size, has.batch_size),
+        ),
+        (
+            "--sub-batch-size",
+            set_otherwise(
+                asked.sub_batch_size,
+                default.sub_batch_size,
+                has.sub_batch_size,
+            ),
+        ),
+        (
+            "--pause",
+            set_otherwise(millis(asked.pause), millis(default.pause), has.pause_ms),
+        ),
+        (
+            "--max-runtime",
+            limit_otherwise(asked.limits.max_runtime_ms, has.limits.max_runtime_ms),
+        ),
+        (
+            "--max-rows",
+            limit_otherwise(asked.limits.max_rows_per_run, has.limits.max_rows_per_run),
+        ),
+        (
+            "--priority",
+            set_otherwise(
+                asked.priority.into(),
+                default.priority.into(),
+                has.priority.into(),
+            ),
+        ),
+        (
+            "--window",
+            asked.window.as_ref().is_some_and(|w| {
+                own_window
+                    .as_ref()
+                    .is_none_or(|o| o.run_window != w.hours || o.time_zone != w.time_zone)
+            }),
+        ),
+        (
+            "--max-rate",
+            asked.max_rate.is_some_and(|rate| own_rate != Some(rate)),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(flag, lacks)| lacks.then_some(flag))
+    .collect())
 }

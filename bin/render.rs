@@ -365,8 +365,9 @@ pub fn controlled(
     Ok(())
 }
 
-/// `sluice enqueue`, for people.
-pub fn enqueued(record: &OperationRecord, created: bool) {
+/// `sluice enqueue`, for people: the operation, and when an existing one
+/// was returned, the options asked for that it does not take.
+pub fn enqueued(record: &OperationRecord, created: bool, not_applied: &[&str]) {
     let s = &record.state;
     let rows = s
         .estimated_rows
@@ -382,6 +383,14 @@ pub fn enqueued(record: &OperationRecord, created: bool) {
             record.id,
             s.status.as_str()
         );
+        if !not_applied.is_empty() {
+            println!(
+                "its own options stand: {} not applied to it (`sluice limit {}` sets a rate limit \
+                 on it; a window or other sizes need it cancelled and enqueued again)",
+                not_applied.join(", "),
+                record.id
+            );
+        }
     }
 }
 

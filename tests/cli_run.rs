@@ -90,6 +90,28 @@ async fn enqueue_run_until_idle_and_show_report_the_right_counts(db: &TestDb) {
     ));
     assert_eq!(deleted["created"], true);
     assert_eq!(deleted["estimated_rows"], 2_500);
+    // Asked again with options of its own: the pending one is returned, and
+    // the options it does not take are named, as a person reads them too.
+    let again = json(&delete_aged_items(
+        db,
+        "enqueue",
+        &["--batch-size", "400", "--max-rate", "5/s", "--json"],
+    ));
+    assert_eq!(
+        (&again["id"], &again["created"]),
+        (&deleted["id"], &serde_json::json!(false))
+    );
+    assert_eq!(
+        again["not_applied"],
+        serde_json::json!(["--max-rate"]),
+        "{again}"
+    );
+    let said = delete_aged_items(db, "enqueue", &["--window", "00:00-06:00"]);
+    succeeded(&said);
+    assert!(
+        String::from_utf8_lossy(&said.stdout).contains("--window not applied to it"),
+        "{said:?}"
+    );
     let updated = enqueue_increment(db, &["--where", "grp = 1", "--batch-size", "300"]);
     let run = sluice(db, &["run", "--until-idle", "--node", "cli-worker"]);
     succeeded(&run);
