@@ -103,6 +103,104 @@ async fn an_sqlite_loop_picks_by_whichever_name_reaches_the_rowid() {
     db.cleanup().await;
 }
 
+postgres_and_mysql!(binary_keys_are_walked_byte_by_byte);
+
+/// A binary key — MySQL's `BINARY(16)`, how UUIDs are kept there, or a
+/// PostgreSQL `bytea` — is walked as the database orders it, byte by byte
+/// (all zeros to all ones, and the bytes either side of the sign bit):
+/// `update-in-batches` changes each row once, `delete-aged-rows` deletes
+/// exactly the aged rows.
+async fn binary_keys_are_walked_byte_by_byte(db: &TestDb) {
+    let postgres = db.backend == "postgres";
+    let binary = if postgres { "BYTEA" } else { "BINARY(16)" };
+    let bytes = |hex: &str| match postgres {
+        true => format!("'\\x{hex}'::bytea"),
+        false => format!("UNHEX('{hex}')"),
+    };
+    let time = db.time_type();
+    let aged = db.time_literal(chrono::Utc::now() - chrono::Duration::days(200));
+    let young = db.time_literal(chrono::Utc::now() - chrono::Duration::days(30));
+    for table in ["by_update", "by_age"] {
+        db.execute(&format!(
+            "CREATE TABLE {table} (id {binary} PRIMARY KEY, created_at {time} NOT NULL, \
+             hits INTEGER NOT NULL DEFAULT 0)"
+        ))
+        .await;
+        db.execute(&format!(
+            "CREATE INDEX {table}_created ON {table} (created_at)"
+        ))
+        .await;
+        let rows: Vec<String> = (0..40u32)
+            .map(|i| {
+                // Spread over the whole range, both ends and the middle included.
+                let first = [0x00, 0xff, 0x7f, 0x80]
+                    .get(i as usize)
+                    .copied()
+                    .unwrap_or(i * 6);
+                let hex = format!("{first:02x}{:030x}", i.wrapping_mul(2_654_435_761));
+                let at = if i % 2 == 0 { &aged } else { &young };
+                format!("({}, {at})", bytes(&hex))
+            })
+            .collect();
+        db.execute(&format!(
+            "INSERT INTO {table} (id, created_at) VALUES {}",
+            rows.join(", ")
+        ))
+        .await;
+    }
+    let batched = ["--batch-size", "3", "--sub-batch-size", "2"];
+    let enqueue = |args: &[&str]| {
+        let args: Vec<&str> = ["enqueue"]
+            .iter()
+            .chain(args)
+            .chain(&batched)
+            .copied()
+            .collect();
+        succeeded(&sluice(db, &args));
+    };
+    enqueue(&[
+        "update-in-batches",
+        "--table",
+        "by_update",
+        "--set",
+        "hits = hits + 1",
+    ]);
+    enqueue(&[
+        "delete-aged-rows",
+        "--table",
+        "by_age",
+        "--column",
+        "created_at",
+        "--older-than",
+        "90d",
+    ]);
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM by_update WHERE hits = 1")
+            .await,
+        40,
+        "each row changed once"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM by_update WHERE hits <> 1")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM by_age WHERE created_at > {aged}"
+        ))
+        .await,
+        20,
+        "the young rows stay"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM by_age").await,
+        20,
+        "the aged rows go"
+    );
+}
+
 mysql_only!(
     operator_sql_means_on_mysql_what_it_means_in_the_mysql_client,
     unsigned_integers_batch_on_mysql_as_signed_ones_do,

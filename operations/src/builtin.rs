@@ -202,6 +202,12 @@ impl DeleteAgedRows {
                     Cutoff::Text(iso_like(&example, at))
                 }
                 None => Cutoff::Text(at.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                Some(CursorValue::Bytes(_)) => {
+                    return Err(OperationError::Arguments(format!(
+                        "column `{column}` of `{table}` holds bytes; delete-aged-rows needs a \
+                         timestamp, an integer of epoch seconds or ISO-8601 text"
+                    )));
+                }
             }
         };
         if let Cutoff::EpochSeconds(_) = cutoff {

@@ -5,18 +5,19 @@
 //! them in the database's order (`WHERE (a, b) > ($1, $2) ORDER BY a, b`),
 //! text by the column's collation, which Sluice does not know: under
 //! `en_US` or MySQL's `utf8mb4_general_ci`, `apple` comes before `Banana`.
-//! [`Cursor::known_cmp`] is the order where Sluice can know it (integers
-//! and timestamps decide it). `Ord` compares lexicographically, text by
-//! its bytes, for sorting and maps only; within one column an integer sorts
-//! before text, but one operation never mixes the two in a column.
+//! [`Cursor::known_cmp`] is the order where Sluice can know it (integers,
+//! timestamps and bytes decide it). `Ord` compares lexicographically, text
+//! by its bytes, for sorting and maps only; within one column an integer
+//! sorts before text, but one operation never mixes two kinds in a column.
 //!
 //! In JSON (the form stored in the `operations` and `batches` tables, for an
 //! operator to read) a cursor is a plain array such as `[1042]` or
 //! `["2026-01-01T00:00:00Z", 77]`; a value of a PostgreSQL `timestamp` or
 //! `timestamptz` column is an object, `[{"timestamp": "2026-01-01T00:00:00.000000Z"}, 77]`,
-//! so it reads back as a timestamp and not as text. In the binary event log a
-//! value is encoded with its variant tag (postcard is not self-describing), a
-//! timestamp as microseconds since the Unix epoch, PostgreSQL's own precision.
+//! so it reads back as a timestamp and not as text, and a binary value is
+//! `{"bytes": "0a1b…"}` (hex). In the binary event log a value is encoded
+//! with its variant tag (postcard is not self-describing), a timestamp as
+//! microseconds since the Unix epoch, PostgreSQL's own precision.
 
 use std::fmt;
 
@@ -39,6 +40,9 @@ pub enum CursorValue {
     /// A PostgreSQL `timestamp`/`timestamptz` key, to the microsecond (a
     /// `timestamp` without time zone is read as UTC).
     Timestamp(DateTime<Utc>),
+    /// A binary key (MySQL `BINARY`/`VARBINARY`, such as a UUID in 16
+    /// bytes; PostgreSQL `bytea`), ordered byte by byte as those are.
+    Bytes(Vec<u8>),
 }
 
 impl Cursor {
@@ -92,6 +96,7 @@ impl fmt::Display for Cursor {
                 CursorValue::Int(v) => write!(f, "{v}")?,
                 CursorValue::Text(v) => write!(f, "{v:?}")?,
                 CursorValue::Timestamp(v) => write!(f, "{}", timestamp_text(v))?,
+                CursorValue::Bytes(v) => write!(f, "x'{}'", hex(v))?,
             }
         }
         f.write_str(")")
@@ -110,6 +115,12 @@ impl Serialize for CursorValue {
                     map.serialize_entry(TIMESTAMP_KEY, &timestamp_text(v))?;
                     map.end()
                 }
+                CursorValue::Bytes(v) => {
+                    use serde::ser::SerializeMap;
+                    let mut map = serializer.serialize_map(Some(1))?;
+                    map.serialize_entry(BYTES_KEY, &hex(v))?;
+                    map.end()
+                }
             }
         } else {
             match self {
@@ -125,6 +136,9 @@ impl Serialize for CursorValue {
                     "Timestamp",
                     &v.timestamp_micros(),
                 ),
+                CursorValue::Bytes(v) => {
+                    serializer.serialize_newtype_variant("CursorValue", 3, "Bytes", v)
+                }
             }
         }
     }
@@ -138,6 +152,7 @@ impl<'de> Deserialize<'de> for CursorValue {
             TaggedValue::deserialize(deserializer).and_then(|tagged| match tagged {
                 TaggedValue::Int(v) => Ok(CursorValue::Int(v)),
                 TaggedValue::Text(v) => Ok(CursorValue::Text(v)),
+                TaggedValue::Bytes(v) => Ok(CursorValue::Bytes(v)),
                 TaggedValue::Timestamp(micros) => DateTime::from_timestamp_micros(micros)
                     .map(CursorValue::Timestamp)
                     .ok_or_else(|| {
@@ -154,10 +169,30 @@ enum TaggedValue {
     Int(i64),
     Text(String),
     Timestamp(i64),
+    Bytes(Vec<u8>),
 }
 
 /// The key of a timestamp value's JSON object.
 const TIMESTAMP_KEY: &str = "timestamp";
+
+/// The key of a binary value's JSON object (its bytes in lower-case hex).
+const BYTES_KEY: &str = "bytes";
+
+/// `bytes` in lower-case hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Reads [`hex`]'s form.
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
 
 /// RFC 3339 in UTC to the microsecond (years outside 0000–9999, which
 /// PostgreSQL allows, carry a sign and more digits).
@@ -186,7 +221,7 @@ impl<'de> Visitor<'de> for PlainValueVisitor {
     type Value = CursorValue;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an integer, a string or {\"timestamp\": \"RFC 3339\"}")
+        f.write_str("an integer, a string, {\"timestamp\": \"RFC 3339\"} or {\"bytes\": \"hex\"}")
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<CursorValue, E> {
@@ -213,14 +248,22 @@ impl<'de> Visitor<'de> for PlainValueVisitor {
         let (key, text): (String, String) = map
             .next_entry()?
             .ok_or_else(|| de::Error::custom("an empty object is not a cursor value"))?;
-        if key != TIMESTAMP_KEY || map.next_key::<String>()?.is_some() {
+        if map.next_key::<String>()?.is_some() {
             return Err(de::Error::custom(
-                "an object cursor value must be {\"timestamp\": \"RFC 3339\"}",
+                "an object cursor value has one key, `timestamp` or `bytes`",
             ));
         }
-        parse_timestamp(&text)
-            .map(CursorValue::Timestamp)
-            .ok_or_else(|| de::Error::custom(format!("`{text}` is not an RFC 3339 timestamp")))
+        match key.as_str() {
+            TIMESTAMP_KEY => parse_timestamp(&text)
+                .map(CursorValue::Timestamp)
+                .ok_or_else(|| de::Error::custom(format!("`{text}` is not an RFC 3339 timestamp"))),
+            BYTES_KEY => unhex(&text)
+                .map(CursorValue::Bytes)
+                .ok_or_else(|| de::Error::custom(format!("`{text}` is not bytes in hex"))),
+            _ => Err(de::Error::custom(
+                "an object cursor value must be {\"timestamp\": \"RFC 3339\"} or {\"bytes\": \"hex\"}",
+            )),
+        }
     }
 }
 
@@ -236,7 +279,8 @@ mod tests {
             // PostgreSQL's timestamp range, to the microsecond.
             (-210_866_803_200_000_000i64..9_214_646_400_000_000i64).prop_map(|micros| {
                 CursorValue::Timestamp(DateTime::from_timestamp_micros(micros).unwrap())
-            })
+            }),
+            proptest::collection::vec(any::<u8>(), 0..20).prop_map(CursorValue::Bytes)
         ]
     }
 

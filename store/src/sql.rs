@@ -42,6 +42,8 @@ pub enum SqlValue {
     Timestamp(chrono::DateTime<chrono::Utc>),
     /// A boolean (PostgreSQL `boolean`; on SQLite, 0 or 1).
     Bool(bool),
+    /// Bytes (a binary key's value).
+    Bytes(Vec<u8>),
 }
 
 impl From<i64> for SqlValue {
@@ -86,6 +88,7 @@ impl From<&crate::cursor::CursorValue> for SqlValue {
             crate::cursor::CursorValue::Int(i) => SqlValue::Int(*i),
             crate::cursor::CursorValue::Text(t) => SqlValue::Text(t.clone()),
             crate::cursor::CursorValue::Timestamp(at) => SqlValue::Timestamp(*at),
+            crate::cursor::CursorValue::Bytes(bytes) => SqlValue::Bytes(bytes.clone()),
         }
     }
 }
@@ -317,6 +320,7 @@ macro_rules! bind_values {
                 $crate::sql::SqlValue::Text(v) => query.bind(v.clone()),
                 $crate::sql::SqlValue::Timestamp(v) => query.bind(*v),
                 $crate::sql::SqlValue::Bool(v) => query.bind(*v),
+                $crate::sql::SqlValue::Bytes(v) => query.bind(v.clone()),
             };
         }
         query

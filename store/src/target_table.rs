@@ -439,6 +439,7 @@ where
     String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     DateTime<Utc>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     NaiveDateTime: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
     use sqlx::{Column, TypeInfo, ValueRef};
     // SQLite would read text or a number as a date too; only PostgreSQL and
@@ -471,6 +472,8 @@ where
             CursorValue::Timestamp(v)
         } else if let (true, Ok(v)) = (postgres, row.try_get::<NaiveDateTime, _>(i)) {
             CursorValue::Timestamp(v.and_utc())
+        } else if let (true, Ok(v)) = (postgres, row.try_get::<Vec<u8>, _>(i)) {
+            CursorValue::Bytes(v)
         } else {
             let column = &row.columns()[i];
             let declared = match column.type_info().name() {

@@ -70,7 +70,7 @@ fn build(step: &Step, state: &Projection) -> Event {
             } else {
                 let from = state.cursor.as_ref().map(|c| match c.0[0] {
                     CursorValue::Int(v) => v,
-                    CursorValue::Text(_) | CursorValue::Timestamp(_) => 0,
+                    CursorValue::Text(_) | CursorValue::Timestamp(_) | CursorValue::Bytes(_) => 0,
                 });
                 let to = from.unwrap_or(0) + if step.plausible { n.abs() + 1 } else { n };
                 // As wide as the batching columns; the first column moves.
