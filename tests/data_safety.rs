@@ -148,16 +148,7 @@ async fn binary_keys_are_walked_byte_by_byte(db: &TestDb) {
         ))
         .await;
     }
-    let batched = ["--batch-size", "3", "--sub-batch-size", "2"];
-    let enqueue = |args: &[&str]| {
-        let args: Vec<&str> = ["enqueue"]
-            .iter()
-            .chain(args)
-            .chain(&batched)
-            .copied()
-            .collect();
-        succeeded(&sluice(db, &args));
-    };
+    let enqueue = |args: &[&str]| enqueue_in_batches(db, args, "3", "2");
     enqueue(&[
         "update-in-batches",
         "--table",
@@ -601,16 +592,7 @@ async fn unsigned_integers_batch_on_mysql_as_signed_ones_do(db: &TestDb) {
     for table in ["by_update", "by_time", "by_epoch", "by_archive"] {
         create_unsigned_table(db, table, "9223372036854775807").await;
     }
-    let batched = ["--batch-size", "7", "--sub-batch-size", "3"];
-    let enqueue = |args: &[&str]| {
-        let args: Vec<&str> = ["enqueue"]
-            .iter()
-            .chain(args)
-            .chain(&batched)
-            .copied()
-            .collect();
-        succeeded(&sluice(db, &args));
-    };
+    let enqueue = |args: &[&str]| enqueue_in_batches(db, args, "7", "3");
     enqueue(&[
         "update-in-batches",
         "--table",
@@ -724,6 +706,15 @@ async fn unsigned_integers_batch_on_mysql_as_signed_ones_do(db: &TestDb) {
         0,
         "no row changed by a refused operation"
     );
+}
+
+/// Enqueues `args` (a kind and its arguments) through the command line in
+/// batches of `batch` rows and sub-batches of `sub`; panics unless accepted.
+fn enqueue_in_batches(db: &TestDb, args: &[&str], batch: &str, sub: &str) {
+    let mut all = vec!["enqueue"];
+    all.extend_from_slice(args);
+    all.extend(["--batch-size", batch, "--sub-batch-size", sub]);
+    succeeded(&sluice(db, &all));
 }
 
 /// `table` with unsigned columns: keys 0 to 199 and `largest`; the even
