@@ -984,11 +984,11 @@ async fn archive_rows_moves_the_rows_in_scope_and_refuses_an_archive_that_does_n
         "items"
     };
     for (into, says) in [
-        ("thin_archive", "its column `counter` has no such column"),
+        ("thin_archive", "it has no column `counter`"),
         ("items", "another table to move rows into"),
         (qualified.as_str(), "is `items` itself"),
         (other_case, "another table to move rows into"),
-        ("items_view", "`items_view` is a view"),
+        ("items_view", "items_view` is a view"),
         (
             "items_archive; DROP TABLE items",
             "is not a plain SQL identifier",

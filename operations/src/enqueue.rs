@@ -25,7 +25,7 @@ use crate::shape::Strategy;
 use crate::sub_batch::{Bounds, SubBatchRows};
 use crate::target::{
     check_key, check_key_range, check_key_values, check_session_dependent_sql, check_target,
-    check_time_column, full_scan_refusal,
+    check_time_column, check_transactional, full_scan_refusal,
 };
 
 /// How an operation is to run, beside its arguments. Serialisable so a
@@ -309,6 +309,9 @@ pub(crate) async fn checked_spec(
     let mut explained = None;
     if !checked.targets.contains_key(&key) {
         check_target(store, &shape.table().to_string(), &names).await?;
+        for other in prepared.tables_written().iter().skip(1) {
+            check_transactional(store, other).await?;
+        }
         for column in shape.filter().time_bounds() {
             check_time_column(store, shape.table(), column).await?;
         }

@@ -36,4 +36,4 @@ pub use shape::{Filter, Shape, Strategy};
 pub use sub_batch::{
     Bounds, SubBatch, SubBatchOutcome, SubBatchRequest, SubBatchRows, run_sub_batch,
 };
-pub use target::{Target, TargetError, check_index, check_target};
+pub use target::{Target, TargetError, check_index, check_target, check_transactional};

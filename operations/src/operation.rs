@@ -117,6 +117,14 @@ pub trait Operation: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The tables a sub-batch writes beside the shape's table (an archive
+    /// table, say). Each must be transactional as the target must: they are
+    /// checked at enqueue and when a worker starts the operation
+    /// ([`crate::check_transactional`]). By default none.
+    fn other_tables_written(&self, _arguments: &Self::Arguments) -> Vec<String> {
+        Vec::new()
+    }
+
     /// What the uniqueness rule compares for these arguments: by default
     /// all of them. A kind whose arguments hold something resolved at
     /// enqueue from what was asked (a cutoff from `older_than: "90d"`)
@@ -160,6 +168,11 @@ pub trait PreparedOperation: Send + Sync {
 
     /// What the uniqueness rule compares ([`Operation::identity`]).
     fn identity(&self) -> serde_json::Value;
+
+    /// Every table a sub-batch writes: the shape's, then
+    /// [`Operation::other_tables_written`] (those that are not plain
+    /// identifiers are left out; the operation's shape refuses them).
+    fn tables_written(&self) -> Vec<sluice_store::Ident>;
 }
 
 /// The operation kinds a runtime (or the CLI) knows, by name.
@@ -319,5 +332,16 @@ impl<O: Operation> PreparedOperation for Prepared<O> {
 
     fn identity(&self) -> serde_json::Value {
         self.operation.identity(&self.arguments)
+    }
+
+    fn tables_written(&self) -> Vec<sluice_store::Ident> {
+        let others = self.operation.other_tables_written(&self.arguments);
+        std::iter::once(self.shape.table().clone())
+            .chain(
+                others
+                    .iter()
+                    .filter_map(|t| sluice_store::Ident::parse(t).ok()),
+            )
+            .collect()
     }
 }

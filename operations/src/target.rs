@@ -36,17 +36,21 @@ pub enum TargetError {
         /// The table as given.
         table: String,
     },
-    /// A MySQL table whose engine has no transactions.
+    /// A table the operation writes (itself, or through a trigger) whose
+    /// engine has no transactions.
     #[error(
-        "table `{table}` uses the {engine} engine, which has no transactions: a sub-batch's \
-         change and its progress record could not commit together, so exactly-once cannot \
-         hold; convert it first (ALTER TABLE {table} ENGINE = InnoDB)"
+        "{}: a rolled-back sub-batch would stay written there, so exactly-once cannot hold; \
+         convert it first (ALTER TABLE {table} ENGINE = InnoDB)",
+        not_transactional(.table, .engine, .via)
     )]
     NotTransactional {
-        /// The table as given.
+        /// The table.
         table: String,
         /// Its engine.
         engine: String,
+        /// The trigger through which the operation writes it, when it does
+        /// not write it directly.
+        via: Option<String>,
     },
     /// A MySQL server logging statements, not rows, for its replicas.
     #[error(
@@ -165,6 +169,16 @@ pub enum TargetError {
     Store(#[from] StoreError),
 }
 
+/// What [`TargetError::NotTransactional`] found, in words.
+fn not_transactional(table: &str, engine: &str, via: &Option<String>) -> String {
+    match via {
+        None => format!("table `{table}` uses the {engine} engine, which has no transactions"),
+        Some(trigger) => format!(
+            "trigger `{trigger}` writes table `{table}`, whose {engine} engine has no transactions"
+        ),
+    }
+}
+
 impl TargetError {
     /// True when the target itself is at fault (the user's input), false when
     /// the database could not be consulted.
@@ -193,14 +207,7 @@ pub async fn check_target(
             table: table.to_owned(),
         });
     }
-    if let Some(engine) = store.table_engine(&table_ident).await?
-        && !engine.eq_ignore_ascii_case("InnoDB")
-    {
-        return Err(TargetError::NotTransactional {
-            table: table.to_owned(),
-            engine,
-        });
-    }
+    check_transactional(store, &table_ident).await?;
     if store.logs_statements().await? {
         return Err(TargetError::StatementBinlog);
     }
@@ -217,6 +224,27 @@ pub async fn check_target(
         table: table_ident,
         columns: column_idents,
     })
+}
+
+/// Refuses `table` when it, or a table its triggers write, ignores a
+/// rollback (MySQL MyISAM, Aria, MEMORY …: an engine without transactions,
+/// [`Store::non_transactional_writes`]). Run at enqueue for every table an
+/// operation writes, and again when a worker starts it, since an `ALTER
+/// TABLE … ENGINE =` or a new trigger can come in between.
+pub async fn check_transactional(store: &Store, table: &Ident) -> Result<(), TargetError> {
+    match store
+        .non_transactional_writes(table)
+        .await?
+        .into_iter()
+        .next()
+    {
+        None => Ok(()),
+        Some(found) => Err(TargetError::NotTransactional {
+            table: found.table,
+            engine: found.engine,
+            via: found.via,
+        }),
+    }
 }
 
 /// Refuses a batching key (the keyset's columns, or a loop's key) that the

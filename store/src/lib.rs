@@ -62,4 +62,6 @@ pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use store::{Enqueued, ListFilter, Store};
 pub use sub_batch::SubBatchTx;
 pub use sub_batch_session::{SessionConnection, SubBatchSession};
-pub use target_table::{DeleteAction, Index, TableKeys};
+pub use target_table::{
+    ColumnDefinition, DeleteAction, Index, NonTransactional, TableKeys, Trigger,
+};

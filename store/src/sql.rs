@@ -136,6 +136,25 @@ impl Statement {
         self
     }
 
+    /// Appends a column type as a catalogue declared it (`VARCHAR(20)`,
+    /// `DOUBLE PRECISION`, `NUMERIC(10, 2)`); `None` (and nothing appended)
+    /// unless it is only words, digits, signs and one balanced pair of
+    /// parentheses — text that can be nothing but a type.
+    pub fn declared_type(mut self, declared: &str) -> Option<Self> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || " _(),+-".contains(c);
+        let opens = declared.matches('(').count();
+        let well_formed = declared.chars().all(allowed)
+            && !declared.contains("--")
+            && opens == declared.matches(')').count()
+            && opens <= 1
+            && declared.find('(') <= declared.find(')');
+        if !well_formed {
+            return None;
+        }
+        self.text.0.push_str(declared);
+        Some(self)
+    }
+
     /// Appends a placeholder bound to `value`.
     pub fn value(mut self, value: SqlValue) -> Self {
         self.params.push(value);

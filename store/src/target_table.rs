@@ -49,11 +49,15 @@ macro_rules! mysql_columns {
     };
 }
 
+mod definitions;
 mod keys;
 mod references;
+mod triggers;
 
+pub use definitions::ColumnDefinition;
 pub use keys::{Index, TableKeys};
 pub use references::DeleteAction;
+pub use triggers::{NonTransactional, Trigger};
 
 impl Store {
     /// The table's column names in table order; empty when no such table exists.
@@ -150,6 +154,24 @@ impl Store {
                 base == Some(1)
             }
         })
+    }
+
+    /// PostgreSQL: the schema holding `table`, found as a statement naming
+    /// it would find it (through the `search_path` when unqualified);
+    /// `None` when there is no such relation, and on SQLite and MySQL,
+    /// where an unqualified name means one database whatever the session.
+    pub async fn schema_of(&self, table: &Ident) -> Result<Option<String>, StoreError> {
+        let Backend::Postgres(pool) = self.backend() else {
+            return Ok(None);
+        };
+        Ok(sqlx::query_scalar(
+            "SELECT n.nspname::text FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = to_regclass($1)",
+        )
+        .bind(table.quoted())
+        .fetch_optional(pool)
+        .await?)
     }
 
     /// MySQL: the storage engine of `table` (`InnoDB`, `MyISAM` …); `None`

@@ -12,6 +12,7 @@ use crate::error::OperationError;
 use crate::operation::Operation;
 use crate::shape::{Filter, Shape};
 use crate::sub_batch::{Bounds, SubBatch};
+use crate::target::check_transactional;
 
 /// `archive-rows`: moves the rows of `table` matching `where` into `into`
 /// (`INSERT … SELECT` and `DELETE` of the same rows, or on PostgreSQL one
@@ -94,6 +95,10 @@ impl Operation for ArchiveRows {
             }
         }
         shape.scope(scope)
+    }
+
+    fn other_tables_written(&self, arguments: &Self::Arguments) -> Vec<String> {
+        vec![arguments.into.clone()]
     }
 
     /// With a time scope, the request as asked (the age), not the cutoff
@@ -207,8 +212,27 @@ impl Operation for ArchiveRows {
         let mut arguments: ArchiveRowsArguments = serde_json::from_value(stored)
             .map_err(|e| OperationError::Arguments(format!("archive-rows: {e}")))?;
         let table = Ident::parse(&arguments.table)?;
-        let into = Ident::parse(&arguments.into)?;
+        let mut into = Ident::parse(&arguments.into)?;
         Ident::parse(&arguments.key)?;
+        // PostgreSQL: an unqualified archive is the one the search path
+        // finds, or else a new one beside the live table — never one in the
+        // schema of Sluice's own tables, which may come first in the path
+        // (dropping that schema must not drop archived rows).
+        if into.schema().is_none()
+            && let Some(schema) = match store.schema_of(&into).await? {
+                Some(schema) => Some(schema),
+                None => store.schema_of(&table).await?,
+            }
+        {
+            into = Ident::parse(&format!("{schema}.{}", into.name())).map_err(|_| {
+                OperationError::Arguments(format!(
+                    "the schema `{schema}` of `{}` is not a plain identifier: name the archive \
+                     table with a schema of its own (--into schema.table)",
+                    arguments.table
+                ))
+            })?;
+            arguments.into = into.to_string();
+        }
         if let Some(older_than) = &arguments.older_than {
             let Some(column) = &arguments.column else {
                 return Err(OperationError::Arguments(
@@ -308,10 +332,16 @@ impl ArchiveRows {
         let create = Statement::new("CREATE TABLE ").ident(&into);
         let create = match store.backend() {
             Backend::Postgres(_) => create.push(" (LIKE ").ident(&table).push(")"),
-            Backend::MySql(_) | Backend::Sqlite(_) => create
-                .push(" AS SELECT * FROM ")
+            // InnoDB whatever the server's default engine: the archive's
+            // inserts must roll back with their sub-batch.
+            Backend::MySql(_) => create
+                .push(" ENGINE = InnoDB AS SELECT * FROM ")
                 .ident(&table)
                 .push(" WHERE 1 = 0"),
+            // Each column declared as the live table declares it, with its
+            // collation: `CREATE TABLE … AS` would drop the collations, and a
+            // key compared otherwise in the archive finds other rows.
+            Backend::Sqlite(_) => sqlite_columns_of(store, &table, create.push(" (")).await?,
         };
         store.execute(&create).await?;
         // On SQLite the index is named for its table, and an archive in an
@@ -381,25 +411,49 @@ async fn check_archive(
              a plain column"
         )));
     }
+    let live = store.column_definitions(table).await?;
+    let archived = store.column_definitions(into).await?;
     let sqlite = matches!(store.backend(), Backend::Sqlite(_));
     for column in columns {
-        let live = store.column_type(table, column).await?.unwrap_or_default();
-        let archived = store.column_type(into, column).await?;
-        let same = match &archived {
-            None => false,
-            Some(archived) if sqlite => sqlite_affinity(archived) == sqlite_affinity(&live),
-            Some(archived) => archived.eq_ignore_ascii_case(&live),
+        let Some(live) = live.iter().find(|d| d.name == *column) else {
+            continue;
         };
-        if !same {
-            let found =
-                archived.map_or_else(|| "no such column".to_owned(), |t| format!("type {t}"));
+        let Some(archived) = archived.iter().find(|d| d.name == *column) else {
             return Err(OperationError::Arguments(format!(
-                "archive table `{into}` does not fit `{table}`: its column `{column}` has {found}, \
-                 where `{table}` has type {live}; archive into a new table (it is created with \
-                 the same columns) or make `{into}` match"
+                "archive table `{into}` does not fit `{table}`: it has no column `{column}`; \
+                 archive into a new table (it is created with the same columns) or add it"
+            )));
+        };
+        // SQLite keeps any value in any column: its affinity is what counts.
+        let same_type = if sqlite {
+            sqlite_affinity(&archived.full_type) == sqlite_affinity(&live.full_type)
+        } else {
+            archived.full_type.eq_ignore_ascii_case(&live.full_type)
+        };
+        if !same_type {
+            return Err(OperationError::Arguments(format!(
+                "archive table `{into}` does not fit `{table}`: its column `{column}` has type \
+                 {}, where `{table}` has type {} (a narrower or other type would cut or refuse \
+                 the values copied); archive into a new table (it is created with the same \
+                 columns) or make `{into}` match",
+                archived.full_type, live.full_type
+            )));
+        }
+        let collation = |d: &sluice_store::ColumnDefinition| {
+            d.collation.clone().unwrap_or_else(|| "none".into())
+        };
+        if !collation(archived).eq_ignore_ascii_case(&collation(live)) {
+            return Err(OperationError::Arguments(format!(
+                "archive table `{into}` does not fit `{table}`: its column `{column}` compares \
+                 in collation {}, where `{table}`'s compares in {} (rows copied could not be \
+                 found again by their key to delete them, or would be kept otherwise); archive \
+                 into a new table (it is created with the same collations) or make `{into}` match",
+                collation(archived),
+                collation(live)
             )));
         }
     }
+    check_transactional(store, into).await?;
     Ok(())
 }
 
@@ -471,6 +525,50 @@ async fn refuse_delete_actions(store: &Store, table: &Ident) -> Result<(), Opera
          the foreign key NO ACTION while archiving",
         listed.join(", ")
     )))
+}
+
+/// `head` followed by the columns of SQLite table `table` as it declares
+/// them (plain columns, whatever computes them in `table`), each with its
+/// collation, and `)`.
+async fn sqlite_columns_of(
+    store: &Store,
+    table: &Ident,
+    head: Statement,
+) -> Result<Statement, OperationError> {
+    let mut create = head;
+    for (i, column) in store.column_definitions(table).await?.iter().enumerate() {
+        if i > 0 {
+            create = create.push(", ");
+        }
+        let unusable = |what: &str| {
+            OperationError::Arguments(format!(
+                "cannot create an archive of `{table}`: its column `{}` has {what}; create \
+                 the archive table yourself and name it with --into",
+                column.name
+            ))
+        };
+        create = create
+            .ident(
+                &Ident::parse(&column.name)
+                    .map_err(|_| unusable("a name that is not a plain identifier"))?,
+            )
+            .push(" ");
+        create = create.declared_type(&column.full_type).ok_or_else(|| {
+            unusable(&format!(
+                "the type `{}`, which Sluice does not copy",
+                column.full_type
+            ))
+        })?;
+        if let Some(collation) = &column.collation {
+            let collation = Ident::parse(collation).map_err(|_| {
+                unusable(&format!(
+                    "the collation `{collation}`, which Sluice does not copy"
+                ))
+            })?;
+            create = create.push(" COLLATE ").ident(&collation);
+        }
+    }
+    Ok(create.push(")"))
 }
 
 /// SQLite's type affinity of a declared column type (its five rules, in

@@ -179,12 +179,11 @@ impl Actor for OperationActor {
         };
         // Its SQL must mean here what it meant where it was enqueued (names
         // resolved to the same tables, rows seen by the same role), or this
-        // worker would change other rows than the ones checked.
-        if let Some(mismatch) = store
-            .session_mismatch(record.id, operation.shape().table())
-            .await?
-        {
-            let error = format!("cannot run this operation here: {mismatch}");
+        // worker would change other rows than the ones checked; and every
+        // table it writes must still be transactional (an `ALTER TABLE …
+        // ENGINE =` or a new trigger may have come since it was enqueued).
+        if let Some(refusal) = refusal_here(store, operation.as_ref(), record.id).await? {
+            let error = format!("cannot run this operation here: {refusal}");
             if !args.helper {
                 let failed = Event::Failed {
                     error: error.clone(),
@@ -350,4 +349,29 @@ impl Actor for OperationActor {
         };
         state.run(&myself, input).await
     }
+}
+
+/// Why operation `id` must not run on this worker, if it must not: its SQL
+/// would resolve names or see rows otherwise than where it was enqueued
+/// ([`sluice_store::Store::session_mismatch`]), or a table it writes no
+/// longer rolls back ([`sluice_operations::check_transactional`]).
+async fn refusal_here(
+    store: &sluice_store::Store,
+    operation: &dyn PreparedOperation,
+    id: i64,
+) -> Result<Option<String>, ActorProcessingErr> {
+    if let Some(mismatch) = store
+        .session_mismatch(id, operation.shape().table())
+        .await?
+    {
+        return Ok(Some(mismatch.to_string()));
+    }
+    for table in operation.tables_written() {
+        match sluice_operations::check_transactional(store, &table).await {
+            Ok(()) => {}
+            Err(sluice_operations::TargetError::Store(error)) => return Err(error.into()),
+            Err(refusal) => return Ok(Some(refusal.to_string())),
+        }
+    }
+    Ok(None)
 }

@@ -1,0 +1,255 @@
+//! Every table an operation writes rolls back with its sub-batch, and an
+//! archive table holds exactly the rows copied into it: refusals at
+//! enqueue and at the start of a run, against real databases.
+
+mod common;
+
+use common::{TestDb, json, sluice, succeeded};
+
+for_each_backend!(
+    an_archive_whose_key_compares_in_another_collation_is_refused,
+    a_created_archive_compares_its_key_as_the_live_table_does,
+);
+
+mysql_only!(
+    a_trigger_writing_a_myisam_table_is_refused_naming_both,
+    an_existing_myisam_archive_is_refused,
+    a_table_converted_to_myisam_after_enqueue_fails_the_run_unchanged,
+);
+
+postgres_only!(an_archive_created_for_a_store_in_its_own_schema_goes_beside_the_live_table);
+
+/// Runs `sluice` with `args`, expects it refused as bad input (exit 2)
+/// with `says` in its one line, and nothing enqueued.
+async fn refused(db: &TestDb, args: &[&str], says: &str) {
+    let output = sluice(db, args);
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+    assert!(message.contains(says), "{args:?}: {message}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
+}
+
+/// `sluice enqueue archive-rows --table events --into events_archive`
+/// with `extra` options.
+fn archive_events(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec![
+        "enqueue",
+        "archive-rows",
+        "--table",
+        "events",
+        "--into",
+        "events_archive",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// `events(id, code, grp)` with `rows` rows, `code` in `collation` (per
+/// backend: how a case-insensitive text is declared there) and mixed case.
+async fn create_coded_events(db: &TestDb, rows: i64) {
+    let code = match db.backend {
+        "sqlite" => "TEXT COLLATE NOCASE",
+        "postgres" => "TEXT",
+        _ => "VARCHAR(32) COLLATE utf8mb4_general_ci",
+    };
+    db.execute(&format!(
+        "CREATE TABLE events (id BIGINT PRIMARY KEY, code {code} NOT NULL UNIQUE, grp INTEGER NOT NULL)"
+    ))
+    .await;
+    let values: Vec<String> = (1..=rows)
+        .map(|i| {
+            let code = if i % 2 == 0 {
+                format!("Code{i:04}")
+            } else {
+                format!("code{i:04}")
+            };
+            format!("({i}, '{code}', {})", i % 3)
+        })
+        .collect();
+    db.execute(&format!("INSERT INTO events VALUES {}", values.join(", ")))
+        .await;
+}
+
+/// An existing archive whose key compares otherwise than the live table's
+/// (another collation) is refused at enqueue, naming the column and both
+/// collations; nothing is written.
+async fn an_archive_whose_key_compares_in_another_collation_is_refused(db: &TestDb) {
+    create_coded_events(db, 10).await;
+    let other = match db.backend {
+        "sqlite" => "TEXT COLLATE RTRIM",
+        "postgres" => "TEXT COLLATE \"C\"",
+        _ => "VARCHAR(32) COLLATE utf8mb4_bin",
+    };
+    db.execute(&format!(
+        "CREATE TABLE events_archive (id BIGINT PRIMARY KEY, code {other} NOT NULL UNIQUE, grp INTEGER NOT NULL)"
+    ))
+    .await;
+    refused(
+        db,
+        &archive_events(&["--key", "code"]),
+        "column `code` compares in collation",
+    )
+    .await;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 10);
+}
+
+/// An archive Sluice creates compares its key as the live table does, so an
+/// archive walked by a text key under a case-insensitive collation moves
+/// every row once (SQLite's `CREATE TABLE … AS` would drop the collation,
+/// and the run failed halfway, "rows changed meanwhile").
+async fn a_created_archive_compares_its_key_as_the_live_table_does(db: &TestDb) {
+    create_coded_events(db, 300).await;
+    let enqueued = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "archive-rows",
+            "--table",
+            "events",
+            "--into",
+            "events_archive",
+            "--key",
+            "code",
+            "--where",
+            "grp <> 1",
+            "--batch-size",
+            "40",
+            "--sub-batch-size",
+            "15",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap().to_string();
+    succeeded(&sluice(db, &["run", "--until-idle"]));
+    let shown = json(&sluice(db, &["show", &id, "--json"]));
+    assert_eq!(shown["status"], "finished", "{shown}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events_archive").await, 200);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM events WHERE grp <> 1")
+            .await,
+        0
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 100);
+}
+
+/// MySQL: a trigger of the target writing a MyISAM table would keep what a
+/// rolled-back sub-batch wrote there: refused, naming the trigger, the
+/// table and its engine; the same trigger writing an InnoDB table passes.
+async fn a_trigger_writing_a_myisam_table_is_refused_naming_both(db: &TestDb) {
+    create_coded_events(db, 10).await;
+    db.execute("CREATE TABLE deleted_log (id BIGINT NOT NULL) ENGINE = MyISAM")
+        .await;
+    db.execute(
+        "CREATE TRIGGER events_logged AFTER DELETE ON events FOR EACH ROW \
+         INSERT INTO deleted_log VALUES (OLD.id)",
+    )
+    .await;
+    let delete = [
+        "enqueue",
+        "update-in-batches",
+        "--table",
+        "events",
+        "--set",
+        "grp = grp + 10",
+    ];
+    let says = "trigger `events_logged` writes table `deleted_log`, whose MyISAM engine has no \
+                transactions";
+    refused(db, &delete, says).await;
+    refused(db, &archive_events(&[]), says).await;
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() \
+             AND table_name = 'events_archive'"
+        )
+        .await,
+        0,
+        "the archive created for the refused enqueue is dropped again"
+    );
+    db.execute("ALTER TABLE deleted_log ENGINE = InnoDB").await;
+    succeeded(&sluice(db, &delete));
+}
+
+/// MySQL: an existing archive table in MyISAM is refused, naming it.
+async fn an_existing_myisam_archive_is_refused(db: &TestDb) {
+    create_coded_events(db, 10).await;
+    db.execute(
+        "CREATE TABLE events_archive (id BIGINT PRIMARY KEY, \
+         code VARCHAR(32) COLLATE utf8mb4_general_ci NOT NULL UNIQUE, grp INTEGER NOT NULL) \
+         ENGINE = MyISAM",
+    )
+    .await;
+    refused(
+        db,
+        &archive_events(&[]),
+        "table `events_archive` uses the MyISAM engine",
+    )
+    .await;
+}
+
+/// MySQL: a table converted to MyISAM between enqueue and run fails the
+/// operation at the start of the run, naming the engine, before any row
+/// changes.
+async fn a_table_converted_to_myisam_after_enqueue_fails_the_run_unchanged(db: &TestDb) {
+    create_coded_events(db, 50).await;
+    let enqueued = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "events",
+            "--set",
+            "grp = grp + 10",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap().to_string();
+    let before = db.scalar("SELECT SUM(grp) FROM events").await;
+    db.execute("ALTER TABLE events ENGINE = MyISAM").await;
+    let _ = sluice(db, &["run", "--until-idle"]);
+    let shown = json(&sluice(db, &["show", &id, "--json"]));
+    assert_eq!(shown["status"], "failed", "{shown}");
+    let error = shown["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("table `events` uses the MyISAM engine"),
+        "{shown}"
+    );
+    assert_eq!(db.scalar("SELECT SUM(grp) FROM events").await, before);
+}
+
+/// PostgreSQL, Sluice's tables in a schema of their own (first on the
+/// search path): `--into events_archive` is created beside `events`, in
+/// the application's schema, so dropping Sluice's schema keeps the rows.
+async fn an_archive_created_for_a_store_in_its_own_schema_goes_beside_the_live_table(db: &TestDb) {
+    create_coded_events(db, 30).await;
+    let app = db.schema.clone().unwrap();
+    let own = format!("{app}_sluice");
+    let with_schema = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--schema", own.as_str()]);
+        sluice(db, &all)
+    };
+    succeeded(&with_schema(&[
+        "enqueue",
+        "archive-rows",
+        "--table",
+        "events",
+        "--into",
+        "events_archive",
+        "--where",
+        "grp = 0",
+    ]));
+    succeeded(&with_schema(&["run", "--until-idle"]));
+    assert_eq!(
+        db.scalar(&format!("SELECT COUNT(*) FROM {app}.events_archive"))
+            .await,
+        10
+    );
+    db.execute(&format!("DROP SCHEMA {own} CASCADE")).await;
+    assert_eq!(
+        db.scalar(&format!("SELECT COUNT(*) FROM {app}.events_archive"))
+            .await,
+        10,
+        "the archived rows outlive Sluice's schema"
+    );
+}
