@@ -447,6 +447,14 @@ pub fn plan(plan: &Plan, as_json: bool) -> Result<(), Failure> {
         (None, Some(reason)) => println!("  probe           not run: {reason}"),
         (None, None) => {}
     }
+    for (i, trigger) in plan.triggers.iter().enumerate() {
+        let label = if i == 0 {
+            "  triggers        "
+        } else {
+            "                  "
+        };
+        println!("{label}{trigger}: fires for each row the work changes");
+    }
     if let Some(ms) = plan.predicted_ms {
         println!(
             "  predicted       about {} of work at the probe's pace (without health holds)",

@@ -7,6 +7,7 @@ mod common;
 use common::{TestDb, json, sluice, succeeded};
 
 for_each_backend!(
+    a_plan_of_a_table_with_triggers_changes_nothing_anywhere,
     an_archive_whose_key_compares_in_another_collation_is_refused,
     a_created_archive_compares_its_key_as_the_live_table_does,
 );
@@ -17,7 +18,10 @@ mysql_only!(
     a_table_converted_to_myisam_after_enqueue_fails_the_run_unchanged,
 );
 
-postgres_only!(an_archive_created_for_a_store_in_its_own_schema_goes_beside_the_live_table);
+postgres_only!(
+    an_archive_created_for_a_store_in_its_own_schema_goes_beside_the_live_table,
+    a_plan_never_calls_a_function_that_may_write,
+);
 
 /// Runs `sluice` with `args`, expects it refused as bad input (exit 2)
 /// with `says` in its one line, and nothing enqueued.
@@ -252,4 +256,224 @@ async fn an_archive_created_for_a_store_in_its_own_schema_goes_beside_the_live_t
         10,
         "the archived rows outlive Sluice's schema"
     );
+}
+
+/// `sluice plan` and `enqueue --dry-run` of work on a table whose trigger
+/// writes an audit table with a counter (PostgreSQL: a sequence; MySQL:
+/// `AUTO_INCREMENT`, neither rolled back) do not probe, say why naming the
+/// trigger, report it, and leave every table, sequence and counter of the
+/// database as it was.
+async fn a_plan_of_a_table_with_triggers_changes_nothing_anywhere(db: &TestDb) {
+    create_coded_events(db, 40).await;
+    match db.backend {
+        "sqlite" => {
+            db.execute(
+                "CREATE TABLE audit (n INTEGER PRIMARY KEY AUTOINCREMENT, id BIGINT NOT NULL)",
+            )
+            .await;
+            db.execute(
+                "CREATE TRIGGER events_audited AFTER UPDATE ON events \
+                 BEGIN INSERT INTO audit (id) VALUES (OLD.id); END",
+            )
+            .await;
+        }
+        "postgres" => {
+            db.execute("CREATE TABLE audit (n BIGSERIAL PRIMARY KEY, id BIGINT NOT NULL)")
+                .await;
+            db.execute(
+                "CREATE FUNCTION audit_row() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN INSERT INTO audit (id) VALUES (OLD.id); RETURN NULL; END $$",
+            )
+            .await;
+            db.execute(
+                "CREATE TRIGGER events_audited AFTER UPDATE ON events \
+                 FOR EACH ROW EXECUTE FUNCTION audit_row()",
+            )
+            .await;
+        }
+        _ => {
+            db.execute(
+                "CREATE TABLE audit (n BIGINT AUTO_INCREMENT PRIMARY KEY, id BIGINT NOT NULL) \
+                 ENGINE = InnoDB",
+            )
+            .await;
+            db.execute(
+                "CREATE TRIGGER events_audited AFTER UPDATE ON events FOR EACH ROW \
+                 INSERT INTO audit (id) VALUES (OLD.id)",
+            )
+            .await;
+        }
+    }
+    let before = snapshot(db).await;
+    let update = [
+        "update-in-batches",
+        "--table",
+        "events",
+        "--set",
+        "grp = grp + 1",
+        "--sub-batch-size",
+        "10",
+    ];
+    for head in [&["plan"][..], &["enqueue", "--dry-run"][..]] {
+        let mut args = head.to_vec();
+        if head[0] == "enqueue" {
+            args = vec!["enqueue"];
+            args.extend_from_slice(&update);
+            args.push("--dry-run");
+        } else {
+            args.extend_from_slice(&update);
+        }
+        let output = sluice(db, &args);
+        succeeded(&output);
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(printed.contains("nothing was changed"), "{printed}");
+        assert!(
+            printed.contains("probe           not run: the table has triggers (`events_audited`"),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("triggers        `events_audited` on `events` (AFTER UPDATE)"),
+            "{printed}"
+        );
+    }
+    let planned = json(&sluice(
+        db,
+        &[&["plan"][..], &update[..], &["--json"][..]].concat(),
+    ));
+    assert_eq!(planned["probe"], serde_json::Value::Null, "{planned}");
+    assert_eq!(planned["triggers"].as_array().map(Vec::len), Some(1));
+    assert_eq!(snapshot(db).await, before, "plan changed the database");
+}
+
+/// PostgreSQL: a plan whose scope calls a function that may write (a
+/// user's volatile function, a sequence's `nextval`) is refused before
+/// anything reads the scope; one whose SET alone calls it plans without a
+/// probe, saying why. Every table and sequence is as it was.
+async fn a_plan_never_calls_a_function_that_may_write(db: &TestDb) {
+    create_coded_events(db, 20).await;
+    db.execute("CREATE SEQUENCE ticket").await;
+    db.execute("CREATE TABLE calls (id BIGINT NOT NULL)").await;
+    db.execute(
+        "CREATE FUNCTION noted(i BIGINT) RETURNS boolean LANGUAGE plpgsql AS \
+         $$ BEGIN INSERT INTO calls VALUES (i); RETURN true; END $$",
+    )
+    .await;
+    let before = snapshot(db).await;
+    for condition in ["noted(id)", "nextval('ticket') > 0"] {
+        let output = sluice(
+            db,
+            &[
+                "plan",
+                "update-in-batches",
+                "--table",
+                "events",
+                "--set",
+                "grp = 7",
+                "--where",
+                condition,
+            ],
+        );
+        assert_eq!(output.status.code(), Some(2), "{condition}: {output:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(message.contains("its scope calls `"), "{message}");
+    }
+    let output = sluice(
+        db,
+        &[
+            "plan",
+            "update-in-batches",
+            "--table",
+            "events",
+            "--set",
+            "grp = nextval('ticket')",
+        ],
+    );
+    succeeded(&output);
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        printed.contains("probe           not run: its statement calls `nextval`"),
+        "{printed}"
+    );
+    assert_eq!(snapshot(db).await, before, "plan changed the database");
+}
+
+/// Every table's rows (as text, sorted), every sequence's position and
+/// every table's `AUTO_INCREMENT` counter in the test's database.
+async fn snapshot(db: &TestDb) -> Vec<String> {
+    let tables: Vec<String> = match db.backend {
+        "sqlite" => {
+            db.texts("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+                .await
+        }
+        "postgres" => {
+            db.texts(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() \
+                 ORDER BY 1",
+            )
+            .await
+        }
+        _ => {
+            db.texts(
+                "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY 1",
+            )
+            .await
+        }
+    };
+    let mut seen = Vec::new();
+    for table in tables {
+        let rows = match db.backend {
+            "sqlite" => {
+                let columns = db
+                    .texts(&format!(
+                        "SELECT 'quote(\"' || name || '\")' FROM pragma_table_info('{table}')"
+                    ))
+                    .await
+                    .join(" || ',' || ");
+                db.texts(&format!(
+                    "SELECT {columns} AS r FROM \"{table}\" ORDER BY r"
+                ))
+                .await
+            }
+            "postgres" => {
+                db.texts(&format!(
+                    "SELECT t::text AS r FROM \"{table}\" t ORDER BY r"
+                ))
+                .await
+            }
+            _ => {
+                let columns = db
+                    .texts(&format!(
+                        "SELECT CAST(CONCAT('QUOTE(`', column_name, '`)') AS CHAR) \
+                         FROM information_schema.columns WHERE table_schema = DATABASE() \
+                         AND table_name = '{table}' ORDER BY ordinal_position"
+                    ))
+                    .await
+                    .join(", ");
+                db.texts(&format!(
+                    "SELECT CAST(CONCAT_WS(',', {columns}) AS CHAR) AS r FROM `{table}` ORDER BY r"
+                ))
+                .await
+            }
+        };
+        seen.push(format!("{table}: {}", rows.join(" | ")));
+    }
+    match db.backend {
+        "postgres" => seen.extend(
+            db.texts(
+                "SELECT sequencename::text || '=' || COALESCE(last_value::text, 'unused') \
+                 FROM pg_sequences WHERE schemaname = current_schema() ORDER BY 1",
+            )
+            .await,
+        ),
+        "mysql" => seen.extend(
+            db.texts(
+                "SELECT CAST(CONCAT(table_name, ' next ', COALESCE(auto_increment, 0)) AS CHAR) \
+                 FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY 1",
+            )
+            .await,
+        ),
+        _ => {}
+    }
+    seen
 }

@@ -62,6 +62,11 @@ pub struct Plan {
     pub predicted_log_bytes: Option<u64>,
     /// Which log `predicted_log_bytes` counts: `"WAL"` or `"redo log"`.
     pub log_name: Option<&'static str>,
+    /// The triggers (and PostgreSQL rules) that fire as the work changes
+    /// rows — on the table, and on the tables its foreign keys change with
+    /// it — as `` `name` on `table` (AFTER DELETE) ``: they run for every
+    /// row of the real run too, and the probe is not run where they are.
+    pub triggers: Vec<String>,
     /// Another way to do it that is far cheaper, or something to fix first.
     pub advice: Vec<String>,
 }
@@ -100,6 +105,7 @@ pub async fn plan(
             .parse()
             .map_err(|e| OperationError::Arguments(e.to_string()))?;
     }
+    refuse_writing_scope(store, registry, kind, arguments).await?;
     let mut checked = Checked::for_plan();
     let CheckedSpec {
         spec,
@@ -132,6 +138,15 @@ pub async fn plan(
             + pieces(last, options.sub_batch_size)
     });
 
+    let triggers = triggers_fired(store, &spec.table).await?;
+    let writing = match &sub_batch {
+        Some(statement) => {
+            store
+                .functions_that_may_write(&statement.functions_called())
+                .await?
+        }
+        None => Vec::new(),
+    };
     let (measured, probe_skipped) = match (&sub_batch, probe) {
         (_, false) => (None, Some("--no-probe".to_owned())),
         (None, true) => (
@@ -141,6 +156,24 @@ pub async fn plan(
         (Some(_), true) if full_scan.is_some() => (
             None,
             Some("its batch query reads the whole table".to_owned()),
+        ),
+        // A rolled-back probe still fires triggers, and what they write
+        // to a table without transactions, a sequence they advance, stays.
+        (Some(_), true) if !triggers.is_empty() => (
+            None,
+            Some(format!(
+                "the table has triggers ({}), which would fire inside the probe and could \
+                 leave a trace its rollback does not undo",
+                triggers.join(", ")
+            )),
+        ),
+        (Some(_), true) if !writing.is_empty() => (
+            None,
+            Some(format!(
+                "its statement calls {}, which may leave a trace a rollback does not undo (a \
+                 sequence advanced, a lock held, a write elsewhere)",
+                quoted_list(&writing)
+            )),
         ),
         (Some(statement), true) => (
             Some(
@@ -181,6 +214,7 @@ pub async fn plan(
             log_bytes: p.log_bytes,
         }),
         probe_skipped,
+        triggers,
         predicted_ms,
         predicted_log_bytes,
         log_name: match dialect {
@@ -190,6 +224,61 @@ pub async fn plan(
         },
         advice,
     })
+}
+
+/// Refuses to plan an operation whose scope calls a function that may
+/// write ([`Store::functions_that_may_write`]): counting and walking the
+/// rows in scope would call it, and a plan changes nothing. Checked before
+/// anything reads the scope.
+async fn refuse_writing_scope(
+    store: &Store,
+    registry: &Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+) -> Result<(), OperationError> {
+    let canonical = sluice_store::spec::canonical_json(arguments);
+    let prepared = registry.prepare(kind, &canonical, store.backend().dialect())?;
+    let shape = prepared.shape();
+    let scope = shape.filter().and_to(
+        Statement::new("SELECT 1 FROM ")
+            .ident(shape.table())
+            .push(" WHERE 1 = 1"),
+    );
+    let writing = store
+        .functions_that_may_write(&scope.functions_called())
+        .await?;
+    if writing.is_empty() {
+        return Ok(());
+    }
+    Err(OperationError::Arguments(format!(
+        "cannot plan this without changing something: its scope calls {}, which may write or \
+         leave a trace (a sequence advanced, a lock held), and counting the rows in scope would \
+         call it; nothing was read. If it only reads, declare it so (PostgreSQL: STABLE; MySQL: \
+         READS SQL DATA)",
+        quoted_list(&writing)
+    )))
+}
+
+/// The triggers that fire when the rows of `table` change: its own, and
+/// those of the tables its foreign keys delete or change rows of.
+async fn triggers_fired(store: &Store, table: &str) -> Result<Vec<String>, OperationError> {
+    let table = sluice_store::Ident::parse(table)?;
+    let mut fired = store.triggers(&table).await?;
+    for action in store.delete_actions(&table).await? {
+        if let Ok(other) = sluice_store::Ident::parse(&action.table) {
+            fired.extend(store.triggers(&other).await?);
+        }
+    }
+    Ok(fired.iter().map(ToString::to_string).collect())
+}
+
+/// `` `a`, `b` `` for names.
+fn quoted_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How many pieces of at most `size` make `rows` (`size` > 0).

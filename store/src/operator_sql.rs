@@ -271,6 +271,32 @@ pub fn clock_read(text: &str) -> Option<String> {
     })
 }
 
+/// The functions the SQL `text` calls (a name followed by `(`), lowercased,
+/// each once, in order of appearance; empty when it does not tokenize.
+pub fn functions_called(text: &str) -> Vec<String> {
+    static DIALECT: GenericDialect = GenericDialect {};
+    let Ok(tokens) = Tokenizer::new(&DIALECT, text).tokenize() else {
+        return Vec::new();
+    };
+    let mut called: Vec<String> = Vec::new();
+    let mut previous: Option<String> = None;
+    for token in tokens {
+        match token {
+            Token::Whitespace(_) => continue,
+            Token::LParen => {
+                if let Some(name) = previous.take()
+                    && !called.contains(&name)
+                {
+                    called.push(name);
+                }
+            }
+            Token::Word(word) => previous = Some(word.value.to_lowercase()),
+            _ => previous = None,
+        }
+    }
+    called
+}
+
 /// The first string in the SQL `text` that is a date written with its day
 /// and month as one or two digits each, before the year (`'01/12/2025'`,
 /// `'1.12.25'`, `'01-12-2025 10:00'`): PostgreSQL reads it month first or
@@ -489,6 +515,17 @@ mod tests {
         ] {
             assert_eq!(ambiguous_date(sql), None, "{sql}");
         }
+    }
+
+    #[test]
+    fn the_functions_called_are_the_names_before_a_parenthesis() {
+        assert_eq!(
+            functions_called(
+                "x = nextval ('s') AND \"Audit\"(id) AND y IN (1, 2) AND lower(z) = lower(z)"
+            ),
+            ["nextval", "audit", "in", "lower"]
+        );
+        assert!(functions_called("a = 'f(x)'").is_empty());
     }
 
     #[test]

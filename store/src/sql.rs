@@ -206,6 +206,13 @@ impl Statement {
         crate::operator_sql::clock_read(self.text.as_str())
     }
 
+    /// The functions the statement calls, lowercased, each once
+    /// ([`crate::operator_sql::functions_called`]; keywords written before
+    /// a parenthesis, `IN (`, are listed too).
+    pub fn functions_called(&self) -> Vec<String> {
+        crate::operator_sql::functions_called(self.text.as_str())
+    }
+
     /// The first date in the statement whose day and month PostgreSQL reads
     /// in the order of the session's `DateStyle` (`'01/12/2025'`,
     /// [`crate::operator_sql::ambiguous_date`]).

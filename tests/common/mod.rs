@@ -436,6 +436,17 @@ impl TestDb {
         .expect("a string")
     }
 
+    /// Every row's first column, as text, from a query on the primary.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self.store.backend() {
+            sluice_store::Backend::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+            sluice_store::Backend::MySql(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+            sluice_store::Backend::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+        }
+        .expect("texts")
+    }
+
     /// A single integer from a query.
     pub async fn scalar(&self, sql: &str) -> i64 {
         match self.store.backend() {

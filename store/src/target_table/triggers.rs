@@ -219,6 +219,65 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Those of the functions `called` (lowercased names) that may leave a
+    /// trace a rollback does not undo, or write at all: PostgreSQL's
+    /// sequence functions and session advisory locks, and functions of
+    /// the database's users declared `VOLATILE` (the default, and the only
+    /// kind that may write); MySQL's sequence functions, `GET_LOCK`, and
+    /// stored functions not declared `NO SQL` or `READS SQL DATA`. None on
+    /// SQLite, whose SQL cannot define a function.
+    ///
+    /// Errors: the database's, on reading its catalogue.
+    pub async fn functions_that_may_write(
+        &self,
+        called: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let builtin: &[&str] = match self.backend() {
+            Backend::Sqlite(_) => return Ok(Vec::new()),
+            Backend::Postgres(_) => &[
+                "nextval",
+                "setval",
+                "pg_advisory_lock",
+                "pg_advisory_lock_shared",
+                "pg_try_advisory_lock",
+                "pg_try_advisory_lock_shared",
+            ],
+            Backend::MySql(_) => &["nextval", "setval", "get_lock"],
+        };
+        let user: Vec<String> = match self.backend() {
+            Backend::Sqlite(_) => Vec::new(),
+            Backend::Postgres(pool) => {
+                sqlx::query_scalar(
+                    "SELECT DISTINCT lower(p.proname::text) FROM pg_catalog.pg_proc p \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+                     WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
+                     AND p.provolatile = 'v' AND lower(p.proname::text) = ANY($1)",
+                )
+                .bind(called)
+                .fetch_all(pool)
+                .await?
+            }
+            Backend::MySql(pool) => {
+                sqlx::query_scalar(
+                    "SELECT DISTINCT CAST(LOWER(routine_name) AS CHAR) \
+                     FROM information_schema.routines WHERE routine_type = 'FUNCTION' \
+                     AND sql_data_access NOT IN ('NO SQL', 'READS SQL DATA') \
+                     AND routine_schema NOT IN ('mysql', 'information_schema', \
+                     'performance_schema', 'sys')",
+                )
+                .fetch_all(pool)
+                .await?
+            }
+        };
+        Ok(called
+            .iter()
+            .filter(|f| builtin.contains(&f.as_str()) || user.contains(f))
+            .cloned()
+            .collect())
+    }
+}
+
 /// The words (identifiers, lowercased, quotes taken off) of `body` and of
 /// the bodies of the `routines` it names, and of those they name, and so on.
 fn reachable_words(body: &str, routines: &[(String, String)]) -> BTreeSet<String> {
