@@ -25,6 +25,8 @@ for_each_backend!(
     the_openapi_document_lists_the_endpoints_the_console_answers,
     schedules_and_retention_are_managed_through_the_api,
     without_a_token_only_this_machine_and_this_origin_may_control,
+    a_failed_operation_s_errors_show_no_row_value,
+    every_refusal_on_every_route_is_json_and_every_body_is_capped,
 );
 
 /// A request to the console and its answer: status and body (JSON when it
@@ -235,7 +237,7 @@ async fn the_api_reads_and_controls_operations_and_refuses_what_does_not_apply(d
             "DELETE",
             format!("/api/operations/{id}"),
             StatusCode::METHOD_NOT_ALLOWED,
-            "(not an error)",
+            "method_not_allowed",
         ),
     ] {
         let (got, body) = call().send(method, &path).await;
@@ -822,4 +824,118 @@ fn http_get(address: &str, path: &str) -> String {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
     answer
+}
+
+/// An operation failing on a row value (a unique key's duplicate, quoted by
+/// MySQL's message) is shown by the console with its constraint and
+/// column names and without the value — in the operation, its batches and
+/// its events — while the command line shows the whole text.
+async fn a_failed_operation_s_errors_show_no_row_value(db: &TestDb) {
+    db.execute(
+        "CREATE TABLE members (id BIGINT PRIMARY KEY, email VARCHAR(64) NOT NULL UNIQUE, \
+         n INTEGER NOT NULL)",
+    )
+    .await;
+    db.execute("INSERT INTO members VALUES (1, 'a@x', 0), (2, 'b@x', 0)")
+        .await;
+    let secret = "leaked-secret@example.com";
+    let enqueued = common::json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "members",
+            "--set",
+            &format!("email = '{secret}'"),
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let _ = sluice(db, &["run", "--until-idle"]);
+    let (status, _) = stored(db, id).await;
+    assert_eq!(status, "failed");
+    let console = Console::new(db.store.clone(), Access::default());
+    let mut seen = String::new();
+    for path in [
+        format!("/api/operations/{id}"),
+        format!("/api/operations/{id}/events"),
+        format!("/api/operations/{id}/batches"),
+        "/api/operations".to_owned(),
+    ] {
+        let (status, body) = Call::new(&console).get(&path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        seen.push_str(&body.to_string());
+    }
+    assert!(!seen.contains("leaked-secret"), "a row value shown: {seen}");
+    let (_, operation) = Call::new(&console)
+        .get(&format!("/api/operations/{id}"))
+        .await;
+    let error = operation["last_error"].as_str().unwrap_or_default();
+    let names = match db.backend {
+        "mysql" => "for key 'email'",
+        "postgres" => "constraint \\\"members_email_key\\\"",
+        _ => "members.email",
+    };
+    assert!(
+        error.contains(names.trim_matches('\\')) || error.contains("email"),
+        "{error}"
+    );
+    let shown = sluice(db, &["show", &id.to_string()]);
+    if db.backend == "mysql" {
+        assert!(
+            String::from_utf8_lossy(&shown.stdout).contains(secret),
+            "the command line shows the whole text"
+        );
+    }
+}
+
+/// A method a path does not answer (405), an unknown path (404) and a body
+/// over 16 KiB — to a control too, which reads none — are refused as JSON,
+/// and the control changes nothing; `bearer` is the Bearer scheme.
+async fn every_refusal_on_every_route_is_json_and_every_body_is_capped(db: &TestDb) {
+    let id = one_operation(db).await;
+    let admin = "admin-token-0123456789";
+    let console = Console::new(
+        db.store.clone(),
+        Access {
+            read_token: None,
+            admin_token: Some(admin.into()),
+        },
+    );
+    let call = || Call::new(&console).token(admin);
+    for (method, path) in [
+        ("DELETE", format!("/api/operations/{id}")),
+        ("PUT", format!("/api/operations/{id}/pause")),
+        ("POST", "/healthz".to_owned()),
+        ("PATCH", "/api/operations".to_owned()),
+    ] {
+        let (status, body) = call().send(method, &path).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        assert_eq!(code(&body), "method_not_allowed", "{method} {path}: {body}");
+    }
+    let (status, body) = call().get("/api/nowhere").await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+    let before = stored(db, id).await;
+    let big = "x".repeat(20 * 1024);
+    for path in [
+        format!("/api/operations/{id}/pause"),
+        "/api/all/pause".to_owned(),
+        "/api/operations".to_owned(),
+    ] {
+        let (status, body) = call().post_json(&path, big.clone()).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}: {body}");
+        assert_eq!(code(&body), "too_large", "{path}");
+    }
+    assert_eq!(
+        stored(db, id).await,
+        before,
+        "a refused control changed nothing"
+    );
+    let (status, body) = Call::new(&console)
+        .header("authorization", &format!("bearer {admin}"))
+        .post(&format!("/api/operations/{id}/pause"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(stored(db, id).await.0, "paused");
 }

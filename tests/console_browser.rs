@@ -107,6 +107,18 @@ async fn an_operator_pauses_and_resumes_a_running_operation_from_the_dashboard()
     assert_eq!(status(&db, id).await, "finished");
     assert_ne!(text("#op-rows").await, paused_at);
     screenshot(&browser, "finished").await;
+    // The state machine allows no control on a finished operation: the page
+    // offers none.
+    for action in ["pause", "resume", "cancel", "retry"] {
+        let button = browser
+            .find(Locator::Css(&format!("button[data-action={action}]")))
+            .await
+            .unwrap();
+        assert!(
+            button.attr("disabled").await.unwrap().is_some(),
+            "{action} is offered on a finished operation"
+        );
+    }
     common::assert_group_one_changed_once(&db).await;
 
     browser.close().await.unwrap();

@@ -149,11 +149,14 @@ impl FromRequestParts<Console> for Caller {
                 csrf: None,
             });
         }
+        // The scheme's name is matched without regard to case (RFC 9110).
         let bearer = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| v.trim().split_once(char::is_whitespace))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
         if let Some(token) = bearer {
             let (right, name) = access
                 .right_of(token)

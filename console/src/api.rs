@@ -1,8 +1,10 @@
 //! The JSON API's handlers and its error type.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, Uri};
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -50,7 +52,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let message = crate::redact::without_values(&self.message);
+        let body = json!({"error": {"code": self.code, "message": message}});
         (self.status, Json(body)).into_response()
     }
 }
@@ -94,6 +97,82 @@ impl From<ControlError> for ApiError {
             ControlError::Store(error) => error.into(),
         }
     }
+}
+
+/// The largest request body any endpoint reads.
+pub(crate) const BODY_LIMIT: usize = 16 * 1024;
+
+/// Refuses, with 413 and before any handler runs, a request whose body is
+/// over [`BODY_LIMIT`] — whether or not its endpoint reads a body, so a
+/// control sent with one changes nothing either — and turns a refusal the
+/// router or an extractor wrote in plain text into the API's JSON error
+/// ([`json_refusal`]).
+pub(crate) async fn guard(request: Request, next: Next) -> Response {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("a request body is at most {} KiB", BODY_LIMIT / 1024),
+        )
+        .into_response()
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return too_large();
+    }
+    let method = request.method().clone();
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(bytes) => {
+            let response = next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+            json_refusal(&method, response).await
+        }
+        Err(_) => too_large(),
+    }
+}
+
+/// Turns a refusal the router or an extractor wrote in plain text (405 for
+/// a method a path does not answer, 415, 422 …) into the API's JSON error,
+/// so every refusal on every route is `{"error": {"code", "message"}}`.
+async fn json_refusal(method: &axum::http::Method, response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let said = axum::body::to_bytes(response.into_body(), BODY_LIMIT)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let (code, message) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            format!("this path does not answer {method}"),
+        ),
+        StatusCode::NOT_FOUND => ("not_found", "no such endpoint".to_owned()),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "too_large",
+            format!("a request body is at most {} KiB", BODY_LIMIT / 1024),
+        ),
+        s if s.is_client_error() => ("bad_request", said),
+        _ => ("internal", "the console failed; see its log".to_owned()),
+    };
+    let mut refused = ApiError::new(status, code, message).into_response();
+    if let Some(allow) = allow {
+        refused.headers_mut().insert(header::ALLOW, allow);
+    }
+    refused
 }
 
 /// `GET /healthz`: the process answers.

@@ -18,11 +18,13 @@
 //! - **Refusals change nothing** and are JSON, `{"error": {"code",
 //!   "message"}}`, with a stable code: `unauthorized` (401), `forbidden`
 //!   (403), `not_found` (404), `not_applicable` (409), `conflict` (409, a
-//!   schedule name taken), `bad_request` (400), `too_large` (413),
+//!   schedule name taken), `bad_request` (400), `method_not_allowed`
+//!   (405), `too_large` (413, for a body over 16 KiB on any route),
 //!   `unavailable` (503).
 //! - **No SQL value and no secret in a response**: an operation is shown
 //!   without its arguments, cursors or trace context, an event without its
-//!   payload.
+//!   payload, and an error with the values a database quoted from a row
+//!   hidden (its code, constraint, column and table names stay).
 //! - **Controls are recorded as events** through the state machine, as the
 //!   CLI's are; a pause or cancel carries who made it (the token's name) and
 //!   from where in its reason.
@@ -32,6 +34,7 @@ mod api;
 mod assets;
 mod enqueue;
 mod metrics;
+mod redact;
 mod routes;
 mod schedules;
 mod session;
@@ -96,7 +99,8 @@ impl Console {
     pub fn router(self) -> Router {
         routes::router()
             .fallback(api::not_found)
-            .layer(DefaultBodyLimit::max(16 * 1024))
+            .layer(DefaultBodyLimit::max(api::BODY_LIMIT))
+            .layer(axum::middleware::from_fn(api::guard))
             .with_state(self)
     }
 

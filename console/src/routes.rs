@@ -316,7 +316,8 @@ pub(crate) fn document() -> Value {
                     "type": "object", "required": ["code", "message"],
                     "properties": {"code": {"type": "string", "enum": [
                         "unauthorized", "forbidden", "not_found", "not_applicable",
-                        "conflict", "bad_request", "too_large", "unavailable", "internal"]},
+                        "conflict", "bad_request", "method_not_allowed", "too_large", "unavailable",
+                        "internal"]},
                         "message": {"type": "string"}}}}}
             }
         }

@@ -1,8 +1,12 @@
 //! How operations and events appear in the API: the projection's counters,
 //! status and health, without the values an operation was given or has
-//! reached (arguments, cursors, trace context), which may be rows' data.
+//! reached (arguments, cursors, trace context), which may be rows' data;
+//! errors and reasons with the values a database quoted hidden
+//! ([`without_values`]).
 
 use serde_json::{Value, json};
+
+use crate::redact::without_values;
 use sluice_store::{Batch, Event, Health, OperationRecord, RecordedEvent, Schedule, Switch};
 
 /// An operation: what it is, where it stands, and who runs it. Times are
@@ -29,8 +33,8 @@ pub(crate) fn operation(record: &OperationRecord) -> Value {
         "pause_ms": s.pause_ms,
         "health": health,
         "health_percent": health_percent,
-        "health_reason": s.health_reason,
-        "last_error": s.last_error,
+        "health_reason": s.health_reason.as_deref().map(without_values),
+        "last_error": s.last_error.as_deref().map(without_values),
         "node": record.lease.as_ref().map(|l| &l.node).or(s.node.as_ref()),
         "running_here": record.lease.is_some(),
         "created_at": s.created_at,
@@ -58,7 +62,7 @@ pub(crate) fn event(recorded: &RecordedEvent) -> Value {
         Event::Started { node } => json!({"node": node}),
         Event::Throttled { health: h, reason } => {
             let (health, percent) = health(*h);
-            json!({"reason": reason, "health": health, "health_percent": percent})
+            json!({"reason": reason.as_deref().map(without_values), "health": health, "health_percent": percent})
         }
         Event::BatchFailed {
             ordinal,
@@ -66,9 +70,9 @@ pub(crate) fn event(recorded: &RecordedEvent) -> Value {
             error,
             ..
         } => {
-            json!({"ordinal": ordinal, "attempt": attempt, "reason": error})
+            json!({"ordinal": ordinal, "attempt": attempt, "reason": without_values(error)})
         }
-        Event::Failed { error } => json!({"reason": error}),
+        Event::Failed { error } => json!({"reason": without_values(error)}),
         Event::BatchPlanned { ordinal, size, .. } => json!({"ordinal": ordinal, "size": size}),
         Event::BatchSucceeded {
             ordinal,
@@ -99,7 +103,7 @@ pub(crate) fn batch(batch: &Batch) -> Value {
         "sub_batch_size": batch.sub_batch_size,
         "rows": batch.rows_affected,
         "duration_ms": batch.duration_ms,
-        "last_error": batch.last_error,
+        "last_error": batch.last_error.as_deref().map(without_values),
         "node": batch.claimed_by,
         "created_at": batch.created_at,
         "finished_at": batch.finished_at,
