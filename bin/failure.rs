@@ -66,6 +66,7 @@ impl From<RuntimeError> for Failure {
             RuntimeError::Operation(e) => e.into(),
             RuntimeError::Control(e) => e.into(),
             RuntimeError::Replica(e) if e.is_bad_input() => Failure::BadInput(e.to_string()),
+            e @ RuntimeError::UnknownIndicator { .. } => Failure::BadInput(e.to_string()),
             other => Failure::Runtime(other.into()),
         }
     }

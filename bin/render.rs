@@ -87,6 +87,14 @@ pub fn list(
 }
 
 /// What holds an operation to a time or a pace beside its own state, for
+/// Whether a health reason is an indicator's failure to read
+/// ([`sluice_runtime::health::unknown_health`]).
+fn unknown(reason: &Option<String>) -> bool {
+    reason
+        .as_deref()
+        .is_some_and(|r| r.starts_with("health unknown"))
+}
+
 /// `sluice show`.
 #[derive(Debug, Default)]
 pub struct Held {
@@ -158,9 +166,14 @@ impl Binding {
         }
     }
 
-    /// As a table cell: `rate 5000/s`.
+    /// As a table cell: `rate 5000/s`; a health signal an unreadable
+    /// indicator gave says `unknown`.
     fn short(&self) -> String {
         match self {
+            Binding::HealthStop { reason } if unknown(reason) => "unknown: stopped".into(),
+            Binding::HealthThrottle { percent, reason } if unknown(reason) => {
+                format!("unknown: {percent}%")
+            }
             Binding::HealthStop { .. } => "stopped".into(),
             Binding::HealthThrottle { percent, .. } => format!("throttled {percent}%"),
             Binding::RateLimit(l) => format!("rate {}/s", l.rows_per_second),

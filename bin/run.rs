@@ -41,6 +41,13 @@ pub struct RunArgs {
     /// The worker does not start if one cannot be reached.
     #[arg(long = "replica", value_name = "URL")]
     replicas: Vec<String>,
+    /// Run without this built-in health indicator (repeatable): a worker
+    /// refuses to start with one it cannot read (PostgreSQL:
+    /// long-transactions, replication-lag, connections, table-activity;
+    /// MySQL: innodb-activity, threads-running, history-list; SQLite:
+    /// wal-backlog)
+    #[arg(long = "without-indicator", value_name = "ID")]
+    without_indicators: Vec<String>,
     /// Replica lag from which work slows down.
     #[arg(long, default_value = "5s", value_parser = crate::parse_duration)]
     replica_lag_throttle: std::time::Duration,
@@ -89,6 +96,9 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
             "--replica-lag-throttle ({:?}) must be below --replica-lag-stop ({:?})",
             args.replica_lag_throttle, args.replica_lag_stop
         )));
+    }
+    for id in &args.without_indicators {
+        builder = builder.without_indicator(id);
     }
     for replica in &args.replicas {
         builder = builder.replica(replica);

@@ -14,9 +14,15 @@ use sluice_runtime::{HealthIndicator, Signal};
 
 for_each_backend!(every_builtin_indicator_reads_its_database);
 
-mysql_only!(innodb_lock_waits_and_long_transactions_are_read_as_they_happen);
+mysql_only!(
+    innodb_lock_waits_and_long_transactions_are_read_as_they_happen,
+    a_worker_whose_user_lacks_process_refuses_to_start_naming_the_grant,
+);
 
-postgres_only!(cleanup_debt_throttles_a_table_until_it_is_vacuumed);
+postgres_only!(
+    cleanup_debt_throttles_a_table_until_it_is_vacuumed,
+    a_worker_whose_role_sees_no_other_session_refuses_to_start_naming_the_grant,
+);
 
 /// How long a reading may take to show what the server does.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -34,6 +40,10 @@ async fn every_builtin_indicator_reads_its_database(db: &TestDb) {
     let indicators = default_indicators(&db.store);
     assert!(!indicators.is_empty());
     for indicator in indicators {
+        indicator
+            .readable(&db.store)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", indicator.name()));
         let readings = indicator
             .check(&context)
             .await
@@ -169,4 +179,103 @@ async fn cleanup_debt_throttles_a_table_until_it_is_vacuumed(db: &TestDb) {
         read().await.is_none()
     })
     .await;
+}
+
+/// Runs `sluice run --until-idle` on `url` with `extra` options.
+fn run_on(url: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["run", "--until-idle"];
+    args.extend_from_slice(extra);
+    common::sluice_on(url, &args)
+}
+
+/// MySQL: a worker whose user lacks `PROCESS` cannot read InnoDB's status,
+/// so lock waits and long transactions could never stop it: it refuses to
+/// start (exit 1), naming the indicator and the grant; it starts with
+/// those indicators turned off by name; an unknown name is bad input.
+async fn a_worker_whose_user_lacks_process_refuses_to_start_naming_the_grant(db: &TestDb) {
+    let database = db.url.rsplit('/').next().unwrap().to_owned();
+    let user = format!("np_{}", &database[database.len().saturating_sub(20)..]);
+    db.execute(&format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await;
+    db.execute(&format!("CREATE USER '{user}'@'%'")).await;
+    db.execute(&format!("GRANT ALL ON `{database}`.* TO '{user}'@'%'"))
+        .await;
+    let base = common::mysql_url();
+    let url = format!(
+        "mysql://{user}@{}/{database}",
+        base.trim_start_matches("mysql://")
+            .rsplit('@')
+            .next()
+            .unwrap()
+            .trim_end_matches('/')
+    );
+    let refused = run_on(&url, &[]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("health indicator cannot be read"), "{said}");
+    assert!(said.contains("GRANT PROCESS ON *.* TO"), "{said}");
+    assert!(said.contains("--without-indicator"), "{said}");
+    let unknown = run_on(&url, &["--without-indicator", "innodb"]);
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    let started = run_on(
+        &url,
+        &[
+            "--without-indicator",
+            "innodb-activity",
+            "--without-indicator",
+            "history-list",
+        ],
+    );
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    db.execute(&format!("DROP USER '{user}'@'%'")).await;
+}
+
+/// PostgreSQL: a role without `pg_read_all_stats` sees other sessions'
+/// transactions, replicas' lags and vacuums emptied — an idle database,
+/// always — so a worker refuses to start (exit 1) naming the grant, and
+/// starts with those indicators turned off by name.
+async fn a_worker_whose_role_sees_no_other_session_refuses_to_start_naming_the_grant(db: &TestDb) {
+    let schema = db.schema.clone().unwrap();
+    let role = format!("{schema}_worker");
+    db.execute(&format!("CREATE ROLE {role} LOGIN")).await;
+    db.execute(&format!("GRANT ALL ON SCHEMA {schema} TO {role}"))
+        .await;
+    db.execute(&format!(
+        "GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}"
+    ))
+    .await;
+    db.execute(&format!(
+        "GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role}"
+    ))
+    .await;
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    let refused = run_on(&url, &[]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("GRANT pg_monitor TO {role}")),
+        "{said}"
+    );
+    let started = run_on(
+        &url,
+        &[
+            "--without-indicator",
+            "long-transactions",
+            "--without-indicator",
+            "replication-lag",
+            "--without-indicator",
+            "table-activity",
+        ],
+    );
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    db.execute(&format!("DROP OWNED BY {role}")).await;
+    db.execute(&format!("DROP ROLE {role}")).await;
 }

@@ -16,7 +16,9 @@ use sluice_operations::{
 };
 use sluice_runtime::operation::OperationMessage;
 use sluice_runtime::pool::{PoolArgs, SubBatchJob, SubBatchPool, SubBatchQueue, SubBatchReport};
-use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
+use sluice_runtime::{
+    HealthIndicator, Runtime, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn,
+};
 use sluice_store::{Enqueued, Event, Health, OperationStatus, Store};
 
 use common::{TestDb, released, until};
@@ -30,6 +32,7 @@ for_each_backend!(
     a_stop_signal_ends_a_workers_run_between_two_sub_batches,
     a_pool_worker_runs_one_sub_batch_per_job_and_takes_queued_jobs_in_turn,
     an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_recovers,
+    an_indicator_that_cannot_be_read_throttles_then_stops_and_never_reads_normal,
     a_sub_batch_failing_twice_is_retried_smaller_and_finishes,
     a_sub_batch_that_always_fails_fails_the_operation,
     a_batch_that_keeps_timing_out_is_split_in_halves,
@@ -967,6 +970,92 @@ async fn an_operation_started_on_an_unhealthy_database_runs_nothing_until_it_rec
     healthy.store(true, Ordering::SeqCst);
     let record = finish(&runtime, id).await;
     assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 10);
+    runtime.shutdown().await.unwrap();
+}
+
+/// An indicator that fails while `broken` is set.
+struct Unreadable {
+    broken: Arc<AtomicBool>,
+    polls: Arc<AtomicU32>,
+}
+
+#[async_trait]
+impl HealthIndicator for Unreadable {
+    fn name(&self) -> &str {
+        "test probe"
+    }
+
+    async fn check(
+        &self,
+        _: &sluice_runtime::health::HealthContext,
+    ) -> Result<Vec<sluice_runtime::health::Reading>, String> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        if self.broken.load(Ordering::SeqCst) {
+            Err("permission denied for view pg_stat_activity".into())
+        } else {
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// An indicator whose query fails never reads as normal: the operation's
+/// health is recorded as unknown and throttled at once, stopped after
+/// three failed polls in a row (nothing more deleted while it lasts), and
+/// the work finishes once it reads again.
+async fn an_indicator_that_cannot_be_read_throttles_then_stops_and_never_reads_normal(db: &TestDb) {
+    create_events(db, 3_000, 10).await;
+    let broken = Arc::new(AtomicBool::new(true));
+    let polls = Arc::new(AtomicU32::new(0));
+    let indicator = Arc::new(Unreadable {
+        broken: broken.clone(),
+        polls: polls.clone(),
+    });
+    let runtime = builder(db)
+        .config(RuntimeConfig {
+            health_clear_after: 1,
+            ..fixed_batches(100)
+        })
+        .indicator(indicator)
+        .start()
+        .await
+        .unwrap();
+    let options = EnqueueOptions {
+        batch_size: 100,
+        sub_batch_size: 10,
+        pause: Duration::from_millis(5),
+        ..EnqueueOptions::default()
+    };
+    let id = enqueue_aged(&runtime, db, &options).await.id;
+    until_stop_recorded(db, id).await;
+    let record = db.store.operation(id).await.unwrap();
+    let reason = record.state.health_reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("health unknown: test probe has not been read for"),
+        "{reason}"
+    );
+    assert!(reason.contains("permission denied"), "{reason}");
+    // Stopped: no sub-batch starts while the indicator cannot be read.
+    until_polled(&polls, 3).await;
+    let held = db.scalar("SELECT COUNT(*) FROM events").await;
+    until_polled(&polls, 5).await;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, held);
+    let events = db.store.events(id, 0).await.unwrap();
+    let healths: Vec<(Health, Option<String>)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Throttled { health, reason } => Some((*health, reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        healths.iter().all(|(h, _)| *h != Health::Normal),
+        "an unreadable indicator read as normal: {healths:?}"
+    );
+    broken.store(false, Ordering::SeqCst);
+    let record = finish(&runtime, id).await;
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(record.state.health, Health::Normal);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM events").await, 10);
     runtime.shutdown().await.unwrap();
 }

@@ -71,8 +71,9 @@ function badge(status) { return el("span", { class: "badge s-" + status, "data-s
 
 function health(op) {
   if (op.health === "normal") return el("span", {}, "normal");
-  const label = op.health === "throttled" ? "throttled " + op.health_percent + " %" : "stopped";
-  return el("span", { class: "h-" + op.health }, op.health_reason ? label + ": " + op.health_reason : label);
+  const label = op.health === "throttled" ? "throttled " + op.health_percent + " %"
+    : op.health === "unknown" ? "unknown, " + (op.health_percent === 0 ? "stopped" : op.health_percent + " %") : "stopped";
+  return el("span", { class: "h-" + (op.health === "unknown" ? "stopped" : op.health) }, op.health_reason ? label + ": " + op.health_reason : label);
 }
 
 function progress(op) {

@@ -14,6 +14,11 @@ use sluice_store::{Batch, Event, Health, OperationRecord, RecordedEvent, Schedul
 pub(crate) fn operation(record: &OperationRecord) -> Value {
     let s = &record.state;
     let (health, health_percent) = health(s.health);
+    // An indicator that cannot be read gives a signal that says so.
+    let health = match &s.health_reason {
+        Some(reason) if reason.starts_with("health unknown") => "unknown",
+        _ => health,
+    };
     json!({
         "id": record.id,
         "kind": s.kind,

@@ -77,9 +77,50 @@ pub trait HealthIndicator: Send + Sync + 'static {
     /// A short name for logs.
     fn name(&self) -> &str;
 
-    /// The current readings. An error is logged and the indicator counts as
-    /// silent for this poll (it neither stops nor releases anything).
+    /// The name that turns it off (`sluice run --without-indicator ID`,
+    /// [`crate::RuntimeBuilder::without_indicator`]); by default its name.
+    fn id(&self) -> &str {
+        self.name()
+    }
+
+    /// The current readings. An error never reads as normal: the health of
+    /// every operation is unknown, throttled to [`UNKNOWN_THROTTLE_PERCENT`]
+    /// at once and stopped after [`UNKNOWN_STOP_AFTER`] failed polls in a
+    /// row, until the indicator reads again.
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String>;
+
+    /// Whether this worker can read it at all; the error says what is
+    /// missing (a privilege, and the grant that gives it). A runtime does
+    /// not start with a built-in indicator it cannot read. By default `Ok`.
+    async fn readable(&self, _store: &Store) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Speed while an indicator cannot be read, as a percentage: an unknown
+/// health never reads as normal.
+pub const UNKNOWN_THROTTLE_PERCENT: u8 = 50;
+
+/// Failed polls in a row of one indicator after which every operation
+/// stops until it reads again.
+pub const UNKNOWN_STOP_AFTER: u32 = 3;
+
+/// The signal while `indicator` has failed `failures` polls in a row, the
+/// last with `error`: throttled, then stopped. Its reason starts with
+/// `health unknown`, which `show`, `list` and the console display as such.
+pub fn unknown_health(indicator: &str, failures: u32, error: &str) -> Signal {
+    if failures >= UNKNOWN_STOP_AFTER {
+        Signal::Stop {
+            reason: format!(
+                "health unknown: {indicator} has not been read for {failures} polls ({error})"
+            ),
+        }
+    } else {
+        Signal::Throttle {
+            percent: UNKNOWN_THROTTLE_PERCENT,
+            reason: format!("health unknown: {indicator} cannot be read ({error})"),
+        }
+    }
 }
 
 /// The signals in force: global and per table. Operations receive it
@@ -131,6 +172,8 @@ pub struct HealthState {
     /// Whether a poll has completed: the first one is always published, so
     /// operations waiting for a first reading learn it even when all is well.
     polled: bool,
+    /// Failed polls in a row, by indicator.
+    failures: HashMap<String, u32>,
 }
 
 impl Actor for HealthMonitor {
@@ -153,6 +196,7 @@ impl Actor for HealthMonitor {
             better_seen: HashMap::new(),
             published: HealthSnapshot::default(),
             polled: false,
+            failures: HashMap::new(),
         })
     }
 
@@ -198,26 +242,33 @@ impl HealthState {
         };
         let mut raw: HashMap<Scope, Signal> = HashMap::new();
         for indicator in &self.args.indicators {
-            let readings = match tokio::time::timeout(
-                Duration::from_secs(2),
-                indicator.check(&context),
-            )
-            .await
-            {
-                Ok(Ok(readings)) => readings,
-                Ok(Err(error)) => {
-                    tracing::warn!(indicator = indicator.name(), %error, "health indicator failed");
+            let checked =
+                tokio::time::timeout(Duration::from_secs(2), indicator.check(&context)).await;
+            let name = indicator.name();
+            let error = match checked {
+                Ok(Ok(readings)) => {
+                    if self.failures.remove(name).is_some() {
+                        tracing::info!(indicator = name, "health indicator reads again");
+                    }
+                    for reading in readings {
+                        let slot = raw.entry(reading.scope).or_insert(Signal::Normal);
+                        *slot = worst(slot, &reading.signal);
+                    }
                     continue;
                 }
-                Err(_) => {
-                    tracing::warn!(indicator = indicator.name(), "health indicator timed out");
-                    continue;
-                }
+                Ok(Err(error)) => error,
+                Err(_) => "no answer within 2 s".to_owned(),
             };
-            for reading in readings {
-                let slot = raw.entry(reading.scope).or_insert(Signal::Normal);
-                *slot = worst(slot, &reading.signal);
+            let failures = self.failures.entry(name.to_owned()).or_default();
+            *failures += 1;
+            // Logged when it starts failing and when it stops the work, not
+            // at every poll.
+            if *failures == 1 || *failures == UNKNOWN_STOP_AFTER {
+                tracing::warn!(indicator = name, %error, failures = *failures, "health indicator cannot be read");
             }
+            let signal = unknown_health(name, *failures, &error);
+            let slot = raw.entry(Scope::Global).or_insert(Signal::Normal);
+            *slot = worst(slot, &signal);
         }
         // Each scope once: a scope both read now and in force must be settled
         // once, with this poll's reading (settling it twice would count a
@@ -389,6 +440,25 @@ mod tests {
         Signal::Throttle {
             percent,
             reason: "x".into(),
+        }
+    }
+
+    #[test]
+    fn an_unreadable_indicator_throttles_then_stops() {
+        for failures in 1..UNKNOWN_STOP_AFTER {
+            let signal = unknown_health("lag", failures, "denied");
+            assert!(
+                matches!(&signal, Signal::Throttle { percent, reason }
+                    if *percent == UNKNOWN_THROTTLE_PERCENT && reason.starts_with("health unknown: lag")),
+                "{signal:?}"
+            );
+        }
+        for failures in [UNKNOWN_STOP_AFTER, UNKNOWN_STOP_AFTER + 10] {
+            let signal = unknown_health("lag", failures, "denied");
+            assert!(
+                matches!(&signal, Signal::Stop { reason } if reason.contains("denied")),
+                "{signal:?}"
+            );
         }
     }
 

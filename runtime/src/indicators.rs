@@ -181,8 +181,47 @@ impl ValueIndicator {
     }
 }
 
+impl Measure {
+    /// The indicator's id, as `--without-indicator` takes it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Measure::LongestTransactionSeconds => "long-transactions",
+            Measure::ReplicationLagSeconds => "replication-lag",
+            Measure::ConnectionsUsedPercent => "connections",
+            Measure::SqliteWalBacklogPages => "wal-backlog",
+            Measure::MySqlThreadsRunning => "threads-running",
+            Measure::MySqlHistoryListLength => "history-list",
+        }
+    }
+
+    /// Whether reading it needs PostgreSQL's statistics of other sessions,
+    /// which a role without `pg_read_all_stats` (or `pg_monitor`) sees
+    /// emptied: a silent zero, not an error.
+    fn needs_all_stats(self) -> bool {
+        matches!(
+            self,
+            Measure::LongestTransactionSeconds | Measure::ReplicationLagSeconds
+        )
+    }
+}
+
 #[async_trait]
 impl HealthIndicator for ValueIndicator {
+    fn id(&self) -> &str {
+        self.measure.id()
+    }
+
+    async fn readable(&self, store: &Store) -> Result<(), String> {
+        if self.measure.needs_all_stats() {
+            sees_all_sessions(store).await?;
+        }
+        match self.measure(store).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err("the database answers nothing for it".into()),
+            Err(error) => Err(unreadable(store, &error).await),
+        }
+    }
+
     fn name(&self) -> &str {
         match self.measure {
             Measure::LongestTransactionSeconds => "long-running transactions",
@@ -200,7 +239,7 @@ impl HealthIndicator for ValueIndicator {
             .await
             .map_err(|e| e.to_string())?
         else {
-            return Ok(Vec::new());
+            return Err("the database answered nothing".into());
         };
         let mut previous = self.previous.lock().expect("indicator state lock");
         let signal = self.thresholds.classify(value, &previous, self.name());
@@ -280,6 +319,25 @@ const TABLE_ACTIVITY: &str = "\
 impl HealthIndicator for TableActivity {
     fn name(&self) -> &str {
         "lock waits, autovacuum and cleanup debt"
+    }
+
+    fn id(&self) -> &str {
+        "table-activity"
+    }
+
+    async fn readable(&self, store: &Store) -> Result<(), String> {
+        let Backend::Postgres(pool) = store.backend() else {
+            return Ok(());
+        };
+        sees_all_sessions(store).await?;
+        let read: Result<Vec<(String, i64, bool, i64, f64)>, _> = sqlx::query_as(TABLE_ACTIVITY)
+            .bind("[]")
+            .fetch_all(pool)
+            .await;
+        match read {
+            Ok(_) => Ok(()),
+            Err(error) => Err(unreadable(store, &error).await),
+        }
     }
 
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
@@ -383,6 +441,23 @@ impl HealthIndicator for InnodbActivity {
         "long-running transactions and lock waits"
     }
 
+    fn id(&self) -> &str {
+        "innodb-activity"
+    }
+
+    async fn readable(&self, store: &Store) -> Result<(), String> {
+        let Backend::MySql(pool) = store.backend() else {
+            return Ok(());
+        };
+        match sqlx::raw_sql("SHOW ENGINE INNODB STATUS")
+            .fetch_one(pool)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) => Err(unreadable(store, &error).await),
+        }
+    }
+
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
         let Backend::MySql(pool) = context.store.backend() else {
             return Ok(Vec::new());
@@ -430,6 +505,53 @@ impl HealthIndicator for InnodbActivity {
             }
         }
         Ok(readings)
+    }
+}
+
+/// PostgreSQL: refuses a role that sees other sessions' statistics emptied
+/// (`pg_stat_activity`'s times, `pg_stat_replication`'s lags, vacuum
+/// progress): without `pg_read_all_stats` they read as an idle database.
+async fn sees_all_sessions(store: &Store) -> Result<(), String> {
+    let Backend::Postgres(pool) = store.backend() else {
+        return Ok(());
+    };
+    let (sees, role): (bool, String) =
+        sqlx::query_as("SELECT pg_has_role('pg_read_all_stats', 'USAGE'), current_user::text")
+            .fetch_one(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+    if sees {
+        return Ok(());
+    }
+    Err(format!(
+        "role {role} sees other sessions' statistics emptied, so this indicator would always \
+         read as normal; grant it: GRANT pg_monitor TO {role}"
+    ))
+}
+
+/// What a failed read of an indicator means, with the grant it needs when
+/// the database refused a privilege (MySQL's `PROCESS`, error 1227; a
+/// PostgreSQL permission, 42501).
+async fn unreadable(store: &Store, error: &sqlx::Error) -> String {
+    let code = error
+        .as_database_error()
+        .and_then(|e| e.code().map(|c| c.into_owned()));
+    match (store.backend(), code.as_deref()) {
+        (Backend::MySql(pool), _) if error.to_string().contains("PROCESS") => {
+            let user: String = sqlx::query_scalar("SELECT CAST(CURRENT_USER() AS CHAR)")
+                .fetch_one(pool)
+                .await
+                .unwrap_or_else(|_| "the worker's user".into());
+            let (name, host) = user.split_once('@').unwrap_or((&user, "%"));
+            format!(
+                "the worker's user lacks the PROCESS privilege ({error}); grant it: GRANT PROCESS \
+                 ON *.* TO '{name}'@'{host}'"
+            )
+        }
+        (Backend::Postgres(_), Some("42501")) => format!(
+            "the worker's role may not read it ({error}); grant it: GRANT pg_monitor TO <role>"
+        ),
+        _ => error.to_string(),
     }
 }
 

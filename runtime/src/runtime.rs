@@ -40,6 +40,7 @@ pub struct RuntimeBuilder {
     config: RuntimeConfig,
     indicators: Vec<Arc<dyn HealthIndicator>>,
     builtin_indicators: bool,
+    without: Vec<String>,
     /// Replica URLs whose lag is watched ([`RuntimeBuilder::replica`]).
     replicas: Vec<String>,
     replica_lag: Thresholds,
@@ -81,6 +82,28 @@ pub enum RuntimeError {
     /// The actor system could not start or answer.
     #[error("actor runtime: {0}")]
     Actors(String),
+    /// A built-in health indicator this worker cannot read: it would never
+    /// slow or stop the work.
+    #[error(
+        "the {name} health indicator cannot be read: {reason}; or run without it \
+         (--without-indicator {id})"
+    )]
+    IndicatorUnreadable {
+        /// Its name.
+        name: String,
+        /// Its id, for `--without-indicator`.
+        id: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// `without_indicator` named no built-in indicator of this backend.
+    #[error("no built-in health indicator is called `{id}` here (there are: {})", .known.join(", "))]
+    UnknownIndicator {
+        /// The id given.
+        id: String,
+        /// The ids there are.
+        known: Vec<String>,
+    },
     /// A wait ran out of time.
     #[error("operation {id} did not end within {waited:?} (it is {status})")]
     Timeout {
@@ -151,6 +174,7 @@ impl RuntimeBuilder {
             config: RuntimeConfig::default(),
             indicators: Vec::new(),
             builtin_indicators: true,
+            without: Vec::new(),
             replicas: Vec::new(),
             replica_lag: REPLICA_LAG_THRESHOLDS,
             connect: ConnectOptions::default(),
@@ -237,6 +261,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Leaves out the built-in indicator named `id` (`long-transactions`,
+    /// `innodb-activity` …: [`crate::health::HealthIndicator::id`]), as an
+    /// operator who knows this worker cannot read it decides. Without it,
+    /// [`RuntimeBuilder::start`] refuses to start with a built-in indicator
+    /// it cannot read; an id no built-in indicator of the store's backend
+    /// has is refused too.
+    pub fn without_indicator(mut self, id: impl Into<String>) -> Self {
+        self.without.push(id.into());
+        self
+    }
+
     /// Connects (creating and migrating an SQLite file if needed), starts
     /// the actor tree and returns its handle.
     pub async fn start(self) -> Result<Runtime, RuntimeError> {
@@ -254,7 +289,7 @@ impl RuntimeBuilder {
             }
         };
         let mut indicators = if self.builtin_indicators {
-            default_indicators(&store)
+            builtin_indicators(&store, &self.without).await?
         } else {
             Vec::new()
         };
@@ -288,6 +323,34 @@ impl RuntimeBuilder {
             task,
         })
     }
+}
+
+/// The built-in indicators of `store`'s backend but those named in
+/// `without`, each checked readable by this worker.
+async fn builtin_indicators(
+    store: &Store,
+    without: &[String],
+) -> Result<Vec<Arc<dyn HealthIndicator>>, RuntimeError> {
+    let mut indicators = default_indicators(store);
+    let known: Vec<String> = indicators.iter().map(|i| i.id().to_owned()).collect();
+    if let Some(id) = without.iter().find(|id| !known.contains(id)) {
+        return Err(RuntimeError::UnknownIndicator {
+            id: id.clone(),
+            known,
+        });
+    }
+    indicators.retain(|i| !without.iter().any(|id| id == i.id()));
+    for indicator in &indicators {
+        indicator
+            .readable(store)
+            .await
+            .map_err(|reason| RuntimeError::IndicatorUnreadable {
+                name: indicator.name().to_owned(),
+                id: indicator.id().to_owned(),
+                reason,
+            })?;
+    }
+    Ok(indicators)
 }
 
 impl Runtime {
