@@ -58,7 +58,44 @@ pub enum SupervisorMessage {
     /// Stop claiming, let every operation actor finish its sub-batch in
     /// flight and give its operation back, then stop; reply when done.
     Shutdown(RpcReplyPort<()>),
+    /// Start this service again, its backoff after dying waited out.
+    Restart(Service),
+    /// This service, started as the actor named, has run long enough after
+    /// a restart to count as recovered.
+    Steady(Service, ActorId),
 }
+
+/// A service the supervisor restarts after a backoff when it dies: each
+/// talks to the store on its own schedule, and one that dies at once again
+/// (a store refusing writes, its tables gone) must not be restarted, and
+/// logged, hundreds of times a second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Service {
+    /// The [`crate::reconciler::Reconciler`].
+    Reconciler,
+    /// The [`crate::schedule::Scheduler`].
+    Scheduler,
+}
+
+impl Service {
+    fn name(self) -> &'static str {
+        match self {
+            Service::Reconciler => "reconciler",
+            Service::Scheduler => "scheduler",
+        }
+    }
+}
+
+/// The first wait before a dead service is started again; it doubles with
+/// each death in a row, up to [`SERVICE_RESTART_CAP`], with jitter.
+const SERVICE_RESTART_BASE: Duration = Duration::from_millis(100);
+
+/// The longest wait before a dead service is started again.
+const SERVICE_RESTART_CAP: Duration = Duration::from_secs(30);
+
+/// How long a restarted service must run to count as recovered (its
+/// deaths in a row forgotten, its recovery logged).
+const SERVICE_STEADY_AFTER: Duration = Duration::from_secs(5);
 
 /// The supervisor's state.
 pub struct SupervisorState {
@@ -73,6 +110,8 @@ pub struct SupervisorState {
     restarts: HashMap<i64, VecDeque<Instant>>,
     /// Store faults in a row per operation ([`SupervisorState::wait_out_store_fault`]).
     store_faults: HashMap<i64, u32>,
+    /// Deaths in a row per service ([`SupervisorState::restart_later`]).
+    service_deaths: HashMap<Service, u32>,
     shutdown: Option<Vec<RpcReplyPort<()>>>,
     /// The task listening for announced controls (PostgreSQL).
     listener: Option<tokio::task::JoinHandle<()>>,
@@ -115,6 +154,7 @@ impl Actor for RuntimeSupervisor {
             helpers: HashMap::new(),
             restarts: HashMap::new(),
             store_faults: HashMap::new(),
+            service_deaths: HashMap::new(),
             shutdown: None,
             draining: Vec::new(),
         })
@@ -153,6 +193,21 @@ impl Actor for RuntimeSupervisor {
                     }
                 }
                 state.reconcile_now();
+            }
+            SupervisorMessage::Restart(service) if state.shutdown.is_none() => {
+                state.restart(&myself, service).await;
+            }
+            SupervisorMessage::Restart(_) => {}
+            SupervisorMessage::Steady(service, started) => {
+                let current = match service {
+                    Service::Reconciler => state.reconciler.as_ref().map(|a| a.get_id()),
+                    Service::Scheduler => state.scheduler.as_ref().map(|a| a.get_id()),
+                };
+                if current == Some(started)
+                    && let Some(deaths) = state.service_deaths.remove(&service)
+                {
+                    tracing::info!(service = service.name(), deaths, "running again");
+                }
             }
             SupervisorMessage::Shutdown(reply) => {
                 if let Some(reconciler) = state.reconciler.take() {
@@ -324,7 +379,11 @@ impl SupervisorState {
         let faults = self.store_faults.entry(id).or_default();
         *faults = faults.saturating_add(1);
         let wait = crate::sizing::backoff(*faults, config.retry_base, config.retry_cap, 1.0);
-        tracing::warn!(operation = id, faults = *faults, ?wait, %reason, "the store cannot be used; retrying the operation later");
+        if *faults == 1 {
+            tracing::warn!(operation = id, ?wait, %reason, "the store cannot be used; retrying the operation with a growing backoff");
+        } else {
+            tracing::debug!(operation = id, faults = *faults, ?wait, %reason, "the store still cannot be used");
+        }
         myself.send_after(wait, move || SupervisorMessage::Start(id));
     }
 
@@ -394,7 +453,9 @@ impl SupervisorState {
         }
     }
 
-    /// The monitor, the pool or the reconciler died: start a new one.
+    /// A service died: the monitor and the pool are started again at once
+    /// (they catch their own database errors), the reconciler and scheduler
+    /// after a backoff ([`SupervisorState::restart_later`]).
     async fn replace_service(
         &mut self,
         myself: &ActorRef<SupervisorMessage>,
@@ -411,13 +472,59 @@ impl SupervisorState {
             self.pool = spawn_pool(myself, &self.context).await?;
             publish(&self.context, &self.pool, &self.monitor);
         } else if self.reconciler.as_ref().is_some_and(|r| r.get_id() == id) {
-            tracing::warn!(%reason, "reconciler died; restarting it");
-            self.reconciler = Some(spawn_reconciler(myself, &self.context).await?);
+            self.reconciler = None;
+            self.restart_later(myself, Service::Reconciler, reason);
         } else if self.scheduler.as_ref().is_some_and(|r| r.get_id() == id) {
-            tracing::warn!(%reason, "scheduler died; restarting it");
-            self.scheduler = Some(spawn_scheduler(myself, &self.context).await?);
+            self.scheduler = None;
+            self.restart_later(myself, Service::Scheduler, reason);
         }
         Ok(())
+    }
+
+    /// `service` died: starts it again after a backoff that doubles with
+    /// each death in a row (capped, with jitter). Logged once when it
+    /// starts dying, and again once it runs steadily (not at every death).
+    fn restart_later(
+        &mut self,
+        myself: &ActorRef<SupervisorMessage>,
+        service: Service,
+        reason: &str,
+    ) {
+        let deaths = self.service_deaths.entry(service).or_default();
+        *deaths = deaths.saturating_add(1);
+        let wait =
+            crate::sizing::backoff(*deaths, SERVICE_RESTART_BASE, SERVICE_RESTART_CAP, jitter());
+        if *deaths == 1 {
+            tracing::warn!(service = service.name(), %reason, "died; restarting it with a growing backoff until it runs again");
+        } else {
+            tracing::debug!(service = service.name(), deaths = *deaths, ?wait, %reason, "died again");
+        }
+        myself.send_after(wait, move || SupervisorMessage::Restart(service));
+    }
+
+    /// Starts `service` again (after [`SupervisorState::restart_later`]);
+    /// a start that fails waits a longer backoff.
+    async fn restart(&mut self, myself: &ActorRef<SupervisorMessage>, service: Service) {
+        let started = match service {
+            Service::Reconciler => spawn_reconciler(myself, &self.context).await.map(|actor| {
+                let id = actor.get_id();
+                self.reconciler = Some(actor);
+                id
+            }),
+            Service::Scheduler => spawn_scheduler(myself, &self.context).await.map(|actor| {
+                let id = actor.get_id();
+                self.scheduler = Some(actor);
+                id
+            }),
+        };
+        match started {
+            Ok(id) => {
+                myself.send_after(SERVICE_STEADY_AFTER, move || {
+                    SupervisorMessage::Steady(service, id)
+                });
+            }
+            Err(error) => self.restart_later(myself, service, &error.to_string()),
+        }
     }
 
     /// Tells every operation actor to wind down and give its operation back.
@@ -453,6 +560,15 @@ impl SupervisorState {
             myself.stop(None);
         }
     }
+}
+
+/// A number in [0, 1) from the clock's nanoseconds: enough to spread the
+/// restarts of many workers.
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    f64::from(nanos % 1_000) / 1_000.0
 }
 
 fn publish(context: &RuntimeContext, pool: &RunningPool, monitor: &ActorRef<HealthMessage>) {

@@ -30,6 +30,29 @@ pub enum StoreError {
     /// Applying the schema migrations failed.
     #[error("schema migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The server has no database of the URL's name.
+    #[error(
+        "the server at `{url}` has no such database: create it first, or correct --database-url \
+         (SLUICE_DATABASE_URL)"
+    )]
+    UnknownDatabase {
+        /// The URL with any password removed.
+        url: String,
+    },
+    /// The store's migrations are recorded as applied, but some of its
+    /// tables are gone.
+    #[error(
+        "the store in {database} lacks Sluice's tables {} although its migrations are recorded \
+         as applied (dropped by hand?): restore them from a backup, or drop its \
+         _sqlx_migrations table so that they are created anew, empty",
+        .tables.join(", ")
+    )]
+    MissingTables {
+        /// The database (PostgreSQL: and schema; SQLite: the file).
+        database: String,
+        /// The tables missing.
+        tables: Vec<String>,
+    },
     /// No operation has this id.
     #[error("no operation with id {0}")]
     NotFound(i64),

@@ -93,7 +93,8 @@ impl Store {
 
     /// [`Store::connect`] with explicit pool settings.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self, StoreError> {
-        Store::migrated(Connections::open(url, options).await?).await
+        let opened = async { Store::migrated(Connections::open(url, options).await?).await };
+        opened.await.map_err(|e| no_such_database(e, url))
     }
 
     /// A store in an existing SQLite pool (the host application's), migrated.
@@ -119,6 +120,7 @@ impl Store {
                 sqlx::migrate!("./migrations/mysql").run(pool).await?
             }
         }
+        missing_tables(&connections).await?;
         Ok(Store {
             connections,
             clock: Arc::new(SystemClock),
@@ -589,5 +591,86 @@ fn decode_row(row: EventRow) -> Result<RecordedEvent, StoreError> {
         seq: row.seq,
         recorded_at: row.recorded_at,
         event,
+    })
+}
+
+/// [`StoreError::UnknownDatabase`] for a server's answer that the URL's
+/// database does not exist (PostgreSQL 3D000, MySQL 1049); `error` as it
+/// is otherwise.
+fn no_such_database(error: StoreError, url: &str) -> StoreError {
+    let StoreError::Database(e) = &error else {
+        return error;
+    };
+    let code = e.as_database_error().and_then(|d| d.code());
+    let postgres = code.as_deref() == Some("3D000");
+    let mysql = code.as_deref() == Some("42000") && e.to_string().contains("1049 (42000)");
+    if postgres || mysql {
+        return StoreError::UnknownDatabase {
+            url: crate::redact_url(url),
+        };
+    }
+    error
+}
+
+/// Sluice's own tables, on every backend.
+const STORE_TABLES: &[&str] = &[
+    "sluice_batches",
+    "sluice_events",
+    "sluice_heartbeat",
+    "sluice_operations",
+    "sluice_rate_limits",
+    "sluice_resumes",
+    "sluice_schedule_fires",
+    "sluice_schedules",
+    "sluice_switches",
+    "sluice_windows",
+];
+
+/// Refuses a store whose migrations are recorded as applied but some of
+/// whose tables are gone (dropped by hand, a schema emptied): every
+/// statement would fail on them with the database's raw error.
+async fn missing_tables(connections: &Connections) -> Result<(), StoreError> {
+    let (place, present): (String, Vec<String>) = match connections.backend() {
+        Backend::Sqlite(pool) => (
+            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+                .fetch_one(pool)
+                .await?,
+            sqlx::query_scalar("SELECT name FROM sqlite_schema WHERE type = 'table'")
+                .fetch_all(pool)
+                .await?,
+        ),
+        Backend::Postgres(pool) => (
+            sqlx::query_scalar("SELECT current_database() || ', schema ' || current_schema()")
+                .fetch_one(pool)
+                .await?,
+            sqlx::query_scalar(
+                "SELECT tablename::text FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
+            )
+            .fetch_all(pool)
+            .await?,
+        ),
+        Backend::MySql(pool) => (
+            sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
+                .fetch_one(pool)
+                .await?,
+            sqlx::query_scalar(
+                "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE()",
+            )
+            .fetch_all(pool)
+            .await?,
+        ),
+    };
+    let missing: Vec<String> = STORE_TABLES
+        .iter()
+        .filter(|t| !present.iter().any(|p| p == *t))
+        .map(|t| (*t).to_owned())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::MissingTables {
+        database: place,
+        tables: missing,
     })
 }

@@ -659,6 +659,12 @@ pub fn spawn_worker_on(url: &str, args: &[&str]) -> Worker {
 /// machine for the tests after it. Derefs to its [`Child`].
 pub struct Worker(Child);
 
+impl From<Child> for Worker {
+    fn from(child: Child) -> Self {
+        Worker(child)
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         // Already gone when the test killed or awaited it: both are no-ops then.
