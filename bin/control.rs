@@ -140,6 +140,9 @@ pub async fn pause(store: &Store, args: &PauseArgs) -> Result<(), Failure> {
     let Some(until) = args.until else {
         return apply(store, Action::Pause, &args.target).await;
     };
+    if let Some(kind) = args.target.kind.as_ref().filter(|k| !k.trim().is_empty()) {
+        known_kind(store, kind).await?;
+    }
     if until <= chrono::Utc::now() {
         return Err(Failure::BadInput(format!(
             "--until {} is already past",
@@ -188,6 +191,15 @@ fn parse_until(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
 
 /// Applies `action` to the operations `args` name and reports what changed.
 pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<(), Failure> {
+    // A kill switch, a cancel or a retry for a kind nobody knows is a typo
+    // (its switch would hold nothing); a resume takes any, so a switch set
+    // for a kind since gone can still be lifted.
+    if let Some(kind) = &args.kind
+        && action != Action::Resume
+        && !kind.trim().is_empty()
+    {
+        known_kind(store, kind).await?;
+    }
     let outcome = control(store, action, &args.selection(), &args.reason).await?;
     render::controlled(action.verb(), &outcome.changed, &outcome.skipped, args.json)
 }

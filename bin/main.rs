@@ -290,12 +290,20 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
 /// A command-line usage error as one line on stderr, exit code 2.
 fn usage_error(error: &clap::Error) -> ExitCode {
     let text = error.to_string();
-    let first = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid arguments");
+    let mut lines = text.lines().skip_while(|l| l.trim().is_empty());
+    let first = lines.next().unwrap_or("invalid arguments");
     let first = first.trim_start_matches("error: ");
-    eprintln!("error: {first} (see --help)");
+    // What clap lists under its first line (the arguments missing, the
+    // companion an option needs), on the same line.
+    let listed: Vec<&str> = lines
+        .take_while(|l| l.starts_with(char::is_whitespace) && !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    if listed.is_empty() {
+        eprintln!("error: {first} (see --help)");
+    } else {
+        eprintln!("error: {first} {} (see --help)", listed.join(", "));
+    }
     ExitCode::from(2)
 }
 

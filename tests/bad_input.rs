@@ -58,6 +58,12 @@ async fn set_up(db: &TestDb) {
         ))
         .await;
     }
+    // A column the database computes.
+    db.execute(
+        "CREATE TABLE doubled (id BIGINT PRIMARY KEY, n INTEGER NOT NULL, \
+         twice INTEGER GENERATED ALWAYS AS (n * 2) STORED)",
+    )
+    .await;
     // Days since 1970 in an integer column: read as epoch seconds, every
     // row would be aged.
     db.execute("CREATE TABLE day_numbers (id BIGINT PRIMARY KEY, day INTEGER NOT NULL)")
@@ -507,6 +513,74 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             "unknown log format `yaml`",
         ),
         (plain(&["pause", "1", "--all"]), 2, "cannot be used with"),
+        // A kill switch, cancel or retry for a kind nobody knows.
+        (
+            plain(&["pause", "--kind", "delete-aged-row"]),
+            2,
+            "unknown kind `delete-aged-row`",
+        ),
+        (
+            plain(&["cancel", "--kind", "delete-aged-row"]),
+            2,
+            "unknown kind `delete-aged-row`",
+        ),
+        // A schedule whose target enqueue would refuse is not stored.
+        (
+            plain(&[
+                "schedule",
+                "add",
+                "--name",
+                "n3",
+                "--cron",
+                "0 3 * * *",
+                "update-in-batches",
+                "--table",
+                "itemz",
+                "--set",
+                "counter = 1",
+            ]),
+            2,
+            "unknown table `itemz`",
+        ),
+        (
+            plain(&[
+                "schedule",
+                "add",
+                "--name",
+                "n3",
+                "--cron",
+                "0 3 * * *",
+                "delete-aged-rows",
+                "--table",
+                "loose",
+                "--column",
+                "created_at",
+                "--older-than",
+                "30d",
+            ]),
+            2,
+            "no unique index covers only these columns",
+        ),
+        // A SET writing a column the database computes (MariaDB would
+        // ignore the value with a warning, every sub-batch a no-op).
+        (
+            plain(&[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "doubled",
+                "--set",
+                "twice = 5",
+            ]),
+            2,
+            "the SET writes `twice`, which `doubled` computes itself",
+        ),
+        // A companion option missing is named.
+        (
+            with(update("counter = 1", "grp = 1"), &["--time-zone", "UTC"]),
+            2,
+            "required arguments were not provided: --window",
+        ),
         (
             plain(&["pause", "--kind", " "]),
             2,

@@ -325,6 +325,12 @@ impl Operation for UpdateInBatches {
     ) -> Result<Option<Statement>, OperationError> {
         rows.update_expression_statement(&arguments.set).map(Some)
     }
+
+    fn columns_written(&self, arguments: &Self::Arguments) -> Vec<String> {
+        sluice_store::Assignments::parse(&arguments.set)
+            .map(|set| set.columns().to_vec())
+            .unwrap_or_default()
+    }
 }
 
 /// Refuses to delete from `table` when a foreign key of `table` to itself

@@ -75,6 +75,33 @@ impl Default for EnqueueOptions {
     }
 }
 
+/// Runs every check [`enqueue()`] runs on an operation of `kind` with
+/// `arguments` and `options` — names, catalogue, engines, key, the
+/// planner's plan (a full scan refused unless forced), the operator's SQL
+/// — and writes nothing. A schedule is checked so before it is stored.
+///
+/// Errors: those of [`enqueue()`].
+pub async fn check(
+    store: &Store,
+    registry: &Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+    options: &EnqueueOptions,
+) -> Result<(), OperationError> {
+    checked_spec(
+        store,
+        registry,
+        kind,
+        arguments,
+        options,
+        &mut Checked::default(),
+    )
+    .await?
+    .spec
+    .validate()?;
+    Ok(())
+}
+
 /// Checks and enqueues an operation of `kind` with `arguments`.
 ///
 /// Errors (nothing is written): [`OperationError::UnknownKind`],
@@ -312,6 +339,7 @@ pub(crate) async fn checked_spec(
         for other in prepared.tables_written().iter().skip(1) {
             check_transactional(store, other).await?;
         }
+        refuse_generated_writes(store, shape.table(), &prepared.columns_written()).await?;
         for column in shape.filter().time_bounds() {
             check_time_column(store, shape.table(), column).await?;
         }
@@ -400,6 +428,31 @@ pub(crate) async fn checked_spec(
         explained,
         sub_batch,
     })
+}
+
+/// Refuses an operation setting a column of `table` the database computes
+/// itself (generated, virtual or stored): PostgreSQL and SQLite refuse the
+/// statement, but MariaDB ignores the value with a warning, so every
+/// sub-batch would "succeed" having changed nothing.
+async fn refuse_generated_writes(
+    store: &Store,
+    table: &sluice_store::Ident,
+    written: &[String],
+) -> Result<(), OperationError> {
+    if written.is_empty() {
+        return Ok(());
+    }
+    let generated = store.generated_columns(table).await?;
+    match written
+        .iter()
+        .find(|w| generated.iter().any(|g| g.eq_ignore_ascii_case(w)))
+    {
+        None => Ok(()),
+        Some(column) => Err(OperationError::Arguments(format!(
+            "the SET writes `{column}`, which `{table}` computes itself (a generated column): \
+             its value cannot be set; set the columns it is computed from instead"
+        ))),
+    }
 }
 
 /// The statement the first sub-batch of `operation` would run (for an

@@ -27,7 +27,7 @@ pub mod window;
 pub use builtin::{ArchiveRows, DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use enqueue::{
-    COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, RowCount, enqueue, enqueue_many,
+    COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, RowCount, check, enqueue, enqueue_many,
 };
 pub use error::OperationError;
 pub use operation::{Operation, PreparedOperation, Registry};

@@ -117,6 +117,14 @@ pub trait Operation: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The columns of the shape's table a sub-batch sets (an `UPDATE`'s
+    /// `SET` list): each must be a column the database lets a statement
+    /// write — not a generated one, whose write MariaDB ignores with a
+    /// warning — which enqueue checks. By default none.
+    fn columns_written(&self, _arguments: &Self::Arguments) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The tables a sub-batch writes beside the shape's table (an archive
     /// table, say). Each must be transactional as the target must: they are
     /// checked at enqueue and when a worker starts the operation
@@ -173,6 +181,10 @@ pub trait PreparedOperation: Send + Sync {
     /// [`Operation::other_tables_written`] (those that are not plain
     /// identifiers are left out; the operation's shape refuses them).
     fn tables_written(&self) -> Vec<sluice_store::Ident>;
+
+    /// The columns of the shape's table a sub-batch sets
+    /// ([`Operation::columns_written`]).
+    fn columns_written(&self) -> Vec<String>;
 }
 
 /// The operation kinds a runtime (or the CLI) knows, by name.
@@ -332,6 +344,10 @@ impl<O: Operation> PreparedOperation for Prepared<O> {
 
     fn identity(&self) -> serde_json::Value {
         self.operation.identity(&self.arguments)
+    }
+
+    fn columns_written(&self) -> Vec<String> {
+        self.operation.columns_written(&self.arguments)
     }
 
     fn tables_written(&self) -> Vec<sluice_store::Ident> {

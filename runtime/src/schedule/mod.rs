@@ -127,8 +127,9 @@ pub struct Fired {
 ///
 /// Errors (nothing is stored): [`ScheduleError::InvalidName`],
 /// [`ScheduleError::InvalidCron`], [`ScheduleError::InvalidTimeZone`],
-/// [`ScheduleError::NeverFires`], an unknown kind or arguments the kind
-/// refuses ([`ScheduleError::Operation`]), a taken name
+/// [`ScheduleError::NeverFires`], an unknown kind, arguments the kind
+/// refuses or a target [`sluice_operations::enqueue()`] would refuse
+/// ([`ScheduleError::Operation`]), a taken name
 /// ([`StoreError::ScheduleExists`]).
 pub async fn add_schedule(
     store: &Store,
@@ -145,7 +146,9 @@ pub async fn add_schedule(
     let resolved = registry
         .arguments_at(&spec.kind, store, spec.arguments.clone(), at(now))
         .await?;
-    registry.prepare(&spec.kind, &resolved.to_string(), store.backend().dialect())?;
+    // Checked as an enqueue of it would be (table, columns, engines, key,
+    // plan), so a schedule that could never enqueue is not stored.
+    sluice_operations::check(store, registry, &spec.kind, &resolved, &spec.options).await?;
     let due_at = when.next_after(now)?;
     let schedule = Schedule {
         name: spec.name.clone(),
