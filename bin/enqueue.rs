@@ -94,7 +94,9 @@ pub struct CommonOptions {
     /// Stop each run after this long and continue later (e.g. 30m).
     #[arg(long, value_parser = crate::parse_max_runtime, allow_hyphen_values = true)]
     max_runtime: Option<Duration>,
-    /// Stop each run after this many rows and continue later.
+    /// Stop each run after this many rows and continue later: a ceiling
+    /// for the run of the operation, whatever --parallel-batches says (an
+    /// operation with it is run by its owner alone, without helpers).
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_hyphen_values = true)]
     max_rows: Option<i64>,
     /// Higher runs earlier.

@@ -281,9 +281,14 @@ pub fn show(
         (
             "limits",
             format!(
-                "max runtime {} ms, max rows per run {}",
+                "max runtime {} ms, max rows per run {}{}",
                 optional(s.limits.max_runtime_ms),
-                optional(s.limits.max_rows_per_run)
+                optional(s.limits.max_rows_per_run),
+                if s.limits.max_rows_per_run.is_some() {
+                    " (all workers together: its owner runs it without helpers)"
+                } else {
+                    ""
+                }
             ),
         ),
         (

@@ -26,7 +26,8 @@ pub struct RunArgs {
     pool_size: u32,
     /// Batches of one operation run at once across all workers: above 1,
     /// the worker holding an operation plans batches ahead and other workers
-    /// started with the same setting help run them (range operations only).
+    /// started with the same setting help run them (range operations
+    /// without --max-rows, whose ceiling holds for the whole run).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     parallel_batches: u32,
     /// This worker's name in leases and events (default: host name and process id).

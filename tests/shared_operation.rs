@@ -14,7 +14,10 @@ use common::{
 };
 use sluice_store::{BatchStatus, Event, OperationStatus};
 
-postgres_and_mysql!(four_workers_share_one_operation_and_change_every_row_once);
+postgres_and_mysql!(
+    four_workers_share_one_operation_and_change_every_row_once,
+    a_row_ceiling_per_run_keeps_helpers_away,
+);
 
 async fn four_workers_share_one_operation_and_change_every_row_once(db: &TestDb) {
     create_counted_items(db, 600_000).await;
@@ -98,4 +101,77 @@ async fn four_workers_share_one_operation_and_change_every_row_once(db: &TestDb)
         nodes.len() >= 3,
         "the operation was not shared: {by_node:?}"
     );
+}
+
+/// `--max-rows` is a ceiling for a run of the operation, not per worker:
+/// its owner alone counts the run's rows, so workers started with
+/// `--parallel-batches` do not help with it. Three such workers run an
+/// operation of 2,000 rows with a ceiling of 300 rows a run: every batch
+/// is completed by the worker holding the operation at that moment, every
+/// row is changed once, and each run ended at the ceiling (`yielded`).
+async fn a_row_ceiling_per_run_keeps_helpers_away(db: &TestDb) {
+    create_counted_items(db, 4_000).await;
+    let enqueued = enqueue_increment(
+        db,
+        &[
+            "--where",
+            "grp = 1",
+            "--batch-size",
+            "100",
+            "--sub-batch-size",
+            "50",
+            "--pause",
+            "5ms",
+            "--max-rows",
+            "300",
+        ],
+    );
+    let id = enqueued["id"].as_i64().unwrap();
+    let mut workers: Vec<_> = (1..=3)
+        .map(|n| {
+            spawn_worker(
+                db,
+                &[
+                    "--node",
+                    &format!("ceiling-worker-{n}"),
+                    "--parallel-batches",
+                    "4",
+                    "--lease-ttl",
+                    "3s",
+                ],
+            )
+        })
+        .collect();
+    until_within(
+        "the operation finishes",
+        Duration::from_secs(120),
+        || async {
+            db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+        },
+    )
+    .await;
+    for worker in &mut workers {
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+    }
+    assert_group_one_changed_once(db).await;
+    let batches = db.store.batches(id).await.unwrap();
+    let claimer: HashMap<i64, Option<String>> = batches
+        .iter()
+        .map(|b| (b.ordinal, b.claimed_by.clone()))
+        .collect();
+    let mut owner: Option<String> = None;
+    let mut yields = 0;
+    for recorded in db.store.events(id, 0).await.unwrap() {
+        match recorded.event {
+            Event::Started { node } => owner = Some(node),
+            Event::Yielded { .. } => yields += 1,
+            Event::BatchSucceeded { ordinal, .. } => assert_eq!(
+                claimer[&ordinal], owner,
+                "batch {ordinal} was run by a helper, not by the run's owner"
+            ),
+            _ => {}
+        }
+    }
+    assert!(yields >= 6, "each run of 300 rows yields: {yields} yields");
 }

@@ -412,13 +412,16 @@ impl Store {
     /// Running operations with a batch another node could claim now (one
     /// pending, or running under a lapsed lease), lowest id first, at most
     /// `limit`: the work a node may help with ([`Store::claim_batches`]).
+    /// An operation with a row ceiling per run (`max_rows_per_run`) is not
+    /// among them: its owner alone counts the rows of its run, so it runs
+    /// them alone and the ceiling holds for the run, not per worker.
     pub async fn operations_with_claimable_batches(
         &self,
         limit: i64,
     ) -> Result<Vec<i64>, StoreError> {
         const CLAIMABLE: &str = "SELECT DISTINCT b.operation_id FROM sluice_batches b \
              JOIN sluice_operations o ON o.id = b.operation_id \
-             WHERE o.status = 'running' \
+             WHERE o.status = 'running' AND o.max_rows_per_run IS NULL \
              AND (b.status = 'pending' OR (b.status = 'running' AND b.lease_expires_at < $1)) \
              ORDER BY b.operation_id LIMIT $2";
         let now = self.clock.now_ms();

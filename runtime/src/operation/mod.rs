@@ -146,6 +146,15 @@ impl Actor for OperationActor {
         if record.state.status != OperationStatus::Running {
             return Err(format!("operation {} is not running", record.id).into());
         }
+        // A run with a row ceiling is its owner's alone: the owner counts
+        // the run's rows, and a helper's would go past the ceiling.
+        if args.helper && record.state.limits.max_rows_per_run.is_some() {
+            return Err(format!(
+                "operation {} has a row ceiling per run: its owner runs it alone",
+                record.id
+            )
+            .into());
+        }
         let role = if args.helper {
             Role::Helper {
                 busy_at: Instant::now(),
