@@ -138,19 +138,49 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
         .and_then(|idle| stopped.map(|()| idle))
         .map_err(Failure::from)?;
     eprintln!("worker {node} stopped");
-    // Paused work is the operator's to resume; say it is there.
+    // Paused work is the operator's to resume, or resumes by itself at a
+    // time (`pause --until`, a run window closed); say which.
     for left in idle.iter().flat_map(|idle| &idle.left) {
         if left.status == OperationStatus::Paused {
-            eprintln!(
-                "operation {} ({}) is paused with work left: `sluice resume {}` to go on",
-                left.id, left.kind, left.id
-            );
+            match resumes_at(store, left.id, &left.kind).await? {
+                Some(at) => eprintln!(
+                    "operation {} ({}) is paused with work left until {}: a running worker \
+                     resumes it then by itself (`sluice resume {}` to go on sooner)",
+                    left.id,
+                    left.kind,
+                    chrono::DateTime::from_timestamp_millis(at).map_or_else(
+                        || at.to_string(),
+                        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+                    ),
+                    left.id
+                ),
+                None => eprintln!(
+                    "operation {} ({}) is paused with work left: `sluice resume {}` to go on",
+                    left.id, left.kind, left.id
+                ),
+            }
         }
     }
     if args.until_idle {
         failed_here(store, &node, started_at).await?;
     }
     Ok(())
+}
+
+/// When operation `id` of `kind` resumes by itself: the earliest timed
+/// resume of the operation, its kind or everything.
+async fn resumes_at(store: &Store, id: i64, kind: &str) -> Result<Option<i64>, Failure> {
+    let mut earliest: Option<i64> = None;
+    for target in [
+        sluice_store::operation_target(id),
+        sluice_store::kind_target(kind),
+        "*".to_owned(),
+    ] {
+        if let Some(resume) = store.timed_resume(&target).await? {
+            earliest = Some(earliest.map_or(resume.resume_at, |e| e.min(resume.resume_at)));
+        }
+    }
+    Ok(earliest)
 }
 
 /// A runtime failure naming the operations that failed on `node` since

@@ -17,6 +17,7 @@ use sluice_store::{ListFilter, OperationStatus};
 
 for_each_backend!(
     enqueue_run_until_idle_and_show_report_the_right_counts,
+    run_until_idle_says_when_a_timed_pause_ends,
     a_second_process_pauses_and_resumes_a_running_worker,
     enqueue_refuses_bad_input_with_exit_2_and_changes_nothing,
     a_kill_switch_from_a_second_process_stops_its_kind_within_a_second,
@@ -1476,5 +1477,37 @@ async fn four_workers_sharing_a_kind_s_rate_limit_never_exceed_it(db: &TestDb) {
         db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 1")
             .await,
         0
+    );
+}
+
+/// `run --until-idle` leaving an operation paused until a time says it
+/// resumes by itself then; one paused without an end still asks for a
+/// resume.
+async fn run_until_idle_says_when_a_timed_pause_ends(db: &TestDb) {
+    create_items(db, 20).await;
+    let timed = enqueue_increment(db, &["--where", "grp = 0"]);
+    let open = enqueue_increment(db, &["--where", "grp = 1"]);
+    let (timed, open) = (
+        timed["id"].as_i64().unwrap().to_string(),
+        open["id"].as_i64().unwrap().to_string(),
+    );
+    succeeded(&sluice(db, &["pause", &timed, "--until", "2h"]));
+    succeeded(&sluice(db, &["pause", &open]));
+    let run = sluice(db, &["run", "--until-idle"]);
+    succeeded(&run);
+    let said = String::from_utf8_lossy(&run.stderr);
+    let line = |id: &str| {
+        said.lines()
+            .find(|l| l.starts_with(&format!("operation {id} ")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        line(&timed).contains("a running worker resumes it then by itself"),
+        "{said}"
+    );
+    assert!(
+        line(&open).ends_with(&format!("`sluice resume {open}` to go on")),
+        "{said}"
     );
 }
