@@ -19,6 +19,7 @@ mysql_only!(
 );
 
 postgres_only!(
+    a_foreign_table_is_refused_as_a_target_and_as_an_archive,
     an_archive_created_for_a_store_in_its_own_schema_goes_beside_the_live_table,
     a_plan_never_calls_a_function_that_may_write,
 );
@@ -476,4 +477,56 @@ async fn snapshot(db: &TestDb) -> Vec<String> {
         _ => {}
     }
     seen
+}
+
+/// PostgreSQL: a foreign table's rows are written on another server and
+/// committed apart from the local transaction: refused as a target, naming
+/// the server, and as an archive (not a base table).
+async fn a_foreign_table_is_refused_as_a_target_and_as_an_archive(db: &TestDb) {
+    let schema = db.schema.clone().unwrap();
+    create_coded_events(db, 10).await;
+    // Another test creating it at the same moment may win the race.
+    let _ = db
+        .try_execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw SCHEMA public")
+        .await;
+    let server = format!("{schema}_loopback");
+    db.execute(&format!(
+        "CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw \
+         OPTIONS (host '127.0.0.1', dbname 'test')"
+    ))
+    .await;
+    db.execute(&format!(
+        "CREATE FOREIGN TABLE remote_events (id BIGINT NOT NULL, code TEXT NOT NULL, \
+         grp INTEGER NOT NULL) SERVER {server} OPTIONS (schema_name '{schema}', table_name 'events')"
+    ))
+    .await;
+    let says =
+        format!("is written through a foreign data wrapper (server {server}), which commits apart");
+    refused(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "remote_events",
+            "--set",
+            "grp = grp + 1",
+        ],
+        &says,
+    )
+    .await;
+    refused(
+        db,
+        &[
+            "enqueue",
+            "archive-rows",
+            "--table",
+            "events",
+            "--into",
+            "remote_events",
+        ],
+        "remote_events` is a view (or another kind of relation), not a table",
+    )
+    .await;
+    db.execute(&format!("DROP SERVER {server} CASCADE")).await;
 }

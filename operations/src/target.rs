@@ -39,9 +39,13 @@ pub enum TargetError {
     /// A table the operation writes (itself, or through a trigger) whose
     /// engine has no transactions.
     #[error(
-        "{}: a rolled-back sub-batch would stay written there, so exactly-once cannot hold; \
-         convert it first (ALTER TABLE {table} ENGINE = InnoDB)",
-        not_transactional(.table, .engine, .via)
+        "{}: a rolled-back sub-batch would stay written there, so exactly-once cannot hold; {}",
+        not_transactional(.table, .engine, .via),
+        if .engine.starts_with("foreign") {
+            "run the operation on the server that holds the table".to_owned()
+        } else {
+            format!("convert it first (ALTER TABLE {table} ENGINE = InnoDB)")
+        }
     )]
     NotTransactional {
         /// The table.
@@ -172,6 +176,9 @@ pub enum TargetError {
 /// What [`TargetError::NotTransactional`] found, in words.
 fn not_transactional(table: &str, engine: &str, via: &Option<String>) -> String {
     match via {
+        None if engine.starts_with("foreign") => format!(
+            "table `{table}` is written through a {engine}, which commits apart from this database"
+        ),
         None => format!("table `{table}` uses the {engine} engine, which has no transactions"),
         Some(trigger) => format!(
             "trigger `{trigger}` writes table `{table}`, whose {engine} engine has no transactions"

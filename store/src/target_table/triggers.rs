@@ -119,12 +119,38 @@ impl Store {
             .collect())
     }
 
+    /// PostgreSQL: `table` itself when it is a foreign table, whose rows a
+    /// foreign data wrapper writes on another server, committed apart from
+    /// the local transaction (no two-phase commit): a sub-batch's change
+    /// there and its progress record here could part.
+    async fn foreign_table(&self, table: &Ident) -> Result<Vec<NonTransactional>, StoreError> {
+        let Backend::Postgres(pool) = self.backend() else {
+            return Ok(Vec::new());
+        };
+        let server: Option<String> = sqlx::query_scalar(
+            "SELECT s.srvname::text FROM pg_catalog.pg_foreign_table f \
+             JOIN pg_catalog.pg_foreign_server s ON s.oid = f.ftserver \
+             WHERE f.ftrelid = to_regclass($1)",
+        )
+        .bind(table.quoted())
+        .fetch_optional(pool)
+        .await?;
+        Ok(server
+            .map(|server| NonTransactional {
+                table: table.to_string(),
+                engine: format!("foreign data wrapper (server {server})"),
+                via: None,
+            })
+            .into_iter()
+            .collect())
+    }
+
     /// MySQL: the tables among `table` and what its triggers write (the
     /// tables their bodies, and the bodies of the routines they call, name)
     /// whose engine has no transactions, as `information_schema.engines`
     /// says; a table of another database counts when the body names that
-    /// database too. Empty on SQLite and PostgreSQL, where every table is
-    /// transactional. A name in a trigger's body that only reads a table is
+    /// database too. PostgreSQL: `table` when it is a foreign table. Empty
+    /// on SQLite, where every table is transactional. A name in a trigger's body that only reads a table is
     /// counted too: the catalogue does not say which names are written.
     ///
     /// Errors: the database's, on reading its catalogue.
@@ -132,8 +158,10 @@ impl Store {
         &self,
         table: &Ident,
     ) -> Result<Vec<NonTransactional>, StoreError> {
-        let Backend::MySql(pool) = self.backend() else {
-            return Ok(Vec::new());
+        let pool = match self.backend() {
+            Backend::MySql(pool) => pool,
+            Backend::Postgres(_) => return self.foreign_table(table).await,
+            Backend::Sqlite(_) => return Ok(Vec::new()),
         };
         let mut found = Vec::new();
         let own: Option<String> = crate::positional::query_scalar(
