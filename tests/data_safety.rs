@@ -215,7 +215,8 @@ async fn a_worker_seeing_other_rows_of_a_secured_table_changes_none(db: &TestDb)
     let tenant = format!("{store}_tenant");
     let aged = db.time_literal(chrono::Utc::now() - chrono::Duration::days(200));
     for sql in [
-        format!("CREATE ROLE {tenant} LOGIN"),
+        // pg_monitor: a worker must read the health of other sessions.
+        format!("CREATE ROLE {tenant} LOGIN IN ROLE pg_monitor"),
         format!("GRANT USAGE, CREATE ON SCHEMA {store} TO {tenant}"),
         "CREATE TABLE docs (id BIGINT PRIMARY KEY, tenant INTEGER NOT NULL, \
          created_at TIMESTAMPTZ NOT NULL)"

@@ -24,8 +24,10 @@ pub enum StoreError {
         /// Why, in words.
         reason: String,
     },
-    /// The database could not be reached or a statement failed.
-    #[error("database error: {0}")]
+    /// The database could not be reached or a statement failed. Its text
+    /// carries the database's error code (PostgreSQL's SQLSTATE as
+    /// `database error 23505: …`; MySQL's and SQLite's are in their text).
+    #[error("database error{}: {}", sqlstate(.0), .0)]
     Database(#[from] sqlx::Error),
     /// Applying the schema migrations failed.
     #[error("schema migration failed: {0}")]
@@ -173,6 +175,17 @@ pub enum StoreError {
         /// Events replayed.
         events: usize,
     },
+}
+
+/// ` CODE`, PostgreSQL's SQLSTATE, for an error PostgreSQL answered (whose
+/// text does not carry it; MySQL's and SQLite's name their codes), else
+/// nothing.
+fn sqlstate(error: &sqlx::Error) -> String {
+    error
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        .map(|pg| format!(" {}", pg.code()))
+        .unwrap_or_default()
 }
 
 impl StoreError {
