@@ -258,10 +258,14 @@ impl HealthIndicator for ValueIndicator {
 /// threshold plus the scale factor times its rows, the table's own
 /// settings first) and at least a floor mean it is dirtied faster than it
 /// is cleaned. The debt lasts until the dead rows fall below what starts
-/// autovacuum (hysteresis: in at 2×, out at 1×).
+/// autovacuum (hysteresis: in at 2×, out at 1×). Where autovacuum is off
+/// (for the server or the table) nothing will pay the debt, so it does not
+/// throttle: that is logged once, with the remedy.
 pub struct TableActivity {
     min_dead_rows: i64,
     in_debt: Mutex<HashSet<String>>,
+    /// Tables in debt without autovacuum, already said.
+    told: Mutex<HashSet<String>>,
 }
 
 impl TableActivity {
@@ -280,6 +284,7 @@ impl TableActivity {
         TableActivity {
             min_dead_rows,
             in_debt: Mutex::new(HashSet::new()),
+            told: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -304,7 +309,8 @@ const TABLE_ACTIVITY: &str = "\
       pg_stat_get_dead_tuples(c.oid), \
       (COALESCE(own.threshold, current_setting('autovacuum_vacuum_threshold')::float8) \
        + COALESCE(own.scale, current_setting('autovacuum_vacuum_scale_factor')::float8) \
-         * GREATEST(c.reltuples, 0))::float8 \
+         * GREATEST(c.reltuples, 0))::float8, \
+      current_setting('autovacuum')::bool AND COALESCE(own.enabled, true) \
     FROM jsonb_array_elements($1::jsonb) AS e(pair) \
     CROSS JOIN LATERAL (SELECT e.pair->>0 AS name, e.pair->>1 AS quoted) AS t \
     JOIN pg_class c ON c.oid = to_regclass(t.quoted) \
@@ -312,7 +318,9 @@ const TABLE_ACTIVITY: &str = "\
       SELECT max(CASE WHEN o.option_name = 'autovacuum_vacuum_threshold' \
                       THEN o.option_value::float8 END) AS threshold, \
              max(CASE WHEN o.option_name = 'autovacuum_vacuum_scale_factor' \
-                      THEN o.option_value::float8 END) AS scale \
+                      THEN o.option_value::float8 END) AS scale, \
+             bool_and(CASE WHEN o.option_name = 'autovacuum_enabled' \
+                      THEN o.option_value::bool END) AS enabled \
       FROM pg_options_to_table(c.reloptions) o) AS own";
 
 #[async_trait]
@@ -330,10 +338,11 @@ impl HealthIndicator for TableActivity {
             return Ok(());
         };
         sees_all_sessions(store).await?;
-        let read: Result<Vec<(String, i64, bool, i64, f64)>, _> = sqlx::query_as(TABLE_ACTIVITY)
-            .bind("[]")
-            .fetch_all(pool)
-            .await;
+        let read: Result<Vec<(String, i64, bool, i64, f64, bool)>, _> =
+            sqlx::query_as(TABLE_ACTIVITY)
+                .bind("[]")
+                .fetch_all(pool)
+                .await;
         match read {
             Ok(_) => Ok(()),
             Err(error) => Err(unreadable(store, &error).await),
@@ -349,20 +358,28 @@ impl HealthIndicator for TableActivity {
         }
         let tables =
             serde_json::to_string(&named_and_quoted(&context.tables)).map_err(|e| e.to_string())?;
-        let rows: Vec<(String, i64, bool, i64, f64)> = sqlx::query_as(TABLE_ACTIVITY)
+        let rows: Vec<(String, i64, bool, i64, f64, bool)> = sqlx::query_as(TABLE_ACTIVITY)
             .bind(tables)
             .fetch_all(pool)
             .await
             .map_err(|e| e.to_string())?;
         let mut in_debt = self.in_debt.lock().expect("indicator state lock");
+        let mut told = self.told.lock().expect("indicator state lock");
         Ok(rows
             .into_iter()
-            .filter_map(|(table, waiting, vacuuming, dead, trigger)| {
+            .filter_map(|(table, waiting, vacuuming, dead, trigger, autovacuum)| {
                 let owed = in_cleanup_debt(dead, trigger, self.min_dead_rows, in_debt.contains(&table));
                 if owed {
                     in_debt.insert(table.clone());
                 } else {
                     in_debt.remove(&table);
+                    told.remove(&table);
+                }
+                // Without autovacuum nothing will pay the debt: a throttle
+                // would wait forever. Said once, with the remedy.
+                let owed = owed && autovacuum;
+                if in_debt.contains(&table) && !autovacuum && told.insert(table.clone()) {
+                    tracing::warn!(%table, dead, "cleanup debt, but autovacuum is off for this table: not throttling for it; VACUUM the table, or turn autovacuum on");
                 }
                 let signal = if waiting > 0 {
                     Signal::Stop {

@@ -92,19 +92,18 @@ pub fn shrink_after_failure(size: i64) -> i64 {
     ((size as f64) * 0.75).floor().max(1.0) as i64
 }
 
-/// `size` at `percent` of full speed (at least 1).
-pub fn throttled_size(size: i64, percent: u8) -> i64 {
-    (size * i64::from(percent.clamp(1, 100)) / 100).max(1)
-}
-
-/// `pause` at `percent` of full speed: a throttled operation waits longer
-/// (at least 50 ms more per sub-batch at any throttle).
-pub fn throttled_pause(pause: Duration, percent: u8) -> Duration {
+/// The wait after a sub-batch that took `took`, with the operation's own
+/// `pause`, at `percent` of full speed: a duty cycle. Unthrottled, a cycle
+/// is `took + pause`; at `percent` it is stretched to `(took + pause) ×
+/// 100 / percent`, so the operation runs at `percent` of its unthrottled
+/// pace whatever the sub-batch's size or the pause.
+pub fn duty_cycle_pause(pause: Duration, took: Duration, percent: u8) -> Duration {
     if percent >= 100 {
         return pause;
     }
-    let stretched = pause.mul_f64(100.0 / f64::from(percent.max(1)));
-    stretched.max(pause + Duration::from_millis(50))
+    let cycle = took + pause;
+    let stretched = cycle.mul_f64(100.0 / f64::from(percent.max(1)));
+    stretched.saturating_sub(took)
 }
 
 #[cfg(test)]
@@ -186,22 +185,33 @@ mod tests {
     }
 
     #[test]
-    fn throttling_shrinks_sizes_and_stretches_pauses() {
-        assert_eq!(throttled_size(1_000, 25), 250);
-        assert_eq!(throttled_size(3, 10), 1);
-        assert_eq!(
-            throttled_pause(Duration::from_millis(100), 50),
-            Duration::from_millis(200)
-        );
-        assert_eq!(
-            throttled_pause(Duration::ZERO, 50),
-            Duration::from_millis(50)
-        );
-        assert_eq!(
-            throttled_pause(Duration::from_millis(10), 100),
-            Duration::from_millis(10)
-        );
+    fn a_throttle_is_a_duty_cycle_of_its_percentage() {
+        let ms = Duration::from_millis;
+        // 20 ms of work, no pause: at 50 % another 20 ms of rest.
+        assert_eq!(duty_cycle_pause(ms(0), ms(20), 50), ms(20));
+        // With a pause of 10 ms, the 30 ms cycle becomes 120 ms at 25 %.
+        assert_eq!(duty_cycle_pause(ms(10), ms(20), 25), ms(100));
+        assert_eq!(duty_cycle_pause(ms(10), ms(20), 100), ms(10));
         assert_eq!(shrink_after_failure(100), 75);
         assert_eq!(shrink_after_failure(1), 1);
+    }
+
+    proptest! {
+        /// Work over the whole cycle is the throttle's share, within a
+        /// millisecond's rounding.
+        #[test]
+        fn the_duty_cycle_gives_the_asked_share(
+            took in 0u64..5_000, pause in 0u64..1_000, percent in 1u8..100,
+        ) {
+            let (took, pause) = (Duration::from_millis(took), Duration::from_millis(pause));
+            let wait = duty_cycle_pause(pause, took, percent);
+            prop_assert!(wait >= pause);
+            let unthrottled = (took + pause).as_secs_f64();
+            let throttled = (took + wait).as_secs_f64();
+            if unthrottled > 0.0 {
+                let share = unthrottled / throttled * 100.0;
+                prop_assert!((share - f64::from(percent)).abs() < 0.01, "{share} for {percent}");
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use super::plan_watch::{PlanCheckEvery, PlanWatch};
 use super::protocol::{Command, Input, NextPlan};
 use crate::config::RuntimeConfig;
 use crate::health::Signal;
-use crate::sizing::{BatchSizer, backoff, throttled_pause, throttled_size};
+use crate::sizing::{BatchSizer, backoff, duty_cycle_pause};
 use sluice_operations::window::RunWindow;
 
 /// The decision machine of one operation actor.
@@ -47,6 +47,9 @@ pub struct Driver {
     /// Sub-batches in a row that found the store unusable (reset by one that
     /// commits); sets the backoff before the next try.
     pub(super) store_faults: u32,
+    /// How long the last committed sub-batch took: a throttle's duty cycle
+    /// waits in proportion to it.
+    pub(super) last_took: Duration,
     pub(super) last_renewal: Instant,
     /// What this run has seen of the batch query's plan.
     pub(super) plan_watch: PlanWatch,
@@ -198,6 +201,7 @@ impl Driver {
             scope_exhausted: false,
             leftovers_possible,
             store_faults: 0,
+            last_took: Duration::ZERO,
             last_renewal: now,
             plan_watch: PlanWatch::default(),
             rows_taken: None,
@@ -347,7 +351,8 @@ impl Driver {
                 < i64::from(self.settings.parallel_batches)
     }
 
-    /// The next batch from the cursor, `base_size` throttled. Only an owner
+    /// The next batch from the cursor, of `base_size` (a throttle slows the
+    /// pace between sub-batches, not the batches' sizes). Only an owner
     /// plans: a helper's plan carries no lease and is never asked for.
     pub(super) fn next_plan(&self, base_size: i64) -> NextPlan {
         let owner = match &self.role {
@@ -357,7 +362,7 @@ impl Driver {
         NextPlan {
             owner,
             from: self.projection.cursor.clone(),
-            size: throttled_size(base_size, self.percent()),
+            size: base_size,
         }
     }
 
@@ -404,10 +409,10 @@ impl Driver {
     }
 
     /// The pause due after a sub-batch: the operation's, lengthened by a
-    /// throttle.
+    /// throttle to a duty cycle of its percentage ([`duty_cycle_pause`]).
     pub(super) fn pause(&self) -> Duration {
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
-        throttled_pause(pause, self.percent())
+        duty_cycle_pause(pause, self.last_took, self.percent())
     }
 
     pub(super) fn percent(&self) -> u8 {

@@ -9,7 +9,6 @@ use sluice_store::Event;
 use super::driver::{Driver, Now, Procedure};
 use super::phase::{Ending, Finish, Opening, Phase, Stopping};
 use super::protocol::Command;
-use crate::sizing::throttled_size;
 
 impl Driver {
     /// A step: starts the next sub-batch unless something holds the
@@ -88,16 +87,13 @@ impl Driver {
     /// last committed one ended; under a rate limit, once its rows were
     /// taken and their wait is over.
     pub(super) fn dispatch(&mut self, out: &mut Vec<Command>, now: Now) {
-        let percent = self.percent();
         let timeout = self.settings.sub_batch_timeout;
         let rows_left = self.rows_left_this_run();
         let Phase::Running { batch, in_flight } = &mut self.phase else {
             return;
         };
         // Never more than the rows the run may still change.
-        let size = throttled_size(batch.sub_batch_size, percent)
-            .min(rows_left)
-            .max(1);
+        let size = batch.sub_batch_size.min(rows_left).max(1);
         if self.settings.rate_limited {
             match self.rows_taken {
                 // Rows first: the store says how long they wait.
@@ -264,6 +260,7 @@ impl Driver {
             Err(error) => return self.sub_batch_failed(error, out, now),
         };
         self.store_faults = 0;
+        self.last_took = took;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
         self.rows_this_run = self.rows_this_run.saturating_add(rows);
         let at_row_limit = self.rows_left_this_run() == 0;

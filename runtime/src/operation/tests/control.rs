@@ -19,8 +19,9 @@ fn nothing_starts_before_the_first_health_reading() {
 }
 
 #[test]
-fn the_health_signal_sets_what_is_recorded_and_the_sizes_obeyed() {
-    // (signal, health recorded, batch planned, sub-batch sent)
+fn the_health_signal_sets_what_is_recorded_and_a_throttle_keeps_the_sizes() {
+    // (signal, health recorded, batch planned, sub-batch sent): a throttle
+    // slows the pace between sub-batches, not their sizes.
     let cases = [
         (
             Signal::Normal,
@@ -31,14 +32,14 @@ fn the_health_signal_sets_what_is_recorded_and_the_sizes_obeyed() {
         (
             throttle(50),
             Some(Health::Throttled { percent: 50 }),
-            Some("PlanAndClaim(500)"),
-            Some("Dispatch(50)"),
+            Some("PlanAndClaim(1000)"),
+            Some("Dispatch(100)"),
         ),
         (
             throttle(10),
             Some(Health::Throttled { percent: 10 }),
-            Some("PlanAndClaim(100)"),
-            Some("Dispatch(10)"),
+            Some("PlanAndClaim(1000)"),
+            Some("Dispatch(100)"),
         ),
         (stop(), Some(Health::Stopped), None, None),
     ];
@@ -66,6 +67,27 @@ fn the_health_signal_sets_what_is_recorded_and_the_sizes_obeyed() {
             assert_eq!(script(&sent), [dispatch.unwrap()], "{signal:?}");
         }
     }
+}
+
+#[test]
+fn a_throttle_waits_a_duty_cycle_after_each_sub_batch() {
+    // A sub-batch takes 5 ms here: at X % the next starts after
+    // 5 ms × (100 / X − 1), so the work runs X % of the time.
+    for (percent, wait) in [(50, "5ms"), (25, "15ms"), (10, "45ms")] {
+        let mut h = Harness::owner();
+        h.in_flight(batch(1, 1));
+        h.on(Input::Health(throttle(percent)));
+        let after = h.on(committed(100, 100, false));
+        assert!(
+            script(&after).contains(&format!("ScheduleStep({wait})")),
+            "{percent}: {:?}",
+            script(&after)
+        );
+    }
+    // Unthrottled, the next sub-batch goes at once.
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    assert_eq!(script(&h.on(committed(100, 100, false))), ["Dispatch(100)"]);
 }
 
 #[test]
