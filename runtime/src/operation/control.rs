@@ -27,6 +27,14 @@ impl Driver {
         }
         let was_stopped = self.is_stop();
         self.signal = signal;
+        // A new pace from here: a throttle's window starts afresh (no
+        // catching up on a stop's lost time); the unthrottled pace is
+        // measured afresh once unthrottled again (the time held back is no
+        // part of it), and kept through throttles as their baseline.
+        self.throttled = None;
+        if !matches!(self.signal, Signal::Throttle { .. }) {
+            self.unthrottled = None;
+        }
         // Obeyed from here on: say so before the record (which, on SQLite,
         // waits for a sub-batch in flight to commit).
         out.push(Command::Report);

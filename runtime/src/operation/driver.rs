@@ -47,9 +47,21 @@ pub struct Driver {
     /// Sub-batches in a row that found the store unusable (reset by one that
     /// commits); sets the backoff before the next try.
     pub(super) store_faults: u32,
-    /// How long the last committed sub-batch took: a throttle's duty cycle
-    /// waits in proportion to it.
-    pub(super) last_took: Duration,
+    /// The work of the last sub-batch cycle: from the commit before it to
+    /// its own, less the wait Sluice imposed between (so the statement, its
+    /// commit, the recording and the planning between batches, all of which
+    /// an unthrottled run spends too). A throttle's duty cycle waits in
+    /// proportion to it.
+    pub(super) last_work: Duration,
+    /// When the last sub-batch committed.
+    pub(super) last_done_at: Option<Instant>,
+    /// Rows committed since a time while unthrottled: the pace a throttle
+    /// to X % aims at X % of (everything between sub-batches included).
+    pub(super) unthrottled: Option<PaceWindow>,
+    /// Rows committed since a throttle began (or changed), at its percent.
+    pub(super) throttled: Option<(u8, PaceWindow)>,
+    /// The wait scheduled after it.
+    pub(super) last_wait: Duration,
     pub(super) last_renewal: Instant,
     /// What this run has seen of the batch query's plan.
     pub(super) plan_watch: PlanWatch,
@@ -201,7 +213,11 @@ impl Driver {
             scope_exhausted: false,
             leftovers_possible,
             store_faults: 0,
-            last_took: Duration::ZERO,
+            last_work: Duration::ZERO,
+            last_done_at: None,
+            unthrottled: None,
+            throttled: None,
+            last_wait: Duration::ZERO,
             last_renewal: now,
             plan_watch: PlanWatch::default(),
             rows_taken: None,
@@ -409,10 +425,22 @@ impl Driver {
     }
 
     /// The pause due after a sub-batch: the operation's, lengthened by a
-    /// throttle to a duty cycle of its percentage ([`duty_cycle_pause`]).
+    /// throttle to X % so that the rows committed since the throttle began
+    /// keep to X % of the pace measured unthrottled before it
+    /// ([`PaceWindow`]: every moment between sub-batches counts, and a
+    /// database that answers faster with rests gets no more rows); before
+    /// any unthrottled pace is known, a duty cycle of X % of the time
+    /// ([`duty_cycle_pause`]).
     pub(super) fn pause(&self) -> Duration {
         let pause = Duration::from_millis(u64::try_from(self.projection.pause_ms).unwrap_or(0));
-        duty_cycle_pause(pause, self.last_took, self.percent())
+        let percent = self.percent();
+        let pace = self.unthrottled.as_ref().and_then(PaceWindow::pace);
+        match (pace, &self.throttled) {
+            (Some(pace), Some((at, window))) if *at == percent && percent < 100 => window
+                .wait(pace * f64::from(percent) / 100.0, window.until)
+                .max(pause),
+            _ => duty_cycle_pause(pause, self.last_work, percent),
+        }
     }
 
     pub(super) fn percent(&self) -> u8 {
@@ -433,5 +461,48 @@ impl Driver {
             self.settings.retry_cap,
             now.jitter,
         )
+    }
+}
+
+/// Rows committed since a moment: a pace measured over all it took.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PaceWindow {
+    /// When the window's first sub-batch started.
+    pub since: Instant,
+    /// Rows committed since.
+    pub rows: i64,
+    /// When the last of them committed.
+    pub until: Instant,
+}
+
+impl PaceWindow {
+    /// Rows a second over the window, once it spans 200 ms.
+    pub fn pace(&self) -> Option<f64> {
+        let span = self.until.saturating_duration_since(self.since);
+        (span >= std::time::Duration::from_millis(200) && self.rows > 0)
+            .then(|| self.rows as f64 / span.as_secs_f64())
+    }
+
+    /// The window over about its last 5 s once it spans 10 s: its rows
+    /// scaled to that span, so the pace follows the database's.
+    pub fn recent(self) -> Self {
+        let span = self.until.saturating_duration_since(self.since);
+        let keep = std::time::Duration::from_secs(5);
+        if span <= std::time::Duration::from_secs(10) {
+            return self;
+        }
+        PaceWindow {
+            since: self.until.checked_sub(keep).unwrap_or(self.since),
+            rows: (self.rows as f64 * keep.as_secs_f64() / span.as_secs_f64()) as i64,
+            until: self.until,
+        }
+    }
+
+    /// How long to wait from `now` so that the window's rows were
+    /// committed at `aimed` rows a second.
+    pub fn wait(&self, aimed: f64, now: Instant) -> std::time::Duration {
+        let due =
+            std::time::Duration::from_secs_f64((self.rows as f64 / aimed.max(1e-6)).min(3_600.0));
+        (self.since + due).saturating_duration_since(now)
     }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::driver::PaceWindow;
+
 use sluice_operations::{OperationError, SubBatchOutcome, SubBatchRequest};
 use sluice_store::Event;
 
@@ -77,7 +79,9 @@ impl Driver {
         match self.phase {
             Phase::Failing { .. } | Phase::Ending { .. } => self.advance(out, now),
             _ => {
-                self.schedule_step(out, self.pause());
+                let wait = self.pause();
+                self.last_wait = wait;
+                self.schedule_step(out, wait);
                 out.push(Command::Report);
             }
         }
@@ -260,8 +264,42 @@ impl Driver {
             Err(error) => return self.sub_batch_failed(error, out, now),
         };
         self.store_faults = 0;
-        self.last_took = took;
+        // The cycle's work: since the last commit, less the wait imposed
+        // then; at least the sub-batch itself, and at most three times it
+        // (a stop or a pause between two commits is not work).
+        let since = self.last_done_at.map(|at| {
+            now.at
+                .saturating_duration_since(at)
+                .saturating_sub(self.last_wait)
+        });
+        self.last_work = since.map_or(took, |work| work.clamp(took, took.saturating_mul(3)));
+        self.last_done_at = Some(now.at);
+        self.last_wait = Duration::ZERO;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
+        // The pace windows: rows since the unthrottled (or the current
+        // throttled) stretch began, its first sub-batch's start included.
+        let started = now.at.checked_sub(self.last_work).unwrap_or(now.at);
+        let extend = |window: Option<PaceWindow>| {
+            let mut window = window.unwrap_or(PaceWindow {
+                since: started,
+                rows: 0,
+                until: now.at,
+            });
+            window.rows = window.rows.saturating_add(rows);
+            window.until = now.at;
+            window
+        };
+        let percent = self.percent();
+        if percent >= 100 {
+            self.throttled = None;
+            self.unthrottled = Some(extend(self.unthrottled).recent());
+        } else {
+            let current = self
+                .throttled
+                .filter(|(at, _)| *at == percent)
+                .map(|(_, w)| w);
+            self.throttled = Some((percent, extend(current)));
+        }
         self.rows_this_run = self.rows_this_run.saturating_add(rows);
         let at_row_limit = self.rows_left_this_run() == 0;
         let Phase::Running { batch, .. } = &mut self.phase else {
@@ -286,11 +324,13 @@ impl Driver {
         }
         if !done {
             out.push(Command::Report);
-            if self.pause().is_zero() {
+            let wait = self.pause();
+            if wait.is_zero() {
                 // The next sub-batch now, as a step would start it.
                 return self.begin(Procedure::Step, out, now);
             }
-            return self.schedule_step(out, self.pause());
+            self.last_wait = wait;
+            return self.schedule_step(out, wait);
         }
         let next_size = self.observe_batch();
         let Phase::Running { batch, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {

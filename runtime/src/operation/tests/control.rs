@@ -91,6 +91,61 @@ fn a_throttle_waits_a_duty_cycle_after_each_sub_batch() {
 }
 
 #[test]
+fn the_duty_cycle_counts_the_work_between_commits_not_only_the_statement() {
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    let heard = h.on(Input::Health(throttle(50)));
+    h.appended(recorded(&heard).unwrap().clone(), |p| {
+        p.health = Health::Throttled { percent: 50 }
+    });
+    // The first commit knows only its own 5 ms.
+    let first = script(&h.on(committed(100, 100, false)));
+    assert!(first.contains(&"ScheduleStep(5ms)".to_owned()), "{first:?}");
+    h.advance(Duration::from_millis(5));
+    assert_eq!(script(&h.on(Input::Step)), ["Dispatch(100)"]);
+    // 10 ms from the end of the wait to the next commit, of which the
+    // statement took 5: the cycle's work is 10 ms, and so is the wait.
+    h.advance(Duration::from_millis(10));
+    let second = script(&h.on(committed(100, 200, false)));
+    assert!(
+        second.contains(&"ScheduleStep(10ms)".to_owned()),
+        "{second:?}"
+    );
+}
+
+#[test]
+fn a_throttle_aims_at_its_share_of_the_pace_measured_before_it() {
+    let done = |reached: i64, took_ms: u64| {
+        let outcome = SubBatchOutcome {
+            rows: 100,
+            reached: Some(Cursor::int(reached)),
+            last: false,
+        };
+        Input::SubBatchDone(Ok(outcome), Duration::from_millis(took_ms))
+    };
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    // Unthrottled: 100 rows every 50 ms, 2,000 rows a second.
+    for n in 1..=4 {
+        h.advance(Duration::from_millis(50));
+        assert_eq!(script(&h.on(done(n * 100, 50))), ["Dispatch(100)"]);
+    }
+    let heard = h.on(Input::Health(throttle(50)));
+    h.appended(recorded(&heard).unwrap().clone(), |p| {
+        p.health = Health::Throttled { percent: 50 }
+    });
+    // The database answers faster with rests: 10 ms. At 50 % of 2,000
+    // rows a second, 100 rows take 100 ms: 90 ms of rest (a share of the
+    // time alone would rest 10 ms and run at 5 times the aimed pace).
+    h.advance(Duration::from_millis(10));
+    let after = script(&h.on(done(500, 10)));
+    assert!(
+        after.contains(&"ScheduleStep(90ms)".to_owned()),
+        "{after:?}"
+    );
+}
+
+#[test]
 fn a_stop_lets_the_sub_batch_in_flight_finish_and_sends_no_other_until_lifted() {
     let mut h = Harness::owner();
     h.in_flight(batch(1, 1));
