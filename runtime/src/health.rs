@@ -28,7 +28,8 @@ use sluice_store::Store;
 pub enum Signal {
     /// Full speed.
     Normal,
-    /// Slow down: batches and sub-batches at `percent` of their size, pauses stretched.
+    /// Slow down to `percent` of the unthrottled pace (waits between
+    /// sub-batches; sizes unchanged).
     Throttle {
         /// Speed as a percentage of normal, 1 to 99.
         percent: u8,
