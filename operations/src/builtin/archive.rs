@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sluice_store::{Backend, Dialect, Ident, Statement, Store};
+use sluice_store::{Dialect, Ident, Statement, Store};
 
 use super::{Cutoff, DeleteAgedRows};
 use crate::batching::range_predicate;
@@ -12,7 +12,10 @@ use crate::error::OperationError;
 use crate::operation::Operation;
 use crate::shape::{Filter, Shape};
 use crate::sub_batch::{Bounds, SubBatch};
-use crate::target::check_transactional;
+
+mod table;
+
+use table::check_archive;
 
 /// `archive-rows`: moves the rows of `table` matching `where` into `into`
 /// (`INSERT … SELECT` and `DELETE` of the same rows, or on PostgreSQL one
@@ -309,152 +312,6 @@ impl ArchiveRows {
         }
         enqueued
     }
-
-    /// Creates the archive table of `arguments` when it does not exist:
-    /// the live table's columns and types as plain columns (PostgreSQL
-    /// `LIKE`, MySQL and SQLite `CREATE TABLE … AS` an empty select; a
-    /// generated column's values are archived as values), with a unique
-    /// index on the key so a row cannot be archived twice. Returns whether
-    /// it created one. Checked ([`ArchiveRows`]'s `arguments_at`) before, so
-    /// an existing table is left as it is.
-    pub async fn create_archive(
-        store: &Store,
-        arguments: &ArchiveRowsArguments,
-    ) -> Result<bool, OperationError> {
-        let table = Ident::parse(&arguments.table)?;
-        let into = Ident::parse(&arguments.into)?;
-        let key = Ident::parse(&arguments.key)?;
-        if !store.table_columns(&into).await?.is_empty() {
-            return Ok(false);
-        }
-        // Plain columns of the same types: a generated column of the live
-        // table is a column of values in its archive.
-        let create = Statement::new("CREATE TABLE ").ident(&into);
-        let create = match store.backend() {
-            Backend::Postgres(_) => create.push(" (LIKE ").ident(&table).push(")"),
-            // InnoDB whatever the server's default engine: the archive's
-            // inserts must roll back with their sub-batch.
-            Backend::MySql(_) => create
-                .push(" ENGINE = InnoDB AS SELECT * FROM ")
-                .ident(&table)
-                .push(" WHERE 1 = 0"),
-            // Each column declared as the live table declares it, with its
-            // collation: `CREATE TABLE … AS` would drop the collations, and a
-            // key compared otherwise in the archive finds other rows.
-            Backend::Sqlite(_) => sqlite_columns_of(store, &table, create.push(" (")).await?,
-        };
-        store.execute(&create).await?;
-        // On SQLite the index is named for its table, and an archive in an
-        // attached database (whose index would be named in that schema) gets
-        // none.
-        let unique = match store.backend() {
-            Backend::Sqlite(_) if into.schema().is_some() => None,
-            Backend::Sqlite(_) => {
-                let index = Ident::parse(&format!("{}_{}_archived", into.name(), key.name()))?;
-                Some(
-                    Statement::new("CREATE UNIQUE INDEX ")
-                        .ident(&index)
-                        .push(" ON ")
-                        .ident(&into)
-                        .push(" ("),
-                )
-            }
-            _ => Some(
-                Statement::new("ALTER TABLE ")
-                    .ident(&into)
-                    .push(" ADD UNIQUE ("),
-            ),
-        };
-        if let Some(unique) = unique {
-            store.execute(&unique.ident(&key).push(")")).await?;
-        }
-        Ok(true)
-    }
-}
-
-/// Refuses an existing archive table `into` that lacks one of the live
-/// table's `columns`, gives it another type (SQLite: another type
-/// affinity), or computes it itself. A missing archive table is fine:
-/// enqueue creates it.
-async fn check_archive(
-    store: &Store,
-    table: &Ident,
-    into: &Ident,
-    columns: &[String],
-) -> Result<(), OperationError> {
-    if into == table {
-        return Err(OperationError::Arguments(format!(
-            "archive-rows needs another table to move rows into than `{table}`"
-        )));
-    }
-    if store.table_columns(into).await?.is_empty() {
-        return Ok(());
-    }
-    if store.same_table(table, into).await? {
-        return Err(OperationError::Arguments(format!(
-            "archive-rows needs another table to move rows into than `{table}`: `{into}` is \
-             `{table}` itself"
-        )));
-    }
-    if !store.is_base_table(into).await? {
-        return Err(OperationError::Arguments(format!(
-            "`{into}` is a view (or another kind of relation), not a table: rows moved into it \
-             would land in the tables it shows, perhaps `{table}` itself; archive into a table"
-        )));
-    }
-    let generated = store.generated_columns(into).await?;
-    if let Some(column) = columns.iter().find(|c| generated.contains(c)) {
-        return Err(OperationError::Arguments(format!(
-            "archive table `{into}` computes its column `{column}` itself (generated, or an \
-             identity generated always), so it cannot take the values of `{table}`'s rows; \
-             archive into a new table (it is created with plain columns) or make `{column}` \
-             a plain column"
-        )));
-    }
-    let live = store.column_definitions(table).await?;
-    let archived = store.column_definitions(into).await?;
-    let sqlite = matches!(store.backend(), Backend::Sqlite(_));
-    for column in columns {
-        let Some(live) = live.iter().find(|d| d.name == *column) else {
-            continue;
-        };
-        let Some(archived) = archived.iter().find(|d| d.name == *column) else {
-            return Err(OperationError::Arguments(format!(
-                "archive table `{into}` does not fit `{table}`: it has no column `{column}`; \
-                 archive into a new table (it is created with the same columns) or add it"
-            )));
-        };
-        // SQLite keeps any value in any column: its affinity is what counts.
-        let same_type = if sqlite {
-            sqlite_affinity(&archived.full_type) == sqlite_affinity(&live.full_type)
-        } else {
-            archived.full_type.eq_ignore_ascii_case(&live.full_type)
-        };
-        if !same_type {
-            return Err(OperationError::Arguments(format!(
-                "archive table `{into}` does not fit `{table}`: its column `{column}` has type \
-                 {}, where `{table}` has type {} (a narrower or other type would cut or refuse \
-                 the values copied); archive into a new table (it is created with the same \
-                 columns) or make `{into}` match",
-                archived.full_type, live.full_type
-            )));
-        }
-        let collation = |d: &sluice_store::ColumnDefinition| {
-            d.collation.clone().unwrap_or_else(|| "none".into())
-        };
-        if !collation(archived).eq_ignore_ascii_case(&collation(live)) {
-            return Err(OperationError::Arguments(format!(
-                "archive table `{into}` does not fit `{table}`: its column `{column}` compares \
-                 in collation {}, where `{table}`'s compares in {} (rows copied could not be \
-                 found again by their key to delete them, or would be kept otherwise); archive \
-                 into a new table (it is created with the same collations) or make `{into}` match",
-                collation(archived),
-                collation(live)
-            )));
-        }
-    }
-    check_transactional(store, into).await?;
-    Ok(())
 }
 
 /// Fails the sub-batch (rolled back) when `table` has a column that
@@ -527,87 +384,9 @@ async fn refuse_delete_actions(store: &Store, table: &Ident) -> Result<(), Opera
     )))
 }
 
-/// `head` followed by the columns of SQLite table `table` as it declares
-/// them (plain columns, whatever computes them in `table`), each with its
-/// collation, and `)`.
-async fn sqlite_columns_of(
-    store: &Store,
-    table: &Ident,
-    head: Statement,
-) -> Result<Statement, OperationError> {
-    let mut create = head;
-    for (i, column) in store.column_definitions(table).await?.iter().enumerate() {
-        if i > 0 {
-            create = create.push(", ");
-        }
-        let unusable = |what: &str| {
-            OperationError::Arguments(format!(
-                "cannot create an archive of `{table}`: its column `{}` has {what}; create \
-                 the archive table yourself and name it with --into",
-                column.name
-            ))
-        };
-        create = create
-            .ident(
-                &Ident::parse(&column.name)
-                    .map_err(|_| unusable("a name that is not a plain identifier"))?,
-            )
-            .push(" ");
-        create = create.declared_type(&column.full_type).ok_or_else(|| {
-            unusable(&format!(
-                "the type `{}`, which Sluice does not copy",
-                column.full_type
-            ))
-        })?;
-        if let Some(collation) = &column.collation {
-            let collation = Ident::parse(collation).map_err(|_| {
-                unusable(&format!(
-                    "the collation `{collation}`, which Sluice does not copy"
-                ))
-            })?;
-            create = create.push(" COLLATE ").ident(&collation);
-        }
-    }
-    Ok(create.push(")"))
-}
-
-/// SQLite's type affinity of a declared column type (its five rules, in
-/// order): what a column created by `CREATE TABLE … AS` keeps of it.
-fn sqlite_affinity(declared: &str) -> &'static str {
-    let upper = declared.to_ascii_uppercase();
-    if upper.contains("INT") {
-        "INTEGER"
-    } else if ["CHAR", "CLOB", "TEXT"].iter().any(|t| upper.contains(t)) {
-        "TEXT"
-    } else if upper.contains("BLOB") || upper.trim().is_empty() {
-        "BLOB"
-    } else if ["REAL", "FLOA", "DOUB"].iter().any(|t| upper.contains(t)) {
-        "REAL"
-    } else {
-        "NUMERIC"
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sqlite_affinities_follow_its_rules() {
-        for (declared, affinity) in [
-            ("BIGINT", "INTEGER"),
-            ("INT", "INTEGER"),
-            ("VARCHAR(20)", "TEXT"),
-            ("TEXT", "TEXT"),
-            ("", "BLOB"),
-            ("DOUBLE PRECISION", "REAL"),
-            ("NUM", "NUMERIC"),
-            ("DECIMAL(10,2)", "NUMERIC"),
-            ("POINT", "INTEGER"), // "POINT" holds "INT": rule 1 wins
-        ] {
-            assert_eq!(sqlite_affinity(declared), affinity, "{declared}");
-        }
-    }
 
     #[test]
     fn archive_rows_refuses_its_own_table_and_unsafe_names() {
