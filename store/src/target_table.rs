@@ -174,23 +174,6 @@ impl Store {
         .await?)
     }
 
-    /// MySQL: the storage engine of `table` (`InnoDB`, `MyISAM` …); `None`
-    /// on the other backends, and for a view.
-    pub async fn table_engine(&self, table: &Ident) -> Result<Option<String>, StoreError> {
-        let Backend::MySql(pool) = self.backend() else {
-            return Ok(None);
-        };
-        let engine: Option<Option<String>> = crate::positional::query_scalar(concat!(
-            "SELECT CAST(engine AS CHAR) FROM information_schema.tables ",
-            mysql_table!()
-        ))
-        .bind(table.schema())
-        .bind(table.name())
-        .fetch_optional(pool)
-        .await?;
-        Ok(engine.flatten())
-    }
-
     /// MySQL: whether the server writes the statements themselves to its
     /// binary log (`log_bin` on, this session's `binlog_format` `STATEMENT`),
     /// for replicas to run again; `false` elsewhere.
