@@ -633,21 +633,10 @@ async fn until_stop_recorded(db: &TestDb, id: i64) {
     .await;
 }
 
-/// Waits until the indicator has been polled `more` times from now.
-async fn until_polled(polls: &AtomicU32, more: u32) {
-    let later = polls.load(Ordering::SeqCst) + more;
-    until("more polls", || async {
-        polls.load(Ordering::SeqCst) >= later
-    })
-    .await;
-}
-
-async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
-    create_events(db, 3_000, 10).await;
-    let (stop, polls, indicator) = stop_switch();
-    // A better reading takes effect after one poll: the stop must still hold
-    // on every poll that reads it (a scope settled twice per poll once
-    // cleared it at once).
+/// A runtime watching `indicator` (a better reading takes effect after one
+/// poll) deleting the aged rows of `events` in batches of 200,
+/// sub-batches of 20 and 5 ms pauses; with the operation's id.
+async fn deleting_under(db: &TestDb, indicator: Arc<dyn HealthIndicator>) -> (Runtime, i64) {
     let runtime = builder(db)
         .config(RuntimeConfig {
             health_clear_after: 1,
@@ -664,6 +653,25 @@ async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
         ..EnqueueOptions::default()
     };
     let id = enqueue_aged(&runtime, db, &options).await.id;
+    (runtime, id)
+}
+
+/// Waits until the indicator has been polled `more` times from now.
+async fn until_polled(polls: &AtomicU32, more: u32) {
+    let later = polls.load(Ordering::SeqCst) + more;
+    until("more polls", || async {
+        polls.load(Ordering::SeqCst) >= later
+    })
+    .await;
+}
+
+async fn a_stop_signal_holds_every_new_sub_batch_until_it_clears(db: &TestDb) {
+    create_events(db, 3_000, 10).await;
+    let (stop, polls, indicator) = stop_switch();
+    // A better reading takes effect after one poll: the stop must still hold
+    // on every poll that reads it (a scope settled twice per poll once
+    // cleared it at once).
+    let (runtime, id) = deleting_under(db, indicator).await;
     until("some rows deleted", || async {
         db.scalar("SELECT COUNT(*) FROM events").await < 2_900
     })
@@ -1011,22 +1019,7 @@ async fn an_indicator_that_cannot_be_read_throttles_then_stops_and_never_reads_n
         broken: broken.clone(),
         polls: polls.clone(),
     });
-    let runtime = builder(db)
-        .config(RuntimeConfig {
-            health_clear_after: 1,
-            ..fixed_batches(100)
-        })
-        .indicator(indicator)
-        .start()
-        .await
-        .unwrap();
-    let options = EnqueueOptions {
-        batch_size: 100,
-        sub_batch_size: 10,
-        pause: Duration::from_millis(5),
-        ..EnqueueOptions::default()
-    };
-    let id = enqueue_aged(&runtime, db, &options).await.id;
+    let (runtime, id) = deleting_under(db, indicator).await;
     until_stop_recorded(db, id).await;
     let record = db.store.operation(id).await.unwrap();
     let reason = record.state.health_reason.clone().unwrap_or_default();

@@ -33,33 +33,7 @@ async fn four_workers_share_one_operation_and_change_every_row_once(db: &TestDb)
         ],
     );
     let id = enqueued["id"].as_i64().unwrap();
-    let mut workers: Vec<_> = (1..=4)
-        .map(|n| {
-            spawn_worker(
-                db,
-                &[
-                    "--node",
-                    &format!("sharing-worker-{n}"),
-                    "--parallel-batches",
-                    "4",
-                    "--lease-ttl",
-                    "3s",
-                ],
-            )
-        })
-        .collect();
-    until_within(
-        "the shared operation finishes",
-        Duration::from_secs(300),
-        || async {
-            db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
-        },
-    )
-    .await;
-    for worker in &mut workers {
-        worker.kill().unwrap();
-        worker.wait().unwrap();
-    }
+    run_shared(db, id, 4, "sharing-worker", Duration::from_secs(300)).await;
 
     // Exactly once, from the data.
     assert_group_one_changed_once(db).await;
@@ -127,33 +101,7 @@ async fn a_row_ceiling_per_run_keeps_helpers_away(db: &TestDb) {
         ],
     );
     let id = enqueued["id"].as_i64().unwrap();
-    let mut workers: Vec<_> = (1..=3)
-        .map(|n| {
-            spawn_worker(
-                db,
-                &[
-                    "--node",
-                    &format!("ceiling-worker-{n}"),
-                    "--parallel-batches",
-                    "4",
-                    "--lease-ttl",
-                    "3s",
-                ],
-            )
-        })
-        .collect();
-    until_within(
-        "the operation finishes",
-        Duration::from_secs(120),
-        || async {
-            db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
-        },
-    )
-    .await;
-    for worker in &mut workers {
-        worker.kill().unwrap();
-        worker.wait().unwrap();
-    }
+    run_shared(db, id, 3, "ceiling-worker", Duration::from_secs(120)).await;
     assert_group_one_changed_once(db).await;
     let batches = db.store.batches(id).await.unwrap();
     let claimer: HashMap<i64, Option<String>> = batches
@@ -174,4 +122,33 @@ async fn a_row_ceiling_per_run_keeps_helpers_away(db: &TestDb) {
         }
     }
     assert!(yields >= 6, "each run of 300 rows yields: {yields} yields");
+}
+
+/// Starts `workers` worker processes named `name-1`, … with
+/// `--parallel-batches 4`, waits (up to `within`) for operation `id` to
+/// finish, and kills them.
+async fn run_shared(db: &TestDb, id: i64, workers: u32, name: &str, within: Duration) {
+    let mut running: Vec<_> = (1..=workers)
+        .map(|n| {
+            spawn_worker(
+                db,
+                &[
+                    "--node",
+                    &format!("{name}-{n}"),
+                    "--parallel-batches",
+                    "4",
+                    "--lease-ttl",
+                    "3s",
+                ],
+            )
+        })
+        .collect();
+    until_within("the shared operation finishes", within, || async {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    for worker in &mut running {
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+    }
 }

@@ -57,10 +57,7 @@ async fn create_coded_events(db: &TestDb, rows: i64) {
         "postgres" => "TEXT",
         _ => "VARCHAR(32) COLLATE utf8mb4_general_ci",
     };
-    db.execute(&format!(
-        "CREATE TABLE events (id BIGINT PRIMARY KEY, code {code} NOT NULL UNIQUE, grp INTEGER NOT NULL)"
-    ))
-    .await;
+    create_coded(db, "events", code).await;
     let values: Vec<String> = (1..=rows)
         .map(|i| {
             let code = if i % 2 == 0 {
@@ -75,6 +72,15 @@ async fn create_coded_events(db: &TestDb, rows: i64) {
         .await;
 }
 
+/// `table(id, code, grp)`, `code` unique of type `code`.
+async fn create_coded(db: &TestDb, table: &str, code: &str) {
+    db.execute(&format!(
+        "CREATE TABLE {table} (id BIGINT PRIMARY KEY, code {code} NOT NULL UNIQUE, \
+         grp INTEGER NOT NULL)"
+    ))
+    .await;
+}
+
 /// An existing archive whose key compares otherwise than the live table's
 /// (another collation) is refused at enqueue, naming the column and both
 /// collations; nothing is written.
@@ -85,10 +91,7 @@ async fn an_archive_whose_key_compares_in_another_collation_is_refused(db: &Test
         "postgres" => "TEXT COLLATE \"C\"",
         _ => "VARCHAR(32) COLLATE utf8mb4_bin",
     };
-    db.execute(&format!(
-        "CREATE TABLE events_archive (id BIGINT PRIMARY KEY, code {other} NOT NULL UNIQUE, grp INTEGER NOT NULL)"
-    ))
-    .await;
+    create_coded(db, "events_archive", other).await;
     refused(
         db,
         &archive_events(&["--key", "code"]),
@@ -177,12 +180,14 @@ async fn a_trigger_writing_a_myisam_table_is_refused_naming_both(db: &TestDb) {
 /// MySQL: an existing archive table in MyISAM is refused, naming it.
 async fn an_existing_myisam_archive_is_refused(db: &TestDb) {
     create_coded_events(db, 10).await;
-    db.execute(
-        "CREATE TABLE events_archive (id BIGINT PRIMARY KEY, \
-         code VARCHAR(32) COLLATE utf8mb4_general_ci NOT NULL UNIQUE, grp INTEGER NOT NULL) \
-         ENGINE = MyISAM",
+    create_coded(
+        db,
+        "events_archive",
+        "VARCHAR(32) COLLATE utf8mb4_general_ci",
     )
     .await;
+    db.execute("ALTER TABLE events_archive ENGINE = MyISAM")
+        .await;
     refused(
         db,
         &archive_events(&[]),
