@@ -6,7 +6,7 @@
 
 use clap::Args;
 use sluice_runtime::{Selection, control, pause_until};
-use sluice_store::Store;
+use sluice_store::{LatencyBudget, Store};
 
 use crate::failure::Failure;
 use crate::render;
@@ -59,7 +59,12 @@ pub struct LimitArgs {
     /// Rows a second (e.g. 5000/s).
     #[arg(long, value_parser = crate::parse_rate)]
     rate: Option<i64>,
-    /// Remove the limit.
+    /// The foreground latency it may cost, as the canary's p99 on its
+    /// table: auto, off, or e.g. 5ms (with --clear: remove the budget set,
+    /// leaving the kind's, everyone's or auto).
+    #[arg(long, value_name = "auto|off|DURATION", num_args = 0..=1, default_missing_value = "auto")]
+    latency_budget: Option<LatencyBudget>,
+    /// Remove the limit (the rate limit, or with --latency-budget the budget).
     #[arg(long)]
     clear: bool,
 }
@@ -76,7 +81,7 @@ pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
         (None, Some(kind), false) if !kind.trim().is_empty() => {
             // Setting needs a kind that exists; clearing takes any, so a
             // limit stored for a kind since gone can still be removed.
-            if args.rate.is_some() {
+            if args.rate.is_some() || (args.latency_budget.is_some() && !args.clear) {
                 known_kind(store, kind).await?;
             }
             Selection::Kind(kind.clone())
@@ -89,6 +94,22 @@ pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
         }
     };
     let target = selection.target();
+    if let Some(budget) = args.latency_budget {
+        if args.rate.is_some() {
+            return Err(Failure::BadInput(
+                "set a rate limit and a latency budget one at a time".into(),
+            ));
+        }
+        if args.clear {
+            let removed = store.clear_latency_budget(&target).await?;
+            let what = if removed { "latency budget removed" } else { "had no latency budget" };
+            println!("{target}: {what}");
+        } else {
+            store.set_latency_budget(&target, budget).await?;
+            println!("{target}: latency budget {budget} (the canary's p99 on its table)");
+        }
+        return Ok(());
+    }
     match args.rate {
         Some(rate) => {
             store.set_rate_limit(&target, rate).await?;

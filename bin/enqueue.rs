@@ -12,7 +12,7 @@ use sluice_operations::{
     plan,
     window::WindowOption,
 };
-use sluice_store::{Limits, OperationRecord, Store, operation_target};
+use sluice_store::{LatencyBudget, Limits, OperationRecord, Store, operation_target};
 
 use crate::failure::Failure;
 use crate::render;
@@ -114,6 +114,12 @@ pub struct CommonOptions {
     /// together.
     #[arg(long, value_parser = crate::parse_rate, allow_hyphen_values = true)]
     max_rate: Option<i64>,
+    /// The foreground latency it may cost, as the p99 of a canary on its
+    /// table (a point read and a one-row write, timed every health poll):
+    /// Sluice goes as fast as that allows. auto (the default): 1.5× the
+    /// p99 measured before it starts, at least 1 ms more; off; or e.g. 5ms.
+    #[arg(long, value_name = "auto|off|DURATION")]
+    latency_budget: Option<LatencyBudget>,
     /// The IANA time zone `--window` is read in.
     #[arg(long, default_value = "UTC", requires = "window")]
     time_zone: String,
@@ -214,6 +220,7 @@ impl From<EnqueueCommand> for Recipe {
             priority: common.priority,
             force: common.force,
             max_rate: common.max_rate,
+            latency_budget: common.latency_budget,
             window: common.window.map(|hours| WindowOption {
                 hours,
                 time_zone: common.time_zone,
@@ -304,6 +311,11 @@ async fn options_it_lacks(
         .iter()
         .find(|r| r.target == operation_target(record.id))
         .map(|r| r.rows_per_second);
+    let budgets = store.latency_budgets().await?;
+    let (_, budget_target) = sluice_store::budget_and_target(&budgets, record.id, &has.kind);
+    let own_budget = budget_target
+        .filter(|t| *t == operation_target(record.id))
+        .map(|_| sluice_store::budget_for(&budgets, record.id, &has.kind));
     let default = EnqueueOptions::default();
     let set_otherwise = |asked: i64, default: i64, has: i64| asked != default && asked != has;
     let limit_otherwise = |asked: Option<i64>, has: Option<i64>| asked.is_some() && asked != has;
@@ -352,6 +364,12 @@ async fn options_it_lacks(
         (
             "--max-rate",
             asked.max_rate.is_some_and(|rate| own_rate != Some(rate)),
+        ),
+        (
+            "--latency-budget",
+            asked
+                .latency_budget
+                .is_some_and(|budget| own_budget != Some(budget)),
         ),
     ]
     .into_iter()

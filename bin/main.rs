@@ -116,7 +116,8 @@ enum Command {
     /// Retry failed operations from their persisted cursor and failed batches.
     Retry(control::ControlArgs),
     /// Limit the rows a second of one operation, a kind or everything, all
-    /// workers together (a token bucket in the database).
+    /// workers together (a token bucket in the database), or the foreground
+    /// latency it may cost (--latency-budget).
     Limit(control::LimitArgs),
     /// Delete the batch records of operations finished or cancelled long ago (event logs are kept).
     Prune(PruneArgs),
@@ -247,7 +248,8 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                 });
             }
             let binding = store.binding_rate_limits().await?;
-            render::list(&records, &paces, &binding, json)
+            let canaries = store.canaries().await?;
+            render::list(&records, &paces, &binding, &canaries, json)
         }
         Command::Show { id, json } => {
             let record = committed(store, id).await?;
@@ -267,6 +269,16 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     kind,
                 )
                 .cloned(),
+                latency_budget: sluice_store::budget_and_target(
+                    &store.latency_budgets().await?,
+                    id,
+                    kind,
+                ),
+                canary: store
+                    .canaries()
+                    .await?
+                    .into_iter()
+                    .find(|c| c.table_name == record.state.table),
             };
             render::show(&record, &pace, held, json)
         }

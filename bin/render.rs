@@ -7,7 +7,8 @@ use serde::Serialize;
 use serde_json::json;
 use sluice_operations::{Plan, RowCount};
 use sluice_store::{
-    Cursor, Event, Health, OperationRecord, RateLimit, RecentPace, RecordedEvent, binding_limit,
+    CanaryReading, Cursor, Event, Health, LatencyBudget, OperationRecord, RateLimit, RecentPace,
+    RecordedEvent, binding_limit,
 };
 
 use crate::failure::Failure;
@@ -20,15 +21,23 @@ use crate::failure::Failure;
 ///
 /// `binding` is the rate limits binding now (from
 /// `Store::binding_rate_limits`): each running operation says which of
-/// them, or of its health, holds its pace.
+/// them, or of its health, holds its pace. `canaries` are the latest
+/// canary readings (`Store::canaries`): each running operation's table's
+/// p99 against its budget.
 pub fn list(
     records: &[OperationRecord],
     paces: &[Option<RecentPace>],
     binding: &[RateLimit],
+    canaries: &[CanaryReading],
     as_json: bool,
 ) -> Result<(), Failure> {
     let pace_of =
         |r: &OperationRecord| Binding::of(r, binding_limit(binding, r.id, &r.state.kind).cloned());
+    let canary_of = |r: &OperationRecord| {
+        canaries
+            .iter()
+            .find(|c| r.state.status == sluice_store::OperationStatus::Running && c.table_name == r.state.table)
+    };
     if as_json {
         let values: Vec<_> = records
             .iter()
@@ -37,6 +46,7 @@ pub fn list(
                 let mut value = operation_json(record);
                 value["pace"] = json!(pace);
                 value["binding"] = json!(pace_of(record));
+                value["latency"] = json!(canary_of(record).map(latency_json));
                 value
             })
             .collect();
@@ -47,8 +57,8 @@ pub fn list(
         return Ok(());
     }
     let header = [
-        "ID", "STATUS", "KIND", "TABLE", "DONE", "ROWS", "BATCHES", "BINDING", "ETA", "HELD",
-        "UPDATED",
+        "ID", "STATUS", "KIND", "TABLE", "DONE", "ROWS", "BATCHES", "BINDING", "P99/BUDGET", "ETA",
+        "HELD", "UPDATED",
     ];
     let rows: Vec<Vec<String>> = records
         .iter()
@@ -76,6 +86,7 @@ pub fn list(
                 s.rows_done.to_string(),
                 format!("{}/{}", s.batches_succeeded, s.batches_planned),
                 pace_of(r).map_or("-".to_owned(), |b| b.short()),
+                canary_of(r).map_or("-".to_owned(), latency_cell),
                 eta,
                 held,
                 time(s.updated_at),
@@ -107,6 +118,11 @@ pub struct Held {
     pub rate_limits: Vec<RateLimit>,
     /// The one of them binding it now, if one is.
     pub binding_limit: Option<RateLimit>,
+    /// Its latency budget, and the target it was set for (`None`: the
+    /// default).
+    pub latency_budget: (LatencyBudget, Option<String>),
+    /// Its table's latest canary reading, if one is fresh.
+    pub canary: Option<CanaryReading>,
 }
 
 /// What holds a running operation's pace now: a health stop, the health
@@ -196,6 +212,11 @@ pub fn show(
         value["window"] = json!(held.window);
         value["rate_limits"] = json!(held.rate_limits);
         value["binding"] = json!(Binding::of(record, held.binding_limit));
+        value["latency_budget"] = json!({
+            "budget": held.latency_budget.0,
+            "set_for": held.latency_budget.1,
+        });
+        value["latency"] = json!(running_canary(record, held.canary.as_ref()).map(latency_json));
         return print_json(&value);
     }
     let Held {
@@ -203,6 +224,8 @@ pub fn show(
         window,
         rate_limits,
         binding_limit,
+        latency_budget,
+        canary,
     } = held;
     let binding = Binding::of(record, binding_limit);
     let s = &record.state;
@@ -253,8 +276,21 @@ pub fn show(
                 optional(s.estimated_rows)
             ),
         ),
+        (
+            "latency budget",
+            match latency_budget {
+                (budget, Some(target)) => format!("{budget} ({target})"),
+                (budget, None) => format!("{budget} (the default)"),
+            },
+        ),
         ("pace", pace_text(pace)),
         ("binding now", binding.map_or("-".to_owned(), |b| b.says())),
+        (
+            "latency now",
+            running_canary(record, canary.as_ref()).map_or("-".to_owned(), |c| {
+                format!("{:.0} rows/s: {}", pace.rows_per_second, c.describe())
+            }),
+        ),
         (
             "batches",
             format!(
@@ -713,5 +749,35 @@ mod tests {
         assert_eq!(rough_duration(42_000), "42 s");
         assert_eq!(rough_duration(725_000), "12 min 5 s");
         assert_eq!(rough_duration(7_800_000), "2 h 10 min");
+    }
+}
+
+/// `canary` while `record` runs (a reading says nothing of an operation
+/// that does not).
+fn running_canary<'a>(
+    record: &OperationRecord,
+    canary: Option<&'a CanaryReading>,
+) -> Option<&'a CanaryReading> {
+    canary.filter(|_| record.state.status == sluice_store::OperationStatus::Running)
+}
+
+/// A canary reading in JSON, with its sentence.
+fn latency_json(canary: &CanaryReading) -> serde_json::Value {
+    json!({
+        "p99_us": canary.p99_us,
+        "budget_us": canary.budget_us,
+        "samples": canary.samples,
+        "measured_at": canary.measured_at,
+        "over_budget": canary.budget_us.is_some_and(|b| canary.p99_us > b),
+        "says": canary.describe(),
+    })
+}
+
+/// A canary reading as a table cell: `3.1/5.0 ms`, `0.42 ms` without a budget.
+fn latency_cell(canary: &CanaryReading) -> String {
+    let ms = |us: i64| us as f64 / 1_000.0;
+    match canary.budget_us {
+        Some(budget) => format!("{:.1}/{:.1} ms", ms(canary.p99_us), ms(budget)),
+        None => format!("{:.2} ms", ms(canary.p99_us)),
     }
 }

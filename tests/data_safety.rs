@@ -1494,6 +1494,7 @@ async fn lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables(db: &Test
     let context = HealthContext {
         store: db.store.clone(),
         tables: vec!["rp_LockMe".into(), format!("{other}.Tab")],
+        operations: Vec::new(),
     };
     let indicator = sluice_runtime::indicators::TableActivity::new();
     common::until("both waits to be read as stops", || async {

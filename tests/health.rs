@@ -36,6 +36,7 @@ async fn every_builtin_indicator_reads_its_database(db: &TestDb) {
     let context = HealthContext {
         store: db.store.clone(),
         tables: vec!["watched".into()],
+        operations: Vec::new(),
     };
     let indicators = default_indicators(&db.store);
     assert!(!indicators.is_empty());
@@ -81,6 +82,7 @@ async fn innodb_lock_waits_and_long_transactions_are_read_as_they_happen(db: &Te
     let context = HealthContext {
         store: db.store.clone(),
         tables: vec!["rp_LockMe".into(), "rp_free".into()],
+        operations: Vec::new(),
     };
     let read = || async {
         let readings = indicator.check(&context).await.unwrap();
@@ -150,6 +152,7 @@ async fn cleanup_debt_throttles_a_table_until_it_is_vacuumed(db: &TestDb) {
     let context = HealthContext {
         store: db.store.clone(),
         tables: vec!["unpaid".into(), "indebted".into(), "clean".into()],
+        operations: Vec::new(),
     };
     let read = |table: &'static str| {
         let (indicator, context) = (&indicator, &context);

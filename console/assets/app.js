@@ -200,6 +200,7 @@ async function operationView(id) {
       card("status", op.status, { id: "op-status" }), card("done", op.percent_done === null ? "–" : op.percent_done.toFixed(1) + " %", { id: "op-percent" }),
       card("rows", number(op.rows_done) + (op.estimated_rows !== null ? " / " + number(op.estimated_rows) : ""), { id: "op-rows" }),
       card("rows/s", rate === null ? "–" : number(rate)), card("ETA", span(eta)), card("health", health(op)),
+      card("latency", op.latency ? op.latency.says : "–", { id: "op-latency", class: "v" + (op.latency && op.latency.over_budget ? " h-throttled" : "") }),
       card("batches", number(op.batches_succeeded) + " / " + number(op.batches_planned)), card("node", op.node || "–")),
     el("div", { class: "actions" }, Object.keys(ALLOWED).map((action) =>
       el("button", { "data-action": action, class: action === "cancel" ? "danger" : null, disabled: !session.controls || !ALLOWED[action].includes(op.status), onclick: () => control(op, action) },

@@ -277,7 +277,23 @@ pub(crate) async fn show(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Right::Read)?;
     let record = console.store.operation(operation_id(&id)?).await?;
-    Ok(Json(views::operation(&record)))
+    let mut value = views::operation(&record);
+    // While it runs: its table's canary p99 against its latency budget.
+    if record.state.status == sluice_store::OperationStatus::Running {
+        let canaries = console.store.canaries().await?;
+        value["latency"] = serde_json::json!(
+            canaries
+                .iter()
+                .find(|c| c.table_name == record.state.table)
+                .map(|c| serde_json::json!({
+                    "p99_us": c.p99_us,
+                    "budget_us": c.budget_us,
+                    "over_budget": c.budget_us.is_some_and(|b| c.p99_us > b),
+                    "says": c.describe(),
+                }))
+        );
+    }
+    Ok(Json(value))
 }
 
 /// `GET /api/operations/{id}/events`: its event log, oldest first.

@@ -38,6 +38,8 @@ pub(crate) struct RequestOptions {
     max_rows: Option<i64>,
     priority: i32,
     force: bool,
+    /// `"auto"`, `"off"` or a duration such as `"5ms"`.
+    latency_budget: Option<sluice_store::LatencyBudget>,
 }
 
 impl Default for RequestOptions {
@@ -51,6 +53,7 @@ impl Default for RequestOptions {
             max_rows: None,
             priority: 0,
             force: false,
+            latency_budget: None,
         }
     }
 }
@@ -105,6 +108,7 @@ impl From<RequestOptions> for EnqueueOptions {
             },
             priority: o.priority,
             force: o.force,
+            latency_budget: o.latency_budget,
             ..EnqueueOptions::default()
         }
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tracing::{Instrument, Span};
 
 use sluice_store::{
-    Cursor, Enqueued, Limits, OperationSpec, Origin, Statement, Store, StoreError,
+    Cursor, Enqueued, LatencyBudget, Limits, OperationSpec, Origin, Statement, Store, StoreError,
     operation_target, spec::canonical_json,
 };
 
@@ -56,6 +56,10 @@ pub struct EnqueueOptions {
     /// At most this many rows a second, all workers together (a rate
     /// limit stored beside the operation, [`Store::set_rate_limit`]).
     pub max_rate: Option<i64>,
+    /// The foreground latency it may cost, as the canary's p99 on its
+    /// table (stored beside the operation, [`Store::set_latency_budget`]);
+    /// `None`: the one set for its kind or everything, else auto.
+    pub latency_budget: Option<LatencyBudget>,
 }
 
 impl Default for EnqueueOptions {
@@ -71,6 +75,7 @@ impl Default for EnqueueOptions {
             force: false,
             window: None,
             max_rate: None,
+            latency_budget: None,
         }
     }
 }
@@ -166,6 +171,11 @@ pub async fn enqueue(
         {
             store.set_rate_limit(&target, rate).await?;
         }
+        if let Some(budget) = options.latency_budget
+            && enqueued.created
+        {
+            store.set_latency_budget(&target, budget).await?;
+        }
         Ok(enqueued)
     }
     .instrument(span)
@@ -221,12 +231,17 @@ pub async fn enqueue_many(
     let mut specs = Vec::with_capacity(operations.len());
     if let Some(index) = operations
         .iter()
-        .position(|o| o.options.window.is_some() || o.options.max_rate.is_some())
+        .position(|o| {
+            o.options.window.is_some()
+                || o.options.max_rate.is_some()
+                || o.options.latency_budget.is_some()
+        })
     {
         return Err(OperationError::InBulk {
             index,
             source: Box::new(OperationError::Arguments(
-                "a run window or rate limit is not taken in a bulk enqueue; enqueue it alone"
+                "a run window, rate limit or latency budget is not taken in a bulk enqueue; \
+                 enqueue it alone (or set it for the kind with `sluice limit`)"
                     .into(),
             )),
         });

@@ -61,14 +61,27 @@ pub struct Reading {
     pub signal: Signal,
 }
 
-/// What an indicator may look at: the store's database and the tables the
-/// running operations work on.
+/// What an indicator may look at: the store's database, the tables the
+/// running operations work on, and those operations.
 #[derive(Debug, Clone)]
 pub struct HealthContext {
     /// The store (and through it, the database).
     pub store: Store,
     /// Target tables of the operations running on this node.
     pub tables: Vec<String>,
+    /// The operations running on this node (each once).
+    pub operations: Vec<Watched>,
+}
+
+/// An operation running on this node, as the monitor watches it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Watched {
+    /// Its id.
+    pub id: i64,
+    /// Its kind.
+    pub kind: String,
+    /// Its target table, as the operation names it.
+    pub table: String,
 }
 
 /// A source of health readings. Implement it for an application's own
@@ -157,16 +170,17 @@ pub struct HealthMonitorArgs {
 pub enum HealthMessage {
     /// Poll the indicators now.
     Poll,
-    /// An operation on `table` started here.
-    Watch(String),
-    /// An operation on `table` stopped here.
-    Unwatch(String),
+    /// An operation's actor (its owner's or a helper's) started here.
+    Watch(Watched),
+    /// One of its actors stopped here.
+    Unwatch(Watched),
 }
 
 /// The monitor's state.
 pub struct HealthState {
     args: HealthMonitorArgs,
-    tables: HashMap<String, usize>,
+    /// Actors running here, by operation.
+    watched: HashMap<Watched, usize>,
     in_force: HashMap<Scope, Signal>,
     better_seen: HashMap<Scope, (Signal, u32)>,
     published: HealthSnapshot,
@@ -192,7 +206,7 @@ impl Actor for HealthMonitor {
         myself.send_after(args.interval, || HealthMessage::Poll);
         Ok(HealthState {
             args,
-            tables: HashMap::new(),
+            watched: HashMap::new(),
             in_force: HashMap::new(),
             better_seen: HashMap::new(),
             published: HealthSnapshot::default(),
@@ -208,21 +222,21 @@ impl Actor for HealthMonitor {
         state: &mut HealthState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            HealthMessage::Watch(table) => {
-                let watchers = state.tables.entry(table).or_default();
-                *watchers += 1;
+            HealthMessage::Watch(operation) => {
+                let new_table = !state.watched.keys().any(|w| w.table == operation.table);
+                *state.watched.entry(operation).or_default() += 1;
                 // A newcomer learns the signals in force at once; a new table
                 // is read first, so its own indicators count from the start.
-                if *watchers == 1 || !state.polled {
+                if new_table || !state.polled {
                     state.poll().await;
                 }
                 state.args.port.send(state.published.clone());
             }
-            HealthMessage::Unwatch(table) => {
-                if let Some(n) = state.tables.get_mut(&table) {
+            HealthMessage::Unwatch(operation) => {
+                if let Some(n) = state.watched.get_mut(&operation) {
                     *n -= 1;
                     if *n == 0 {
-                        state.tables.remove(&table);
+                        state.watched.remove(&operation);
                     }
                 }
             }
@@ -237,9 +251,13 @@ impl Actor for HealthMonitor {
 
 impl HealthState {
     async fn poll(&mut self) {
+        let mut tables: Vec<String> = self.watched.keys().map(|w| w.table.clone()).collect();
+        tables.sort();
+        tables.dedup();
         let context = HealthContext {
             store: self.args.store.clone(),
-            tables: self.tables.keys().cloned().collect(),
+            tables,
+            operations: self.watched.keys().cloned().collect(),
         };
         let mut raw: HashMap<Scope, Signal> = HashMap::new();
         for indicator in &self.args.indicators {

@@ -21,6 +21,13 @@ use crate::innodb_status::InnodbTransactions;
 
 /// The built-in indicators for the store's backend, with default thresholds.
 pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
+    let mut indicators = backend_indicators(store);
+    indicators.push(Arc::new(crate::latency::LatencyCanary::new()));
+    indicators
+}
+
+/// The indicators that read the backend's own system views.
+fn backend_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
     match store.backend() {
         Backend::Postgres(_) => vec![
             longest_transaction(),

@@ -28,6 +28,7 @@ pub mod control;
 pub mod health;
 pub mod indicators;
 pub mod innodb_status;
+pub mod latency;
 pub mod operation;
 pub mod pool;
 pub mod reconciler;

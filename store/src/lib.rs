@@ -17,6 +17,7 @@ pub mod cursor;
 mod enqueuing_session;
 pub mod error;
 pub mod event;
+pub mod latency;
 pub mod machine;
 mod operation_row;
 pub mod operator_sql;
@@ -45,6 +46,9 @@ pub use cursor::{Cursor, CursorValue};
 pub use enqueuing_session::SessionMismatch;
 pub use error::StoreError;
 pub use event::{Event, RecordedEvent};
+pub use latency::{
+    BudgetError, CANARY_FRESH_MS, CanaryReading, LatencyBudget, budget_and_target, budget_for,
+};
 pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection};
 pub use operator_sql::{Assignments, Condition, OperatorSqlError};
 pub use pace::{PACE_WINDOW_MS, RecentPace};

@@ -618,8 +618,10 @@ fn no_such_database(error: StoreError, url: &str) -> StoreError {
 /// Sluice's own tables, on every backend.
 const STORE_TABLES: &[&str] = &[
     "sluice_batches",
+    "sluice_canaries",
     "sluice_events",
     "sluice_heartbeat",
+    "sluice_latency_budgets",
     "sluice_operations",
     "sluice_rate_limits",
     "sluice_resumes",

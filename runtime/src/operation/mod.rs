@@ -46,7 +46,7 @@ use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use sluice_operations::{PreparedOperation, Strategy};
-use sluice_store::{BatchStatus, Event, Expected, OperationStatus};
+use sluice_store::{BatchStatus, Event, Expected, OperationStatus, Projection};
 use sluice_telemetry::{continue_trace, stamp};
 use tracing::Span;
 
@@ -57,7 +57,7 @@ pub use protocol::{Answer, Command, Input, NextPlan};
 pub use trace::Note;
 
 use crate::context::RuntimeContext;
-use crate::health::{HealthMessage, HealthSnapshot};
+use crate::health::{HealthMessage, HealthSnapshot, Watched};
 use crate::pool::SubBatchReport;
 use crate::sizing::BatchSizer;
 use sluice_operations::window::RunWindow;
@@ -226,7 +226,7 @@ impl Actor for OperationActor {
         // table arrives: an operation must not start on an unhealthy database.
         let health_known = match context.monitor() {
             Some(monitor) => monitor
-                .cast(HealthMessage::Watch(record.state.table.clone()))
+                .cast(HealthMessage::Watch(watched(record.id, &record.state)))
                 .is_err(),
             None => true,
         };
@@ -306,9 +306,8 @@ impl Actor for OperationActor {
         _myself: ActorRef<Self::Msg>,
         state: &mut OperationState,
     ) -> Result<(), ActorProcessingErr> {
-        let table = state.driver.projection().table.clone();
         if let Some(monitor) = state.context.monitor() {
-            let _ = monitor.cast(HealthMessage::Unwatch(table));
+            let _ = monitor.cast(HealthMessage::Unwatch(watched(state.id, state.driver.projection())));
         }
         if let Ok(record) = state.context.store.operation(state.id).await {
             state.driver.refreshed(record.state);
@@ -383,4 +382,13 @@ async fn refusal_here(
         }
     }
     Ok(None)
+}
+
+/// How the health monitor knows operation `id`, whose state is `projection`.
+fn watched(id: i64, projection: &Projection) -> Watched {
+    Watched {
+        id,
+        kind: projection.kind.clone(),
+        table: projection.table.clone(),
+    }
 }

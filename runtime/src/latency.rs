@@ -1,0 +1,445 @@
+//! The latency budget: a canary times what the application's queries see
+//! on each target table, and a controller paces the table's operations so
+//! that the canary's p99 stays within their budget, as fast as it allows.
+//!
+//! The canary, at every health poll, on a pooled connection no sub-batch
+//! holds: a primary-key point read of the target table, then a one-row
+//! write of Sluice's (`sluice_canaries`, the reading itself) in its own
+//! transaction, timed end to end — a commit is what a purge slows first.
+//! Its p99 is taken over the round trips since the controller last
+//! changed the pace (at most [`WINDOW`]), so a decision never reads
+//! latencies the previous pace caused.
+//!
+//! The budget: the strictest of the table's operations' budgets
+//! ([`LatencyBudget`]). `auto` is the p99 of a burst of round trips when a
+//! table is first watched (again after its operations all stopped) × 1.5,
+//! and at least 1 ms above it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sluice_store::latency::millis;
+use sluice_store::{
+    CanaryReading, Cursor, CursorValue, Ident, LatencyBudget, SqlValue, Statement, Store,
+    budget_for,
+};
+
+use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal};
+
+/// The indicator's id (`--without-indicator latency-budget` turns the
+/// budget off for every operation on the worker).
+pub const ID: &str = "latency-budget";
+
+/// The longest span of round trips a p99 is taken over.
+pub const WINDOW: Duration = Duration::from_secs(8);
+
+/// Round trips a decision needs since the last change.
+pub const MIN_SAMPLES: usize = 24;
+
+/// Round trips per poll.
+const PER_POLL: usize = 3;
+
+/// Round trips of the burst that measures the idle p99.
+const BASELINE_SAMPLES: usize = 24;
+
+/// The paces the controller moves between, as percentages of full speed.
+pub const LADDER: [u8; 10] = [100, 75, 55, 40, 30, 20, 14, 10, 7, 5];
+
+/// The canary and its controller, as a health indicator: a throttle per
+/// table whose canary p99 is over its budget.
+#[derive(Default)]
+pub struct LatencyCanary {
+    tables: Mutex<HashMap<String, TableCanary>>,
+}
+
+/// What the canary keeps about one table.
+#[derive(Debug)]
+struct TableCanary {
+    /// The point read (`None`: the table has no unique key to read by).
+    probe: Option<Statement>,
+    /// The idle p99, for `auto`.
+    baseline: Duration,
+    /// Round trips since the last change of pace.
+    samples: VecDeque<(Instant, Duration)>,
+    controller: BudgetController,
+}
+
+impl LatencyCanary {
+    /// A canary watching no table yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl HealthIndicator for LatencyCanary {
+    fn name(&self) -> &str {
+        "latency budget"
+    }
+
+    fn id(&self) -> &str {
+        ID
+    }
+
+    async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
+        let store = &context.store;
+        let budgets = store.latency_budgets().await.map_err(|e| e.to_string())?;
+        let mut known = self.take_known(&context.tables);
+        let mut readings = Vec::new();
+        for table in &context.tables {
+            let canary = match known.remove(table) {
+                Some(canary) => canary,
+                None => TableCanary::first_sight(store, table).await?,
+            };
+            let budget = context
+                .operations
+                .iter()
+                .filter(|o| &o.table == table)
+                .filter_map(|o| match budget_for(&budgets, o.id, &o.kind) {
+                    LatencyBudget::Off => None,
+                    LatencyBudget::Fixed(p99) => Some(p99),
+                    LatencyBudget::Auto => Some(auto_budget(canary.baseline)),
+                })
+                .min();
+            let (canary, signal) = canary.poll(store, table, budget).await?;
+            readings.push(Reading {
+                scope: Scope::Table(table.clone()),
+                signal,
+            });
+            known.insert(table.clone(), canary);
+        }
+        *self.tables.lock().expect("canary lock") = known;
+        Ok(readings)
+    }
+}
+
+impl LatencyCanary {
+    /// The tables' canaries, those no longer watched forgotten (their
+    /// next operation measures the idle p99 again).
+    fn take_known(&self, tables: &[String]) -> HashMap<String, TableCanary> {
+        let mut known = std::mem::take(&mut *self.tables.lock().expect("canary lock"));
+        known.retain(|table, _| tables.contains(table));
+        known
+    }
+}
+
+impl TableCanary {
+    /// Finds the table's point read and measures its idle p99.
+    async fn first_sight(store: &Store, table: &str) -> Result<Self, String> {
+        let probe = point_read(store, table).await.map_err(|e| e.to_string())?;
+        let mut canary = TableCanary {
+            probe,
+            baseline: Duration::ZERO,
+            samples: VecDeque::new(),
+            controller: BudgetController::default(),
+        };
+        let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
+        for _ in 0..BASELINE_SAMPLES {
+            burst.push(canary.round_trip(store, table, None).await?);
+        }
+        canary.baseline = p99(&burst);
+        Ok(canary)
+    }
+
+    /// Takes this poll's round trips and decides the table's pace.
+    async fn poll(
+        mut self,
+        store: &Store,
+        table: &str,
+        budget: Option<Duration>,
+    ) -> Result<(Self, Signal), String> {
+        let now = Instant::now();
+        for _ in 0..PER_POLL {
+            let took = self.round_trip(store, table, budget).await?;
+            self.samples.push_back((now, took));
+        }
+        while self
+            .samples
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > WINDOW)
+        {
+            self.samples.pop_front();
+        }
+        let Some(budget) = budget else {
+            self.controller = BudgetController::default();
+            return Ok((self, Signal::Normal));
+        };
+        let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
+        let p99 = p99(&trips);
+        if trips.len() >= MIN_SAMPLES && self.controller.decide(p99, budget) {
+            self.samples.clear();
+            if self.controller.gave_up() {
+                tracing::warn!(
+                    table,
+                    p99 = %millis(p99),
+                    budget = %millis(budget),
+                    "latency budget let go: slowing down did not lower the canary's p99; \
+                     what it waits for is each sub-batch's own length (a smaller \
+                     --sub-batch-size shortens it)"
+                );
+            }
+        }
+        let signal = match self.controller.percent() {
+            100 => Signal::Normal,
+            percent => Signal::Throttle {
+                percent,
+                reason: format!(
+                    "latency: canary p99 {} over a {} budget",
+                    millis(self.controller.over.unwrap_or(p99)),
+                    millis(budget)
+                ),
+            },
+        };
+        Ok((self, signal))
+    }
+
+    /// One round trip: the point read, then the reading's write (the p99
+    /// so far, held to `budget`), timed together.
+    async fn round_trip(
+        &self,
+        store: &Store,
+        table: &str,
+        budget: Option<Duration>,
+    ) -> Result<Duration, String> {
+        let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
+        let reading = CanaryReading {
+            table_name: table.to_owned(),
+            p99_us: micros(p99(&trips)),
+            budget_us: budget.map(micros),
+            samples: trips.len() as i64,
+            measured_at: store.clock().now_ms(),
+        };
+        let started = Instant::now();
+        if let Some(probe) = &self.probe {
+            store.fetch_cursor(probe, 1).await.map_err(|e| e.to_string())?;
+        }
+        store
+            .record_canary(&reading)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(started.elapsed())
+    }
+}
+
+/// The budget `auto` sets over an idle p99 of `baseline`: ×1.5, and at
+/// least 1 ms above it.
+pub fn auto_budget(baseline: Duration) -> Duration {
+    baseline
+        .mul_f64(1.5)
+        .max(baseline + Duration::from_millis(1))
+}
+
+/// The nearest-rank 99th percentile of `samples` (zero when empty).
+pub fn p99(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = (sorted.len() as f64 * 0.99).ceil() as usize;
+    sorted
+        .get(rank.saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Moves a table's pace along [`LADDER`]: down a step when the p99 is over
+/// the budget (two when over 1.5× it), up a step when it is under ¾ of it,
+/// and stays otherwise. Each move asks for fresh round trips before the
+/// next ([`MIN_SAMPLES`]): a decision never reads latencies the previous
+/// pace caused.
+///
+/// A throttle waits only for what it brings about: when two slower paces
+/// in a row left the p99 where it was (less than 10 % lower), the pace is
+/// not what holds the canary back (on SQLite, a writer waits for a whole
+/// sub-batch, however rare) and the controller lets go for good
+/// ([`BudgetController::gave_up`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BudgetController {
+    step: usize,
+    /// The p99 that last sent the pace down, while it is down.
+    over: Option<Duration>,
+    /// Slower paces in a row that did not lower the p99.
+    futile: u32,
+    gave_up: bool,
+}
+
+impl BudgetController {
+    /// The pace in force, a percentage of full speed.
+    pub fn percent(&self) -> u8 {
+        LADDER[self.step]
+    }
+
+    /// True once slowing down was seen not to lower the p99: the budget no
+    /// longer paces this table.
+    pub fn gave_up(&self) -> bool {
+        self.gave_up
+    }
+
+    /// Decides on a p99 of `p99` against `budget`; true when the pace changed.
+    pub fn decide(&mut self, p99: Duration, budget: Duration) -> bool {
+        if self.gave_up {
+            return false;
+        }
+        let before = self.step;
+        if p99 > budget {
+            let unmoved = self.over.is_some_and(|last| p99 >= last.mul_f64(0.9));
+            self.futile = if unmoved { self.futile + 1 } else { 0 };
+            if self.futile >= 2 {
+                *self = BudgetController {
+                    gave_up: true,
+                    ..BudgetController::default()
+                };
+                return before != 0;
+            }
+            let steps = if p99 > budget.mul_f64(1.5) { 2 } else { 1 };
+            self.step = (self.step + steps).min(LADDER.len() - 1);
+            self.over = Some(p99);
+        } else if p99 < budget.mul_f64(0.75) {
+            self.step = self.step.saturating_sub(1);
+            self.futile = 0;
+            if self.step == 0 {
+                self.over = None;
+            }
+        }
+        self.step != before
+    }
+}
+
+/// The table's point read: its first unique key's first column equal to
+/// its highest value now (a row the work leaves for last, if at all).
+/// `None` when the table has no unique key or no row.
+async fn point_read(
+    store: &Store,
+    table: &str,
+) -> Result<Option<Statement>, sluice_store::StoreError> {
+    let Ok(ident) = Ident::parse(table) else {
+        return Ok(None);
+    };
+    let keys = store.table_keys(&ident).await?;
+    let Some(column) = keys
+        .indexes
+        .iter()
+        .find(|i| i.unique && !i.columns.is_empty() && !i.columns[0].is_empty())
+        .and_then(|i| Ident::parse(&i.columns[0]).ok())
+    else {
+        return Ok(None);
+    };
+    let highest = Statement::new("SELECT ")
+        .ident(&column)
+        .push(" FROM ")
+        .ident(&ident)
+        .push(" ORDER BY ")
+        .ident(&column)
+        .push(" DESC LIMIT 1");
+    let Some(Cursor(values)) = store.fetch_cursor(&highest, 1).await? else {
+        return Ok(None);
+    };
+    let value = match values.into_iter().next() {
+        Some(CursorValue::Int(n)) => SqlValue::Int(n),
+        Some(CursorValue::Text(t)) => SqlValue::Text(t),
+        _ => return Ok(None),
+    };
+    Ok(Some(
+        Statement::new("SELECT ")
+            .ident(&column)
+            .push(" FROM ")
+            .ident(&ident)
+            .push(" WHERE ")
+            .ident(&column)
+            .push(" = ")
+            .value(value),
+    ))
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn p99_is_the_nearest_rank() {
+        assert_eq!(p99(&[]), Duration::ZERO);
+        let hundred: Vec<Duration> = (1..=100).map(ms).collect();
+        assert_eq!(p99(&hundred), ms(99));
+        let few = [ms(3), ms(1), ms(2)];
+        assert_eq!(p99(&few), ms(3));
+    }
+
+    #[test]
+    fn auto_is_half_again_and_at_least_a_millisecond_more() {
+        assert_eq!(auto_budget(Duration::from_micros(400)), Duration::from_micros(1_400));
+        assert_eq!(auto_budget(ms(4)), ms(6));
+    }
+
+    #[test]
+    fn the_controller_slows_while_over_and_recovers_under_three_quarters() {
+        let mut c = BudgetController::default();
+        let budget = Duration::from_micros(100);
+        assert_eq!(c.percent(), 100);
+        let us = Duration::from_micros;
+        assert!(!c.decide(us(80), budget), "between ¾ and the budget: stay");
+        assert!(c.decide(us(160), budget), "over 1.5×: two steps");
+        assert_eq!(c.percent(), LADDER[2]);
+        assert!(c.decide(us(140), budget));
+        assert_eq!(c.percent(), LADDER[3]);
+        // Each slower pace lowers the p99 a little, never under the budget.
+        let mut p99 = ms(1_000);
+        for _ in 0..20 {
+            c.decide(p99, budget);
+            p99 = p99.mul_f64(0.85);
+        }
+        assert_eq!(c.percent(), *LADDER.last().unwrap(), "never below the floor");
+        for _ in 0..LADDER.len() {
+            c.decide(us(60), budget);
+        }
+        assert_eq!(c.percent(), 100);
+        assert_eq!(c.over, None);
+        assert!(!c.gave_up());
+    }
+
+    #[test]
+    fn a_pace_that_does_not_move_the_p99_is_let_go() {
+        let mut c = BudgetController::default();
+        let budget = Duration::from_micros(1_400);
+        assert!(c.decide(ms(30), budget));
+        assert!(c.decide(ms(31), budget), "one unmoved step is tried further");
+        assert!(!c.gave_up());
+        assert!(c.decide(ms(29), budget), "the second lets go");
+        assert!(c.gave_up());
+        assert_eq!(c.percent(), 100);
+        assert!(!c.decide(ms(60), budget), "for good");
+        assert_eq!(c.percent(), 100);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_sequence_keeps_the_pace_on_the_ladder(
+            readings in proptest::collection::vec(0u64..20_000, 0..200)
+        ) {
+            let mut c = BudgetController::default();
+            for us in readings {
+                let before = c.percent();
+                let changed = c.decide(Duration::from_micros(us), ms(5));
+                proptest::prop_assert!(LADDER.contains(&c.percent()));
+                proptest::prop_assert_eq!(changed, before != c.percent());
+                if c.gave_up() {
+                    proptest::prop_assert_eq!(c.percent(), 100);
+                    continue;
+                }
+                if us > 5_000 {
+                    proptest::prop_assert!(c.percent() <= before, "over budget never speeds up");
+                }
+                if us < 3_750 {
+                    proptest::prop_assert!(c.percent() >= before, "well under never slows down");
+                }
+            }
+        }
+    }
+}
