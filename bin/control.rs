@@ -44,9 +44,9 @@ pub struct PauseArgs {
     until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// `sluice limit`: a rate limit shared by every worker.
+/// `sluice limit`: a rate limit shared by every worker, or a latency budget.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("limit").required(true).args(["rate", "clear"])))]
+#[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["rate", "clear", "latency_budget"])))]
 pub struct LimitArgs {
     /// The operation's id.
     id: Option<i64>,
@@ -94,6 +94,11 @@ pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
         }
     };
     let target = selection.target();
+    if args.rate.is_some() && args.clear {
+        return Err(Failure::BadInput(
+            "give --rate to set a rate limit or --clear to remove it, not both".into(),
+        ));
+    }
     if let Some(budget) = args.latency_budget {
         if args.rate.is_some() {
             return Err(Failure::BadInput(
@@ -102,7 +107,11 @@ pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
         }
         if args.clear {
             let removed = store.clear_latency_budget(&target).await?;
-            let what = if removed { "latency budget removed" } else { "had no latency budget" };
+            let what = if removed {
+                "latency budget removed"
+            } else {
+                "had no latency budget"
+            };
             println!("{target}: {what}");
         } else {
             store.set_latency_budget(&target, budget).await?;

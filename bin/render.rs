@@ -34,9 +34,10 @@ pub fn list(
     let pace_of =
         |r: &OperationRecord| Binding::of(r, binding_limit(binding, r.id, &r.state.kind).cloned());
     let canary_of = |r: &OperationRecord| {
-        canaries
-            .iter()
-            .find(|c| r.state.status == sluice_store::OperationStatus::Running && c.table_name == r.state.table)
+        canaries.iter().find(|c| {
+            r.state.status == sluice_store::OperationStatus::Running
+                && c.table_name == r.state.table
+        })
     };
     if as_json {
         let values: Vec<_> = records
@@ -57,8 +58,18 @@ pub fn list(
         return Ok(());
     }
     let header = [
-        "ID", "STATUS", "KIND", "TABLE", "DONE", "ROWS", "BATCHES", "BINDING", "P99/BUDGET", "ETA",
-        "HELD", "UPDATED",
+        "ID",
+        "STATUS",
+        "KIND",
+        "TABLE",
+        "DONE",
+        "ROWS",
+        "BATCHES",
+        "BINDING",
+        "P99/BUDGET",
+        "ETA",
+        "HELD",
+        "UPDATED",
     ];
     let rows: Vec<Vec<String>> = records
         .iter()
@@ -732,26 +743,6 @@ fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{bytes_text, rough_duration, thousands};
-
-    #[test]
-    fn figures_read_as_people_write_them() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(-1_234_567), "-1,234,567");
-        assert_eq!(bytes_text(512), "512 bytes");
-        assert_eq!(bytes_text(1_536), "1.5 KiB");
-        assert_eq!(bytes_text(3 * 1024 * 1024 * 1024), "3.0 GiB");
-        assert_eq!(rough_duration(850), "850 ms");
-        assert_eq!(rough_duration(42_000), "42 s");
-        assert_eq!(rough_duration(725_000), "12 min 5 s");
-        assert_eq!(rough_duration(7_800_000), "2 h 10 min");
-    }
-}
-
 /// `canary` while `record` runs (a reading says nothing of an operation
 /// that does not).
 fn running_canary<'a>(
@@ -779,5 +770,25 @@ fn latency_cell(canary: &CanaryReading) -> String {
     match canary.budget_us {
         Some(budget) => format!("{:.1}/{:.1} ms", ms(canary.p99_us), ms(budget)),
         None => format!("{:.2} ms", ms(canary.p99_us)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bytes_text, rough_duration, thousands};
+
+    #[test]
+    fn figures_read_as_people_write_them() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(-1_234_567), "-1,234,567");
+        assert_eq!(bytes_text(512), "512 bytes");
+        assert_eq!(bytes_text(1_536), "1.5 KiB");
+        assert_eq!(bytes_text(3 * 1024 * 1024 * 1024), "3.0 GiB");
+        assert_eq!(rough_duration(850), "850 ms");
+        assert_eq!(rough_duration(42_000), "42 s");
+        assert_eq!(rough_duration(725_000), "12 min 5 s");
+        assert_eq!(rough_duration(7_800_000), "2 h 10 min");
     }
 }

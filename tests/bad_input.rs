@@ -575,6 +575,39 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             2,
             "the SET writes `twice`, which `doubled` computes itself",
         ),
+        // A latency budget that is not one.
+        (
+            with(
+                update("counter = 1", "grp = 1"),
+                &["--latency-budget", "5parsecs"],
+            ),
+            2,
+            "malformed latency budget `5parsecs`",
+        ),
+        (
+            with(
+                update("counter = 1", "grp = 1"),
+                &["--latency-budget", "0ms"],
+            ),
+            2,
+            "malformed latency budget `0ms`",
+        ),
+        (
+            plain(&[
+                "limit",
+                "--kind",
+                "delete-aged-row",
+                "--latency-budget",
+                "5ms",
+            ]),
+            2,
+            "delete-aged-row",
+        ),
+        (
+            plain(&["limit", "--all", "--latency-budget", "5ms", "--rate", "10"]),
+            2,
+            "one at a time",
+        ),
         // A companion option missing is named.
         (
             with(update("counter = 1", "grp = 1"), &["--time-zone", "UTC"]),

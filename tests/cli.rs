@@ -20,6 +20,7 @@ for_each_backend!(
     prune_reports_what_it_deleted,
     schedule_commands_manage_schedules_and_refuse_bad_input_with_exit_2,
     a_limit_for_an_unknown_kind_or_a_bad_rate_exits_2_and_sets_nothing,
+    latency_budgets_are_set_at_enqueue_and_by_limit_and_shown,
 );
 
 fn stdout(output: &Output) -> String {
@@ -592,4 +593,65 @@ async fn a_limit_for_an_unknown_kind_or_a_bad_rate_exits_2_and_sets_nothing(db: 
     let cleared = sluice(db, &["limit", "--kind", "gone-kind", "--clear"]);
     assert!(cleared.status.success(), "{}", stderr(&cleared));
     assert!(stdout(&cleared).contains("had no rate limit"));
+}
+
+/// A budget given at enqueue is the operation's own; `sluice limit` sets
+/// one for a kind or everything and clears it; `show` (and `--json`) says
+/// which applies and where it was set, the default being auto.
+async fn latency_budgets_are_set_at_enqueue_and_by_limit_and_shown(db: &TestDb) {
+    common::create_counted_items(db, 10).await;
+    let budget_of = |id: i64| {
+        let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+        shown["latency_budget"].clone()
+    };
+    let own = common::enqueue_increment(db, &["--latency-budget", "800us"]);
+    let own = own["id"].as_i64().unwrap();
+    assert_eq!(
+        budget_of(own),
+        serde_json::json!({"budget": "800us", "set_for": format!("operation:{own}")})
+    );
+    let plain = common::enqueue_increment(db, &["--where", "grp = 0"]);
+    let plain = plain["id"].as_i64().unwrap();
+    assert_eq!(
+        budget_of(plain),
+        serde_json::json!({"budget": "auto", "set_for": null})
+    );
+    let set = sluice(
+        db,
+        &[
+            "limit",
+            "--kind",
+            "update-in-batches",
+            "--latency-budget",
+            "off",
+        ],
+    );
+    assert!(set.status.success(), "{}", stderr(&set));
+    assert_eq!(budget_of(plain)["budget"], "off");
+    assert_eq!(budget_of(own)["budget"], "800us", "its own comes first");
+    let text = stdout(&sluice(db, &["show", &plain.to_string()]));
+    assert!(text.contains("off (kind:update-in-batches)"), "{text}");
+    let cleared = sluice(
+        db,
+        &[
+            "limit",
+            "--kind",
+            "update-in-batches",
+            "--latency-budget",
+            "--clear",
+        ],
+    );
+    assert!(
+        stdout(&cleared).contains("latency budget removed"),
+        "{}",
+        stdout(&cleared)
+    );
+    assert_eq!(budget_of(plain)["budget"], "auto");
+    // Asking an existing operation for another budget says it was not applied.
+    let again = common::enqueue_increment(db, &["--latency-budget", "5ms"]);
+    assert_eq!(again["id"], own);
+    assert_eq!(
+        again["not_applied"],
+        serde_json::json!(["--latency-budget"])
+    );
 }

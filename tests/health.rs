@@ -8,11 +8,16 @@ mod common;
 use std::time::Duration;
 
 use common::TestDb;
-use sluice_runtime::health::{HealthContext, Scope, Thresholds};
+use sluice_runtime::health::{HealthContext, Scope, Thresholds, Watched};
 use sluice_runtime::indicators::{InnodbActivity, TableActivity, default_indicators};
+use sluice_runtime::latency::{LADDER, LatencyCanary, MIN_SAMPLES};
 use sluice_runtime::{HealthIndicator, Signal};
+use sluice_store::LatencyBudget;
 
-for_each_backend!(every_builtin_indicator_reads_its_database);
+for_each_backend!(
+    every_builtin_indicator_reads_its_database,
+    the_latency_canary_holds_a_table_to_its_strictest_budget,
+);
 
 mysql_only!(
     innodb_lock_waits_and_long_transactions_are_read_as_they_happen,
@@ -57,6 +62,102 @@ async fn every_builtin_indicator_reads_its_database(db: &TestDb) {
             );
         }
     }
+}
+
+/// The canary times a point read and its own write on each watched table
+/// and reports it to the store; the controller throttles a table held to a
+/// budget no round trip can meet. A table whose operations are all `off` is
+/// measured and never throttled; the strictest budget of a table's
+/// operations is the one it is held to.
+async fn the_latency_canary_holds_a_table_to_its_strictest_budget(db: &TestDb) {
+    db.execute("CREATE TABLE held (id BIGINT PRIMARY KEY)")
+        .await;
+    db.execute("CREATE TABLE free (id BIGINT PRIMARY KEY)")
+        .await;
+    db.execute("INSERT INTO held (id) VALUES (1), (2), (3)")
+        .await;
+    let store = &db.store;
+    let impossible = LatencyBudget::Fixed(Duration::from_micros(1));
+    store
+        .set_latency_budget("operation:1", impossible)
+        .await
+        .unwrap();
+    store
+        .set_latency_budget("operation:2", LatencyBudget::Off)
+        .await
+        .unwrap();
+    store
+        .set_latency_budget(
+            "kind:lenient",
+            LatencyBudget::Fixed(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    let watched = |id: i64, kind: &str, table: &str| Watched {
+        id,
+        kind: kind.into(),
+        table: table.into(),
+    };
+    let context = HealthContext {
+        store: store.clone(),
+        tables: vec!["free".into(), "held".into()],
+        operations: vec![
+            watched(1, "strict", "held"),
+            watched(3, "lenient", "held"),
+            watched(2, "strict", "free"),
+        ],
+    };
+    let canary = LatencyCanary::new();
+    let signal_of = |readings: &[sluice_runtime::health::Reading], table: &str| {
+        readings
+            .iter()
+            .find(|r| r.scope == Scope::Table(table.into()))
+            .map(|r| r.signal.clone())
+            .unwrap_or_else(|| panic!("no reading for {table}: {readings:?}"))
+    };
+    // Three round trips a poll: the first decision comes once MIN_SAMPLES
+    // are in, and it is two steps down (the p99 is far over 1.5× 1 µs).
+    let polls_to_decide = MIN_SAMPLES.div_ceil(3);
+    let mut signals = Vec::new();
+    for _ in 0..polls_to_decide * 4 {
+        let readings = canary.check(&context).await.expect("canary reads");
+        assert_eq!(
+            signal_of(&readings, "free"),
+            Signal::Normal,
+            "off is never throttled"
+        );
+        signals.push(signal_of(&readings, "held"));
+    }
+    assert!(
+        signals[..polls_to_decide - 1]
+            .iter()
+            .all(|s| *s == Signal::Normal),
+        "no decision before {MIN_SAMPLES} round trips: {signals:?}"
+    );
+    match &signals[polls_to_decide - 1] {
+        Signal::Throttle { percent, reason } => {
+            assert_eq!(*percent, LADDER[2], "{reason}");
+            assert!(reason.starts_with("latency: canary p99 "), "{reason}");
+            assert!(reason.ends_with("over a 1 µs budget"), "{reason}");
+        }
+        other => panic!("not throttled at the first decision: {other:?} ({signals:?})"),
+    }
+    // Later, slower paces or, once seen not to lower the p99 (which the
+    // noise of an idle server may hide), full speed again; never a stop.
+    assert!(
+        signals.iter().all(|s| !matches!(s, Signal::Stop { .. })),
+        "{signals:?}"
+    );
+    let readings = store.canaries().await.unwrap();
+    let reading = |table: &str| {
+        readings
+            .iter()
+            .find(|r| r.table_name == table)
+            .unwrap_or_else(|| panic!("no canary reading for {table}: {readings:?}"))
+    };
+    assert_eq!(reading("held").budget_us, Some(1), "the strictest budget");
+    assert!(reading("held").p99_us > 1 && reading("held").samples > 0);
+    assert_eq!(reading("free").budget_us, None);
 }
 
 /// One session holds a row lock on `"rp_LockMe"` and another waits for it:

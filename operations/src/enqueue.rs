@@ -229,14 +229,11 @@ pub async fn enqueue_many(
 ) -> Result<Vec<Enqueued>, OperationError> {
     let mut checked = Checked::default();
     let mut specs = Vec::with_capacity(operations.len());
-    if let Some(index) = operations
-        .iter()
-        .position(|o| {
-            o.options.window.is_some()
-                || o.options.max_rate.is_some()
-                || o.options.latency_budget.is_some()
-        })
-    {
+    if let Some(index) = operations.iter().position(|o| {
+        o.options.window.is_some()
+            || o.options.max_rate.is_some()
+            || o.options.latency_budget.is_some()
+    }) {
         return Err(OperationError::InBulk {
             index,
             source: Box::new(OperationError::Arguments(

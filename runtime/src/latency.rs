@@ -213,7 +213,10 @@ impl TableCanary {
         };
         let started = Instant::now();
         if let Some(probe) = &self.probe {
-            store.fetch_cursor(probe, 1).await.map_err(|e| e.to_string())?;
+            store
+                .fetch_cursor(probe, 1)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         store
             .record_canary(&reading)
@@ -248,20 +251,24 @@ pub fn p99(samples: &[Duration]) -> Duration {
 /// next ([`MIN_SAMPLES`]): a decision never reads latencies the previous
 /// pace caused.
 ///
-/// A throttle waits only for what it brings about: when two slower paces
-/// in a row left the p99 where it was (less than 10 % lower), the pace is
-/// not what holds the canary back (on SQLite, a writer waits for a whole
-/// sub-batch, however rare) and the controller lets go for good
-/// ([`BudgetController::gave_up`]).
+/// A throttle waits only for what it brings about: when the pace is down
+/// to [`LADDER`]`[3]` or below and the p99 is still over the budget and
+/// not 10 % under what it was at full speed, the pace is not what holds
+/// the canary back (on SQLite, a writer waits for a whole sub-batch, however
+/// rare; elsewhere, a load of the application's own) and the controller
+/// lets go for good ([`BudgetController::gave_up`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BudgetController {
     step: usize,
     /// The p99 that last sent the pace down, while it is down.
     over: Option<Duration>,
-    /// Slower paces in a row that did not lower the p99.
-    futile: u32,
+    /// The p99 at full speed that started the descent, while it is down.
+    at_full_speed: Option<Duration>,
     gave_up: bool,
 }
+
+/// The step from which a pace that left the p99 where it was is let go.
+const JUDGED_FROM: usize = 3;
 
 impl BudgetController {
     /// The pace in force, a percentage of full speed.
@@ -282,23 +289,27 @@ impl BudgetController {
         }
         let before = self.step;
         if p99 > budget {
-            let unmoved = self.over.is_some_and(|last| p99 >= last.mul_f64(0.9));
-            self.futile = if unmoved { self.futile + 1 } else { 0 };
-            if self.futile >= 2 {
+            let unmoved = self
+                .at_full_speed
+                .is_some_and(|full| p99 >= full.mul_f64(0.9));
+            if self.step >= JUDGED_FROM && unmoved {
                 *self = BudgetController {
                     gave_up: true,
                     ..BudgetController::default()
                 };
                 return before != 0;
             }
+            if self.step == 0 {
+                self.at_full_speed = Some(p99);
+            }
             let steps = if p99 > budget.mul_f64(1.5) { 2 } else { 1 };
             self.step = (self.step + steps).min(LADDER.len() - 1);
             self.over = Some(p99);
         } else if p99 < budget.mul_f64(0.75) {
             self.step = self.step.saturating_sub(1);
-            self.futile = 0;
             if self.step == 0 {
                 self.over = None;
+                self.at_full_speed = None;
             }
         }
         self.step != before
@@ -374,7 +385,10 @@ mod tests {
 
     #[test]
     fn auto_is_half_again_and_at_least_a_millisecond_more() {
-        assert_eq!(auto_budget(Duration::from_micros(400)), Duration::from_micros(1_400));
+        assert_eq!(
+            auto_budget(Duration::from_micros(400)),
+            Duration::from_micros(1_400)
+        );
         assert_eq!(auto_budget(ms(4)), ms(6));
     }
 
@@ -389,13 +403,16 @@ mod tests {
         assert_eq!(c.percent(), LADDER[2]);
         assert!(c.decide(us(140), budget));
         assert_eq!(c.percent(), LADDER[3]);
-        // Each slower pace lowers the p99 a little, never under the budget.
-        let mut p99 = ms(1_000);
-        for _ in 0..20 {
-            c.decide(p99, budget);
-            p99 = p99.mul_f64(0.85);
+        // Each slower pace keeps the p99 10 % under its full-speed value,
+        // never under the budget.
+        for p99 in [130, 125, 120, 115, 110, 105, 101, 101, 101] {
+            c.decide(us(p99), budget);
         }
-        assert_eq!(c.percent(), *LADDER.last().unwrap(), "never below the floor");
+        assert_eq!(
+            c.percent(),
+            *LADDER.last().unwrap(),
+            "never below the floor"
+        );
         for _ in 0..LADDER.len() {
             c.decide(us(60), budget);
         }
@@ -409,7 +426,10 @@ mod tests {
         let mut c = BudgetController::default();
         let budget = Duration::from_micros(1_400);
         assert!(c.decide(ms(30), budget));
-        assert!(c.decide(ms(31), budget), "one unmoved step is tried further");
+        assert!(
+            c.decide(ms(31), budget),
+            "one unmoved step is tried further"
+        );
         assert!(!c.gave_up());
         assert!(c.decide(ms(29), budget), "the second lets go");
         assert!(c.gave_up());

@@ -143,10 +143,13 @@ impl CanaryReading {
     }
 }
 
-/// `d` in milliseconds with one decimal (two under 1 ms).
+/// `d` in milliseconds with one decimal (two under 1 ms; in microseconds
+/// under 0.1 ms).
 pub fn millis(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1_000.0;
-    if ms < 1.0 {
+    if ms < 0.1 {
+        format!("{} µs", d.as_micros())
+    } else if ms < 1.0 {
         format!("{ms:.2} ms")
     } else {
         format!("{ms:.1} ms")
@@ -182,8 +185,7 @@ impl Store {
 
     /// Every latency budget set, by target.
     pub async fn latency_budgets(&self) -> Result<Vec<(String, LatencyBudget)>, StoreError> {
-        const SELECT: &str =
-            "SELECT target, budget_us FROM sluice_latency_budgets ORDER BY target";
+        const SELECT: &str = "SELECT target, budget_us FROM sluice_latency_budgets ORDER BY target";
         let rows: Vec<(String, i64)> =
             on_pool!(self, |pool| sqlx::query_as(SELECT).fetch_all(pool).await?);
         Ok(rows
@@ -268,10 +270,7 @@ mod tests {
             assert_eq!(LatencyBudget::from_stored(budget.stored()), budget);
         }
         // Under a microsecond is stored as one, never as "off".
-        assert_eq!(
-            LatencyBudget::Fixed(Duration::from_nanos(10)).stored(),
-            1
-        );
+        assert_eq!(LatencyBudget::Fixed(Duration::from_nanos(10)).stored(), 1);
     }
 
     #[test]
@@ -287,7 +286,17 @@ mod tests {
             let again: LatencyBudget = budget.to_string().parse().unwrap();
             assert_eq!(again, budget);
         }
-        for bad in ["", "5", "ms", "0ms", "-5ms", "5 parsecs", "2.5ms", "99999999999999999999ms", "7200s"] {
+        for bad in [
+            "",
+            "5",
+            "ms",
+            "0ms",
+            "-5ms",
+            "5 parsecs",
+            "2.5ms",
+            "99999999999999999999ms",
+            "7200s",
+        ] {
             let error = bad.parse::<LatencyBudget>().unwrap_err();
             assert!(error.to_string().contains(&format!("`{bad}`")), "{error}");
         }

@@ -307,7 +307,10 @@ impl Actor for OperationActor {
         state: &mut OperationState,
     ) -> Result<(), ActorProcessingErr> {
         if let Some(monitor) = state.context.monitor() {
-            let _ = monitor.cast(HealthMessage::Unwatch(watched(state.id, state.driver.projection())));
+            let _ = monitor.cast(HealthMessage::Unwatch(watched(
+                state.id,
+                state.driver.projection(),
+            )));
         }
         if let Ok(record) = state.context.store.operation(state.id).await {
             state.driver.refreshed(record.state);
