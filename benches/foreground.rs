@@ -1,136 +1,337 @@
-//! End-to-end harness: what maintenance does to the foreground. A steady
-//! point-query load (`SELECT payload … WHERE id = $1` on rows that stay,
-//! from four connections) runs against one PostgreSQL table of 1,000,000
-//! rows, 80 % of them aged, and its latency is recorded:
-//! - with no maintenance;
-//! - while one big `DELETE` removes the aged rows;
-//! - while Sluice deletes them (`delete-aged-rows`, sub-batches of 1,000, a
-//!   pause between them, the built-in health indicators on).
+//! End-to-end harness: what a purge costs the foreground, and how fast it
+//! goes for that cost. On each backend reachable (`SLUICE_BENCH_BACKENDS`,
+//! default `sqlite,postgres,mysql`), a table of `SLUICE_BENCH_ROWS` rows
+//! (default 1,000,000), 80 % aged, takes a steady foreground load from four
+//! connections (each a point read of a row that stays, then an insert of a
+//! young row, every 2 ms) while its aged rows are deleted:
+//! - by no one (the idle latency);
+//! - by a client loop of 1,000-row `DELETE`s, each its own transaction;
+//! - by one big `DELETE`;
+//! - by Sluice with its defaults (built-in indicators on, latency budget
+//!   `auto`), sub-batches of 1,000 as the loop's;
+//! - by Sluice with budgets of 1.2× and 2× the canary's idle p99;
+//! - by Sluice with the budget off (indicators on).
 //!
-//! `cargo bench --bench foreground` (env: `SLUICE_BENCH_ROWS`, default
-//! 1,000,000; `SLUICE_BENCH_PAUSE_MS`, default 50; `SLUICE_TEST_POSTGRES_URL`). Prints p50 and p99 of each and
-//! their ratio to the idle p99.
+//! Each is timed from its start to the last row gone; the table is filled
+//! afresh before each. Autovacuum is as the server has it, unless
+//! `SLUICE_BENCH_AUTOVACUUM=on|off` sets it for the run (`ALTER SYSTEM`,
+//! restored after). Prints one markdown row per run: seconds, rows/s, the
+//! foreground's p50 and p99, and the p99 over the idle p99.
+//!
+//! `cargo bench --bench foreground` (env: the above,
+//! `SLUICE_TEST_POSTGRES_URL`, `SLUICE_TEST_MYSQL_URL`).
 
 mod common;
 
-use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
 
-use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
-use sluice_store::{ConnectOptions, SqlValue, Statement, Store};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig};
+use sluice_store::{Backend, CanaryReading, LatencyBudget, SqlValue, Statement, Store};
 
-use common::{percentile, postgres_or_skip, postgres_url};
+use common::{env, fill_aged_events, percentile};
 
-const CLIENTS: usize = 4;
+const CLIENTS: u64 = 4;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let rows: i64 = std::env::var("SLUICE_BENCH_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    let url = postgres_url();
-    let options = ConnectOptions {
-        sub_batch_timeout: Some(RuntimeConfig::default().sub_batch_timeout),
-        ..ConnectOptions::default()
-    };
-    let Some(store) = postgres_or_skip(Store::connect_with(&url, &options).await) else {
-        return;
-    };
-    let load_pool = PgPoolOptions::new()
-        .max_connections(CLIENTS as u32)
-        .connect_with(PgConnectOptions::from_str(&url).unwrap())
-        .await
-        .unwrap();
-    let pause_ms: u64 = std::env::var("SLUICE_BENCH_PAUSE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
-    let young_from = rows * 4 / 5 + 1;
-    println!("rows {rows}, {CLIENTS} point-query clients on the rows that stay");
+    let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
+    let backends: String = env("SLUICE_BENCH_BACKENDS", "sqlite,postgres,mysql".to_owned());
+    let dir = tempfile::tempdir().unwrap();
+    println!(
+        "rows {rows} (80 % aged), {CLIENTS} clients: a point read and an insert each, every 2 ms"
+    );
+    println!();
+    println!("| backend | purge | s | rows/s | fg p50 ms | fg p99 ms | p99 / idle |");
+    println!("|---|---|---|---|---|---|---|");
+    for backend in backends.split(',') {
+        let url = match backend {
+            "sqlite" => format!("sqlite:{}", dir.path().join("fg.sqlite").display()),
+            "postgres" => common::postgres_url(),
+            "mysql" => match std::env::var("SLUICE_TEST_MYSQL_URL") {
+                Ok(url) => {
+                    let server = url.trim_end_matches('/').to_owned();
+                    let Ok(admin) = Store::connect(&format!("{server}/mysql")).await else {
+                        eprintln!("mysql: not reachable, skipped");
+                        continue;
+                    };
+                    let create = Statement::new("CREATE DATABASE IF NOT EXISTS sluice_bench");
+                    admin.execute(&create).await.unwrap();
+                    format!("{server}/sluice_bench")
+                }
+                Err(_) => continue,
+            },
+            other => panic!("unknown backend {other}"),
+        };
+        let Ok(store) = Store::connect(&url).await else {
+            eprintln!("{backend}: not reachable, skipped");
+            continue;
+        };
+        let load = Store::connect(&url).await.unwrap();
+        let autovacuum = set_autovacuum(&store).await;
+        measure(backend, &store, &load, rows).await;
+        if let Some(previous) = autovacuum {
+            restore_autovacuum(&store, &previous).await;
+        }
+        store.close().await;
+        load.close().await;
+    }
+}
 
-    fill(&store, rows).await;
-    let idle = under_load(&load_pool, young_from, rows, async {
+/// Every purge of `store`'s table under the load `load` sends.
+async fn measure(backend: &str, store: &Store, load: &Store, rows: i64) {
+    let aged = rows * 4 / 5;
+    fill(store, rows).await;
+    let canary_idle = canary_p99(store).await;
+    let idle = under_load(load, rows, async {
         tokio::time::sleep(Duration::from_secs(8)).await;
     })
     .await;
-    report("no maintenance", &idle, &idle);
+    let idle_p99 = percentile(&idle, 0.99);
+    report(backend, "none", None, &idle, idle_p99, aged);
+    eprintln!(
+        "{backend}: canary idle p99 {:.2} ms",
+        canary_idle.as_secs_f64() * 1e3
+    );
 
-    let big = under_load(&load_pool, young_from, rows, async {
-        let statement = Statement::new("DELETE FROM fg_events WHERE created_at < ")
+    fill(store, rows).await;
+    let (took, latencies) = timed(load, rows, client_loop(store)).await;
+    report(
+        backend,
+        "client loop, 1,000 a statement",
+        Some(took),
+        &latencies,
+        idle_p99,
+        aged,
+    );
+
+    fill(store, rows).await;
+    let (took, latencies) = timed(load, rows, async {
+        let statement = Statement::new("DELETE FROM bench_events WHERE created_at < ")
             .value(SqlValue::Timestamp(cutoff()));
         store.execute(&statement).await.unwrap();
     })
     .await;
-    report("one big DELETE", &big, &idle);
-
-    fill(&store, rows).await;
-    let runtime = RuntimeBuilder::with_store(store.clone())
-        .config(RuntimeConfig {
-            node: "foreground".into(),
-            pool_size: 1,
-            ..RuntimeConfig::default()
-        })
-        .start()
-        .await
-        .unwrap();
-    let sluice = under_load(&load_pool, young_from, rows, async {
-        common::delete_aged_rows(
-            &runtime,
-            &store,
-            "fg_events",
-            Duration::from_millis(pause_ms),
-        )
-        .await
-    })
-    .await;
-    runtime.shutdown().await.unwrap();
     report(
-        &format!("Sluice, {pause_ms} ms pause, indicators on"),
-        &sluice,
-        &idle,
+        backend,
+        "one DELETE",
+        Some(took),
+        &latencies,
+        idle_p99,
+        aged,
     );
 
-    store
-        .execute(&Statement::new("DROP TABLE IF EXISTS fg_events"))
+    let runs = [
+        ("Sluice, defaults (budget auto)", None),
+        (
+            "Sluice, budget 1.2× canary idle p99",
+            Some(LatencyBudget::Fixed(canary_idle.mul_f64(1.2))),
+        ),
+        (
+            "Sluice, budget 2× canary idle p99",
+            Some(LatencyBudget::Fixed(canary_idle.mul_f64(2.0))),
+        ),
+        ("Sluice, budget off", Some(LatencyBudget::Off)),
+    ];
+    for (name, budget) in runs {
+        fill(store, rows).await;
+        let runtime = RuntimeBuilder::with_store(store.clone())
+            .config(RuntimeConfig {
+                node: "foreground".into(),
+                ..RuntimeConfig::default()
+            })
+            .start()
+            .await
+            .unwrap();
+        let (took, latencies) = timed(load, rows, sluice(&runtime, store, budget)).await;
+        runtime.shutdown().await.unwrap();
+        report(backend, name, Some(took), &latencies, idle_p99, aged);
+    }
+}
+
+/// Runs `purge` under the load; how long it took and the load's latencies.
+async fn timed(load: &Store, rows: i64, purge: impl Future<Output = ()>) -> (Duration, Vec<u64>) {
+    let mut took = Duration::ZERO;
+    let latencies = under_load(load, rows, async {
+        let started = Instant::now();
+        purge.await;
+        took = started.elapsed();
+    })
+    .await;
+    (took, latencies)
+}
+
+/// Deletes the aged rows with `delete-aged-rows` on `runtime`, sub-batches
+/// of 1,000, everything else as enqueued with no option but `budget`.
+async fn sluice(runtime: &Runtime, store: &Store, budget: Option<LatencyBudget>) {
+    let arguments = common::older_than_a_day(store, "bench_events").await;
+    let options = sluice_operations::EnqueueOptions {
+        sub_batch_size: 1_000,
+        latency_budget: budget,
+        ..sluice_operations::EnqueueOptions::default()
+    };
+    let op = runtime
+        .enqueue(&sluice_operations::DeleteAgedRows, &arguments, &options)
         .await
         .unwrap();
-    store.close().await;
+    runtime
+        .wait(op.id, Duration::from_secs(3_600))
+        .await
+        .unwrap();
 }
 
-/// Runs `maintenance` while the clients read rows that stay; returns their
-/// latencies (microseconds), sorted.
-async fn under_load(
-    pool: &PgPool,
-    young_from: i64,
-    rows: i64,
-    maintenance: impl Future<Output = ()>,
-) -> Vec<u64> {
-    let pool = pool.clone();
-    let read = move |seed: u64| {
-        let pool = pool.clone();
-        async move {
-            let id = young_from + (seed % (rows - young_from + 1) as u64) as i64;
-            let _: Option<String> =
-                sqlx::query_scalar("SELECT payload FROM fg_events WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&pool)
-                    .await
-                    .unwrap();
+/// A client loop: 1,000 aged rows a statement, each its own transaction,
+/// until fewer go.
+async fn client_loop(store: &Store) {
+    let head = match store.backend() {
+        Backend::MySql(_) => "DELETE FROM bench_events WHERE created_at < ",
+        _ => {
+            "DELETE FROM bench_events WHERE id IN (SELECT id FROM bench_events WHERE created_at < "
         }
     };
-    common::under_load(CLIENTS as u64, read, maintenance).await
+    let tail = match store.backend() {
+        Backend::MySql(_) => " ORDER BY id LIMIT 1000",
+        _ => " ORDER BY id LIMIT 1000)",
+    };
+    loop {
+        let statement = Statement::new(head)
+            .value(SqlValue::Timestamp(cutoff()))
+            .push(tail);
+        if store.execute(&statement).await.unwrap() < 1_000 {
+            return;
+        }
+    }
 }
 
-fn report(name: &str, latencies: &[u64], idle: &[u64]) {
+/// Runs `purge` while the clients each read a row that stays and insert a
+/// young one, every 2 ms; their latencies (microseconds), sorted.
+async fn under_load(load: &Store, rows: i64, purge: impl Future<Output = ()>) -> Vec<u64> {
+    let next_id = Arc::new(AtomicI64::new(rows + 1));
+    let young_from = rows * 4 / 5 + 1;
+    let load = load.clone();
+    let query = move |seed: u64| {
+        let (load, next_id) = (load.clone(), Arc::clone(&next_id));
+        async move {
+            let id = young_from + (seed % (rows - young_from + 1) as u64) as i64;
+            let read = Statement::new("SELECT payload FROM bench_events WHERE id = ")
+                .value(SqlValue::Int(id));
+            load.fetch_cursor(&read, 1).await.unwrap();
+            let insert =
+                Statement::new("INSERT INTO bench_events (id, created_at, payload) VALUES (")
+                    .value(SqlValue::Int(next_id.fetch_add(1, Ordering::SeqCst)))
+                    .push(", ")
+                    .value(SqlValue::Timestamp(young()))
+                    .push(", 'foreground')");
+            load.execute(&insert).await.unwrap();
+        }
+    };
+    common::under_load(CLIENTS, query, purge).await
+}
+
+/// The canary's idle p99: 200 of its round trips (a point read of a row
+/// that stays, then its one-row write), timed as the runtime times them.
+async fn canary_p99(store: &Store) -> Duration {
+    let read = Statement::new("SELECT id FROM bench_events WHERE id = ").value(SqlValue::Int(1));
+    let mut trips = Vec::with_capacity(200);
+    for _ in 0..200 {
+        let started = Instant::now();
+        store.fetch_cursor(&read, 1).await.unwrap();
+        store
+            .record_canary(&CanaryReading {
+                table_name: "bench_idle".into(),
+                p99_us: 0,
+                budget_us: None,
+                samples: 0,
+                measured_at: 0,
+            })
+            .await
+            .unwrap();
+        trips.push(started.elapsed());
+    }
+    sluice_runtime::latency::p99(&trips)
+}
+
+/// `bench_events`: `rows` rows, the first 80 % aged, the rest young
+/// (2099), indexed on `created_at`; autovacuum as the server has it.
+async fn fill(store: &Store, rows: i64) {
+    fill_aged_events(store, rows).await;
+    let young = Statement::new("UPDATE bench_events SET created_at = ")
+        .value(SqlValue::Timestamp(young()))
+        .push(" WHERE id > ")
+        .value(SqlValue::Int(rows * 4 / 5));
+    store.execute(&young).await.unwrap();
+    let settle = match store.backend() {
+        Backend::Sqlite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
+        Backend::Postgres(_) => "ALTER TABLE bench_events RESET (autovacuum_enabled)",
+        Backend::MySql(_) => "ANALYZE TABLE bench_events",
+    };
+    store.execute(&Statement::new(settle)).await.unwrap();
+    if let Backend::Postgres(_) = store.backend() {
+        for sql in ["VACUUM ANALYZE bench_events", "CHECKPOINT"] {
+            let _ = store.execute(&Statement::new(sql)).await;
+        }
+    }
+}
+
+/// Sets PostgreSQL's autovacuum as `SLUICE_BENCH_AUTOVACUUM` asks; the
+/// setting it replaced, to restore.
+async fn set_autovacuum(store: &Store) -> Option<String> {
+    let wanted = std::env::var("SLUICE_BENCH_AUTOVACUUM").ok()?;
+    let Backend::Postgres(pool) = store.backend() else {
+        return None;
+    };
+    let previous: String = sqlx::query_scalar("SHOW autovacuum")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    alter_autovacuum(store, &wanted).await;
+    eprintln!("postgres: autovacuum {wanted} for the run (was {previous})");
+    Some(previous)
+}
+
+async fn restore_autovacuum(store: &Store, previous: &str) {
+    alter_autovacuum(store, previous).await;
+}
+
+async fn alter_autovacuum(store: &Store, value: &str) {
+    let Backend::Postgres(pool) = store.backend() else {
+        return;
+    };
+    let value = if value == "on" { "on" } else { "off" };
+    let set = if value == "on" {
+        "ALTER SYSTEM SET autovacuum = on"
+    } else {
+        "ALTER SYSTEM SET autovacuum = off"
+    };
+    sqlx::query(set).execute(pool).await.unwrap();
+    sqlx::query("SELECT pg_reload_conf()")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+fn report(
+    backend: &str,
+    purge: &str,
+    took: Option<Duration>,
+    latencies: &[u64],
+    idle_p99: u64,
+    aged: i64,
+) {
     let (p50, p99) = (percentile(latencies, 0.50), percentile(latencies, 0.99));
+    let (seconds, pace) = match took {
+        Some(took) => (
+            format!("{:.1}", took.as_secs_f64()),
+            format!("{:.0}", aged as f64 / took.as_secs_f64()),
+        ),
+        None => ("-".into(), "-".into()),
+    };
     println!(
-        "{name}: {} queries, p50 {:.2} ms, p99 {:.2} ms, p99 / idle p99 {:.2}",
-        latencies.len(),
+        "| {backend} | {purge} | {seconds} | {pace} | {:.2} | {:.2} | {:.2} |",
         p50 as f64 / 1e3,
         p99 as f64 / 1e3,
-        p99 as f64 / percentile(idle, 0.99) as f64
+        p99 as f64 / idle_p99.max(1) as f64
     );
 }
 
@@ -138,28 +339,6 @@ fn cutoff() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() - chrono::Duration::days(1)
 }
 
-/// `fg_events`: `rows` rows, the first 80 % aged (2020), the rest young
-/// (2099), indexed on `created_at`, vacuumed and analysed.
-async fn fill(store: &Store, rows: i64) {
-    for sql in [
-        "DROP TABLE IF EXISTS fg_events",
-        "CREATE TABLE fg_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL)",
-    ] {
-        store.execute(&Statement::new(sql)).await.unwrap();
-    }
-    let insert = Statement::new(
-        "INSERT INTO fg_events SELECT g, CASE WHEN g <= ",
-    )
-    .value(SqlValue::Int(rows * 4 / 5))
-    .push(" THEN TIMESTAMPTZ '2020-01-01Z' ELSE TIMESTAMPTZ '2099-01-01Z' END, 'payload ' || g FROM generate_series(1, ")
-    .value(SqlValue::Int(rows))
-    .push(") g");
-    store.execute(&insert).await.unwrap();
-    for sql in [
-        "CREATE INDEX fg_events_created_at ON fg_events (created_at)",
-        "VACUUM ANALYZE fg_events",
-        "CHECKPOINT",
-    ] {
-        let _ = store.execute(&Statement::new(sql)).await;
-    }
+fn young() -> chrono::DateTime<chrono::Utc> {
+    "2099-01-01T00:00:00Z".parse().unwrap()
 }

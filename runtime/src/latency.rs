@@ -16,8 +16,9 @@
 //! and at least 1 ms above it.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
 
 use async_trait::async_trait;
 use sluice_store::latency::millis;
@@ -86,13 +87,17 @@ impl HealthIndicator for LatencyCanary {
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
         let store = &context.store;
         let budgets = store.latency_budgets().await.map_err(|e| e.to_string())?;
-        let mut known = self.take_known(&context.tables);
+        // Held across the round trips: a check cut short by the monitor's
+        // time limit leaves every table's state as far as it got.
+        let mut known = self.tables.lock().await;
+        known.retain(|table, _| context.tables.contains(table));
         let mut readings = Vec::new();
         for table in &context.tables {
-            let canary = match known.remove(table) {
-                Some(canary) => canary,
-                None => TableCanary::first_sight(store, table).await?,
-            };
+            if !known.contains_key(table) {
+                let canary = TableCanary::first_sight(store, table).await?;
+                known.insert(table.clone(), canary);
+            }
+            let canary = known.get_mut(table).expect("inserted above");
             let budget = context
                 .operations
                 .iter()
@@ -103,30 +108,19 @@ impl HealthIndicator for LatencyCanary {
                     LatencyBudget::Auto => Some(auto_budget(canary.baseline)),
                 })
                 .min();
-            let (canary, signal) = canary.poll(store, table, budget).await?;
+            let signal = canary.poll(store, table, budget).await?;
             readings.push(Reading {
                 scope: Scope::Table(table.clone()),
                 signal,
             });
-            known.insert(table.clone(), canary);
         }
-        *self.tables.lock().expect("canary lock") = known;
         Ok(readings)
     }
 }
 
-impl LatencyCanary {
-    /// The tables' canaries, those no longer watched forgotten (their
-    /// next operation measures the idle p99 again).
-    fn take_known(&self, tables: &[String]) -> HashMap<String, TableCanary> {
-        let mut known = std::mem::take(&mut *self.tables.lock().expect("canary lock"));
-        known.retain(|table, _| tables.contains(table));
-        known
-    }
-}
-
 impl TableCanary {
-    /// Finds the table's point read and measures its idle p99.
+    /// Finds the table's point read and measures its idle p99 (over at
+    /// most [`BASELINE_SAMPLES`] round trips, or a second's worth).
     async fn first_sight(store: &Store, table: &str) -> Result<Self, String> {
         let probe = point_read(store, table).await.map_err(|e| e.to_string())?;
         let mut canary = TableCanary {
@@ -136,7 +130,8 @@ impl TableCanary {
             controller: BudgetController::default(),
         };
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
-        for _ in 0..BASELINE_SAMPLES {
+        let started = Instant::now();
+        while burst.len() < BASELINE_SAMPLES && started.elapsed() < Duration::from_secs(1) {
             burst.push(canary.round_trip(store, table, None).await?);
         }
         canary.baseline = p99(&burst);
@@ -145,11 +140,11 @@ impl TableCanary {
 
     /// Takes this poll's round trips and decides the table's pace.
     async fn poll(
-        mut self,
+        &mut self,
         store: &Store,
         table: &str,
         budget: Option<Duration>,
-    ) -> Result<(Self, Signal), String> {
+    ) -> Result<Signal, String> {
         let now = Instant::now();
         for _ in 0..PER_POLL {
             let took = self.round_trip(store, table, budget).await?;
@@ -164,7 +159,7 @@ impl TableCanary {
         }
         let Some(budget) = budget else {
             self.controller = BudgetController::default();
-            return Ok((self, Signal::Normal));
+            return Ok(Signal::Normal);
         };
         let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
         let p99 = p99(&trips);
@@ -192,7 +187,7 @@ impl TableCanary {
                 ),
             },
         };
-        Ok((self, signal))
+        Ok(signal)
     }
 
     /// One round trip: the point read, then the reading's write (the p99
