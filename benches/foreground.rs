@@ -8,7 +8,7 @@
 //! - by a client loop of 1,000-row `DELETE`s, each its own transaction;
 //! - by one big `DELETE`;
 //! - by Sluice with its defaults (built-in indicators on, latency budget
-//!   `auto`), sub-batches of 1,000 as the loop's;
+//!   `auto`, sub-batches of 100; `SLUICE_BENCH_SUB_BATCH` sets another);
 //! - by Sluice with budgets of 1.2× and 2× the canary's idle p99;
 //! - by Sluice with the budget off (indicators on).
 //!
@@ -82,6 +82,7 @@ async fn main() {
 /// Every purge of `store`'s table under the load `load` sends.
 async fn measure(backend: &str, store: &Store, load: &Store, rows: i64) {
     let aged = rows * 4 / 5;
+    let sub_batch: i64 = env("SLUICE_BENCH_SUB_BATCH", 100);
     fill(store, rows).await;
     let canary_idle = canary_p99(store).await;
     let idle = under_load(load, rows, async {
@@ -144,7 +145,7 @@ async fn measure(backend: &str, store: &Store, load: &Store, rows: i64) {
             .start()
             .await
             .unwrap();
-        let (took, latencies) = timed(load, rows, sluice(&runtime, store, budget)).await;
+        let (took, latencies) = timed(load, rows, sluice(&runtime, store, budget, sub_batch)).await;
         runtime.shutdown().await.unwrap();
         report(backend, name, Some(took), &latencies, idle_p99, aged);
     }
@@ -162,12 +163,13 @@ async fn timed(load: &Store, rows: i64, purge: impl Future<Output = ()>) -> (Dur
     (took, latencies)
 }
 
-/// Deletes the aged rows with `delete-aged-rows` on `runtime`, sub-batches
-/// of 1,000, everything else as enqueued with no option but `budget`.
-async fn sluice(runtime: &Runtime, store: &Store, budget: Option<LatencyBudget>) {
+/// Deletes the aged rows with `delete-aged-rows` on `runtime`, everything
+/// as enqueued with no option but `budget` and `sub_batch` rows a
+/// sub-batch.
+async fn sluice(runtime: &Runtime, store: &Store, budget: Option<LatencyBudget>, sub_batch: i64) {
     let arguments = common::older_than_a_day(store, "bench_events").await;
     let options = sluice_operations::EnqueueOptions {
-        sub_batch_size: 1_000,
+        sub_batch_size: sub_batch,
         latency_budget: budget,
         ..sluice_operations::EnqueueOptions::default()
     };
@@ -179,6 +181,21 @@ async fn sluice(runtime: &Runtime, store: &Store, budget: Option<LatencyBudget>)
         .wait(op.id, Duration::from_secs(3_600))
         .await
         .unwrap();
+    let events = store.events(op.id, 0).await.unwrap();
+    let paces: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            sluice_store::Event::Throttled { health, reason } => Some(format!(
+                "{health:?}{}",
+                reason
+                    .as_deref()
+                    .filter(|r| r.starts_with("latency"))
+                    .map_or(String::new(), |_| " (budget)".into())
+            )),
+            _ => None,
+        })
+        .collect();
+    eprintln!("  health changes: {}", paces.join(", "));
 }
 
 /// A client loop: 1,000 aged rows a statement, each its own transaction,
@@ -191,8 +208,8 @@ async fn client_loop(store: &Store) {
         }
     };
     let tail = match store.backend() {
-        Backend::MySql(_) => " ORDER BY id LIMIT 1000",
-        _ => " ORDER BY id LIMIT 1000)",
+        Backend::MySql(_) => " LIMIT 1000",
+        _ => " LIMIT 1000)",
     };
     loop {
         let statement = Statement::new(head)
@@ -253,7 +270,8 @@ async fn canary_p99(store: &Store) -> Duration {
 }
 
 /// `bench_events`: `rows` rows, the first 80 % aged, the rest young
-/// (2099), indexed on `created_at`; autovacuum as the server has it.
+/// (2037: within MySQL's TIMESTAMP range), indexed on `created_at`;
+/// autovacuum as the server has it.
 async fn fill(store: &Store, rows: i64) {
     fill_aged_events(store, rows).await;
     let young = Statement::new("UPDATE bench_events SET created_at = ")
@@ -340,5 +358,5 @@ fn cutoff() -> chrono::DateTime<chrono::Utc> {
 }
 
 fn young() -> chrono::DateTime<chrono::Utc> {
-    "2099-01-01T00:00:00Z".parse().unwrap()
+    "2037-01-01T00:00:00Z".parse().unwrap()
 }

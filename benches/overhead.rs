@@ -26,6 +26,8 @@
 //! e.g. `postgres`, default both; `SLUICE_BENCH_SUB_BATCH`, rows per
 //! sub-batch for both sides, default 1,000;
 //! `SLUICE_BENCH_PER_BATCH`, sub-batches per runtime batch, default 20;
+//! `SLUICE_BENCH_INDICATORS=off` runs the runtime without its built-in
+//! indicators and latency budget, which are on by default, as users run it;
 //! `SLUICE_TEST_POSTGRES_URL`).
 //! Prints the median of each, their ratio, and what the runtime adds per
 //! sub-batch in microseconds (the ratio also depends on how long the
@@ -315,12 +317,14 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
         max_batch_size: per_batch() * sub_batch,
         ..RuntimeConfig::default()
     };
-    let runtime = RuntimeBuilder::with_store(store.clone())
-        .config(config)
-        .without_builtin_indicators()
-        .start()
-        .await
-        .unwrap();
+    // As users run it: the built-in indicators and the latency budget on,
+    // unless SLUICE_BENCH_INDICATORS=off asks for the runtime alone.
+    let builder = RuntimeBuilder::with_store(store.clone()).config(config);
+    let builder = match env("SLUICE_BENCH_INDICATORS", "on".to_owned()).as_str() {
+        "off" => builder.without_builtin_indicators(),
+        _ => builder,
+    };
+    let runtime = builder.start().await.unwrap();
     let arguments = common::older_than_a_day(store, "bench_events").await;
     let options = EnqueueOptions {
         batch_size: per_batch() * sub_batch,

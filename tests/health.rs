@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::TestDb;
 use sluice_runtime::health::{HealthContext, Scope, Thresholds, Watched};
 use sluice_runtime::indicators::{InnodbActivity, TableActivity, default_indicators};
-use sluice_runtime::latency::{LADDER, LatencyCanary, MIN_SAMPLES};
+use sluice_runtime::latency::{LADDER, LatencyCanary, MIN_SAMPLES, PER_POLL};
 use sluice_runtime::{HealthIndicator, Signal};
 use sluice_store::LatencyBudget;
 
@@ -115,9 +115,10 @@ async fn the_latency_canary_holds_a_table_to_its_strictest_budget(db: &TestDb) {
             .map(|r| r.signal.clone())
             .unwrap_or_else(|| panic!("no reading for {table}: {readings:?}"))
     };
-    // Three round trips a poll: the first decision comes once MIN_SAMPLES
-    // are in, and it is two steps down (the p99 is far over 1.5× 1 µs).
-    let polls_to_decide = MIN_SAMPLES.div_ceil(3);
+    // PER_POLL round trips a poll: the first decision comes once
+    // MIN_SAMPLES are in, and it is two steps down (the p99 is far over
+    // 1.5× 1 µs).
+    let polls_to_decide = MIN_SAMPLES.div_ceil(PER_POLL);
     let mut signals = Vec::new();
     for _ in 0..polls_to_decide * 4 {
         let readings = canary.check(&context).await.expect("canary reads");

@@ -36,14 +36,15 @@ pub const ID: &str = "latency-budget";
 /// The longest span of round trips a p99 is taken over.
 pub const WINDOW: Duration = Duration::from_secs(8);
 
-/// Round trips a decision needs since the last change.
-pub const MIN_SAMPLES: usize = 24;
+/// Round trips a decision needs since the last change: enough that their
+/// p99 is not simply the worst of them.
+pub const MIN_SAMPLES: usize = 100;
 
 /// Round trips per poll.
-const PER_POLL: usize = 3;
+pub const PER_POLL: usize = 8;
 
 /// Round trips of the burst that measures the idle p99.
-const BASELINE_SAMPLES: usize = 24;
+const BASELINE_SAMPLES: usize = 100;
 
 /// The paces the controller moves between, as percentages of full speed.
 pub const LADDER: [u8; 10] = [100, 75, 55, 40, 30, 20, 14, 10, 7, 5];
