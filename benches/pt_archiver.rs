@@ -121,6 +121,10 @@ async fn main() {
             None => println!("no replica at {replica_url}: the lag-checking pair is skipped"),
         }
     }
+    // `SLUICE_BENCH_BUDGET=match`: Sluice's latency budget is the clients'
+    // p99 under pt-archiver in the same pair (pt-archiver goes first).
+    let matched = std::env::var("SLUICE_BENCH_BUDGET").is_ok_and(|v| v == "match");
+    let mut pt_p99: Option<u64> = None;
     for repeat in 0..repeats {
         for lag_from in &pairs {
             let with = if lag_from.is_some() {
@@ -142,15 +146,23 @@ async fn main() {
                     None => false,
                 };
                 let cpu_before = server_cpu();
-                let (name, took, latencies) = if (turn + repeat) % 2 == 0 {
+                let pt_turn = if matched {
+                    turn == 0
+                } else {
+                    (turn + repeat) % 2 == 0
+                };
+                let (name, took, latencies) = if pt_turn {
                     let (took, latencies) =
                         timed(load.during(&primary, pt_archiver(&url, *lag_from))).await;
+                    pt_p99 = Some(percentile(&latencies.all, 0.99));
                     (format!("pt-archiver{with}"), took, latencies)
                 } else {
-                    sluice_enqueue(&url).await;
+                    let budget = pt_p99.filter(|_| matched).map(|us| format!("{us}us"));
+                    sluice_enqueue(&url, budget.as_deref()).await;
                     let (took, latencies) =
                         timed(load.during(&primary, sluice_run(&url, *lag_from))).await;
-                    (format!("Sluice{with}"), took, latencies)
+                    let budgeted = budget.map_or(String::new(), |b| format!(", budget {b}"));
+                    (format!("Sluice{with}{budgeted}"), took, latencies)
                 };
                 if let Some(replica) = &replica_pool {
                     if held {
@@ -214,27 +226,28 @@ async fn pt_archiver(url: &str, replica: Option<&str>) {
 
 /// Enqueues Sluice's `delete-aged-rows` over the aged rows, sub-batches
 /// of 1,000 in batches of 20,000.
-async fn sluice_enqueue(url: &str) {
-    sluice(
-        url,
-        &[
-            "enqueue",
-            "delete-aged-rows",
-            "--table",
-            TABLE,
-            "--column",
-            "created_at",
-            "--older-than",
-            "1d",
-            "--batch-size",
-            "20000",
-            "--sub-batch-size",
-            "1000",
-            "--pause",
-            &std::env::var("SLUICE_BENCH_PAUSE").unwrap_or_else(|_| "0ms".into()),
-        ],
-    )
-    .await;
+async fn sluice_enqueue(url: &str, budget: Option<&str>) {
+    let pause = std::env::var("SLUICE_BENCH_PAUSE").unwrap_or_else(|_| "0ms".into());
+    let mut args = vec![
+        "enqueue",
+        "delete-aged-rows",
+        "--table",
+        TABLE,
+        "--column",
+        "created_at",
+        "--older-than",
+        "1d",
+        "--batch-size",
+        "20000",
+        "--sub-batch-size",
+        "1000",
+        "--pause",
+        &pause,
+    ];
+    if let Some(budget) = budget {
+        args.extend(["--latency-budget", budget]);
+    }
+    sluice(url, &args).await;
 }
 
 /// Runs what was enqueued to the end with `sluice run --until-idle`, one
