@@ -9,6 +9,7 @@ mod demo;
 mod enqueue;
 mod failure;
 mod progress;
+mod reference;
 mod render;
 mod run;
 mod schedule;
@@ -123,6 +124,10 @@ enum Command {
     Prune(PruneArgs),
     /// Serve the operator console's HTTP API (`/api`, `/metrics`, `/healthz`, `/readyz`).
     Serve(serve::ServeArgs),
+    /// Print a shell completion script (needs no database).
+    Completions(reference::CompletionsArgs),
+    /// Print a manual page, of sluice or a subcommand, as roff: `sluice man enqueue | man -l -`.
+    Man(reference::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -192,6 +197,12 @@ async fn with_telemetry(mut cli: Cli) -> Result<(), Failure> {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    // What needs no database is answered without connecting to one.
+    match &cli.command {
+        Command::Completions(args) => return reference::completions(args),
+        Command::Man(args) => return reference::man(args),
+        _ => {}
+    }
     let options = ConnectOptions {
         acquire_timeout: std::time::Duration::from_secs(5),
         max_connections: 16,
@@ -292,6 +303,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Retry(args) => control::apply(store, control::Action::Retry, &args).await,
         Command::Limit(args) => control::limit(store, &args).await,
         Command::Serve(args) => serve::run(store, args).await,
+        Command::Completions(_) | Command::Man(_) => unreachable!("answered before connecting"),
         Command::Prune(args) => {
             let deleted = store.prune(args.older_than, args.chunk).await?;
             render::pruned(deleted, args.older_than, args.json)

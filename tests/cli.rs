@@ -655,3 +655,45 @@ async fn latency_budgets_are_set_at_enqueue_and_by_limit_and_shown(db: &TestDb) 
         serde_json::json!(["--latency-budget"])
     );
 }
+
+/// Completion scripts and manual pages need no database: they are printed
+/// even when the one named cannot be reached.
+#[test]
+fn completions_and_manual_pages_are_printed_without_a_database() {
+    let unreachable = "postgres://nobody@127.0.0.1:1/none";
+    let sluice = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["--database-url", unreachable])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for (shell, mark) in [
+        ("bash", "_sluice()"),
+        ("zsh", "#compdef sluice"),
+        ("fish", "complete -c sluice"),
+    ] {
+        let output = sluice(&["completions", shell]);
+        assert!(output.status.success(), "{shell}: {}", stderr(&output));
+        let script = stdout(&output);
+        assert!(
+            script.contains(mark) && script.contains("latency-budget"),
+            "{shell}"
+        );
+    }
+    let page = sluice(&["man", "enqueue", "delete-aged-rows"]);
+    assert!(page.status.success(), "{}", stderr(&page));
+    let roff = stdout(&page);
+    assert!(
+        roff.contains(".TH sluice-enqueue-delete-aged-rows"),
+        "{roff}"
+    );
+    assert!(roff.contains("older\\-than"), "its options are listed");
+    let unknown = sluice(&["man", "enqueue", "nope"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown).contains("no subcommand `nope` of `sluice enqueue`"),
+        "{}",
+        stderr(&unknown)
+    );
+}
