@@ -261,14 +261,13 @@ fn stop_duration(events: &[sluice_store::RecordedEvent]) -> Option<i64> {
             }
         )
     })?;
+    // Released by the first signal that is not a stop: normal, or a
+    // throttle (the latency budget may slow the work as it resumes).
     let release = events.iter().find(|e| {
         e.seq > stop.seq
             && matches!(
-                e.event,
-                Event::Throttled {
-                    health: Health::Normal,
-                    ..
-                }
+                &e.event,
+                Event::Throttled { health, .. } if *health != Health::Stopped
             )
     })?;
     Some(release.recorded_at - stop.recorded_at)
