@@ -74,6 +74,12 @@ async fn an_operator_pauses_and_resumes_a_running_operation_from_the_dashboard()
         !now.is_empty() && now != first
     })
     .await;
+    // While it runs, its table's canary says what the latency is and, as
+    // no budget is set, against the default one.
+    until_within("the page to show the canary's reading", LIMIT, || async {
+        text("#op-latency").await.starts_with("canary p99 ")
+    })
+    .await;
     screenshot(&browser, "running").await;
 
     confirm(&browser, "pause").await;
@@ -106,6 +112,7 @@ async fn an_operator_pauses_and_resumes_a_running_operation_from_the_dashboard()
     .await;
     assert_eq!(status(&db, id).await, "finished");
     assert_ne!(text("#op-rows").await, paused_at);
+    assert_eq!(text("#op-latency").await, "–", "no reading once it ends");
     screenshot(&browser, "finished").await;
     // The state machine allows no control on a finished operation: the page
     // offers none.
