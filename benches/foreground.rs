@@ -72,7 +72,7 @@ async fn main() {
         let autovacuum = set_autovacuum(&store).await;
         measure(backend, &store, &load, rows).await;
         if let Some(previous) = autovacuum {
-            restore_autovacuum(&store, &previous).await;
+            alter_autovacuum(&store, &previous).await;
         }
         store.close().await;
         load.close().await;
@@ -308,15 +308,10 @@ async fn set_autovacuum(store: &Store) -> Option<String> {
     Some(previous)
 }
 
-async fn restore_autovacuum(store: &Store, previous: &str) {
-    alter_autovacuum(store, previous).await;
-}
-
 async fn alter_autovacuum(store: &Store, value: &str) {
     let Backend::Postgres(pool) = store.backend() else {
         return;
     };
-    let value = if value == "on" { "on" } else { "off" };
     let set = if value == "on" {
         "ALTER SYSTEM SET autovacuum = on"
     } else {

@@ -312,10 +312,8 @@ async fn options_it_lacks(
         .find(|r| r.target == operation_target(record.id))
         .map(|r| r.rows_per_second);
     let budgets = store.latency_budgets().await?;
-    let (_, budget_target) = sluice_store::budget_and_target(&budgets, record.id, &has.kind);
-    let own_budget = budget_target
-        .filter(|t| *t == operation_target(record.id))
-        .map(|_| sluice_store::budget_for(&budgets, record.id, &has.kind));
+    let (budget, set_for) = sluice_store::budget_and_target(&budgets, record.id, &has.kind);
+    let own_budget = (set_for == Some(operation_target(record.id))).then_some(budget);
     let default = EnqueueOptions::default();
     let set_otherwise = |asked: i64, default: i64, has: i64| asked != default && asked != has;
     let limit_otherwise = |asked: Option<i64>, has: Option<i64>| asked.is_some() && asked != has;

@@ -47,7 +47,7 @@ pub fn list(
                 let mut value = operation_json(record);
                 value["pace"] = json!(pace);
                 value["binding"] = json!(pace_of(record));
-                value["latency"] = json!(canary_of(record).map(latency_json));
+                value["latency"] = json!(canary_of(record).map(CanaryReading::to_json));
                 value
             })
             .collect();
@@ -227,7 +227,8 @@ pub fn show(
             "budget": held.latency_budget.0,
             "set_for": held.latency_budget.1,
         });
-        value["latency"] = json!(running_canary(record, held.canary.as_ref()).map(latency_json));
+        value["latency"] =
+            json!(running_canary(record, held.canary.as_ref()).map(CanaryReading::to_json));
         return print_json(&value);
     }
     let Held {
@@ -750,18 +751,6 @@ fn running_canary<'a>(
     canary: Option<&'a CanaryReading>,
 ) -> Option<&'a CanaryReading> {
     canary.filter(|_| record.state.status == sluice_store::OperationStatus::Running)
-}
-
-/// A canary reading in JSON, with its sentence.
-fn latency_json(canary: &CanaryReading) -> serde_json::Value {
-    json!({
-        "p99_us": canary.p99_us,
-        "budget_us": canary.budget_us,
-        "samples": canary.samples,
-        "measured_at": canary.measured_at,
-        "over_budget": canary.budget_us.is_some_and(|b| canary.p99_us > b),
-        "says": canary.describe(),
-    })
 }
 
 /// A canary reading as a table cell: `3.1/5.0 ms`, `0.42 ms` without a budget.

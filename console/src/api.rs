@@ -281,17 +281,10 @@ pub(crate) async fn show(
     // While it runs: its table's canary p99 against its latency budget.
     if record.state.status == sluice_store::OperationStatus::Running {
         let canaries = console.store.canaries().await?;
-        value["latency"] = serde_json::json!(
-            canaries
-                .iter()
-                .find(|c| c.table_name == record.state.table)
-                .map(|c| serde_json::json!({
-                    "p99_us": c.p99_us,
-                    "budget_us": c.budget_us,
-                    "over_budget": c.budget_us.is_some_and(|b| c.p99_us > b),
-                    "says": c.describe(),
-                }))
-        );
+        value["latency"] = canaries
+            .iter()
+            .find(|c| c.table_name == record.state.table)
+            .map_or(Value::Null, sluice_store::CanaryReading::to_json);
     }
     Ok(Json(value))
 }

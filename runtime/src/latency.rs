@@ -132,9 +132,10 @@ impl TableCanary {
             controller: BudgetController::default(),
         };
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
+        let reading = canary.reading(store, table, None);
         let started = Instant::now();
         while burst.len() < BASELINE_SAMPLES && started.elapsed() < Duration::from_secs(1) {
-            burst.push(canary.round_trip(store, table, None).await?);
+            burst.push(canary.round_trip(store, &reading).await?);
         }
         canary.baseline = p99(&burst);
         Ok(canary)
@@ -148,8 +149,9 @@ impl TableCanary {
         budget: Option<Duration>,
     ) -> Result<Signal, String> {
         let now = Instant::now();
+        let reading = self.reading(store, table, budget);
         for _ in 0..PER_POLL {
-            let took = self.round_trip(store, table, budget).await?;
+            let took = self.round_trip(store, &reading).await?;
             self.samples.push_back((now, took));
         }
         while self
@@ -192,22 +194,21 @@ impl TableCanary {
         Ok(signal)
     }
 
-    /// One round trip: the point read, then the reading's write (the p99
-    /// so far, held to `budget`), timed together.
-    async fn round_trip(
-        &self,
-        store: &Store,
-        table: &str,
-        budget: Option<Duration>,
-    ) -> Result<Duration, String> {
+    /// What this poll's writes record: the p99 so far, held to `budget`.
+    fn reading(&self, store: &Store, table: &str, budget: Option<Duration>) -> CanaryReading {
         let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
-        let reading = CanaryReading {
+        CanaryReading {
             table_name: table.to_owned(),
             p99_us: micros(p99(&trips)),
             budget_us: budget.map(micros),
             samples: trips.len() as i64,
             measured_at: store.clock().now_ms(),
-        };
+        }
+    }
+
+    /// One round trip: the point read, then `reading`'s write, timed
+    /// together.
+    async fn round_trip(&self, store: &Store, reading: &CanaryReading) -> Result<Duration, String> {
         let started = Instant::now();
         if let Some(probe) = &self.probe {
             store
@@ -216,7 +217,7 @@ impl TableCanary {
                 .map_err(|e| e.to_string())?;
         }
         store
-            .record_canary(&reading)
+            .record_canary(reading)
             .await
             .map_err(|e| e.to_string())?;
         Ok(started.elapsed())

@@ -128,13 +128,31 @@ pub struct CanaryReading {
 }
 
 impl CanaryReading {
+    /// Whether the p99 is over the budget it was held to.
+    pub fn over_budget(&self) -> bool {
+        self.budget_us.is_some_and(|budget| self.p99_us > budget)
+    }
+
+    /// As `show --json`, `list --json` and the console give it: the
+    /// reading, whether it is over its budget, and its sentence.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "p99_us": self.p99_us,
+            "budget_us": self.budget_us,
+            "samples": self.samples,
+            "measured_at": self.measured_at,
+            "over_budget": self.over_budget(),
+            "says": self.describe(),
+        })
+    }
+
     /// "canary p99 3.1 ms of a 5.0 ms budget", "canary p99 6.2 ms over a
     /// 5.0 ms budget", or "canary p99 0.4 ms" without one.
     pub fn describe(&self) -> String {
         let p99 = millis(Duration::from_micros(self.p99_us.unsigned_abs()));
         match self.budget_us {
             Some(budget) => {
-                let word = if self.p99_us > budget { "over" } else { "of" };
+                let word = if self.over_budget() { "over" } else { "of" };
                 let budget = millis(Duration::from_micros(budget.unsigned_abs()));
                 format!("canary p99 {p99} {word} a {budget} budget")
             }
