@@ -317,14 +317,10 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
         max_batch_size: per_batch() * sub_batch,
         ..RuntimeConfig::default()
     };
-    // As users run it: the built-in indicators and the latency budget on,
-    // unless SLUICE_BENCH_INDICATORS=off asks for the runtime alone.
-    let builder = RuntimeBuilder::with_store(store.clone()).config(config);
-    let builder = match env("SLUICE_BENCH_INDICATORS", "on".to_owned()).as_str() {
-        "off" => builder.without_builtin_indicators(),
-        _ => builder,
-    };
-    let runtime = builder.start().await.unwrap();
+    let runtime = common::as_users_run(RuntimeBuilder::with_store(store.clone()).config(config))
+        .start()
+        .await
+        .unwrap();
     let arguments = common::older_than_a_day(store, "bench_events").await;
     let options = EnqueueOptions {
         batch_size: per_batch() * sub_batch,

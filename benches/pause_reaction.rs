@@ -135,10 +135,8 @@ async fn measure(poll: Duration) -> (Vec<Duration>, Duration) {
         max_batch_size: 20_000,
         ..RuntimeConfig::default()
     };
-    let runtime = RuntimeBuilder::with_store(store.clone())
-        .config(config)
+    let runtime = common::as_users_run(RuntimeBuilder::with_store(store.clone()).config(config))
         .register(Stamped(Arc::clone(&stamps)))
-        .without_builtin_indicators()
         .indicator(indicator)
         .start()
         .await
@@ -236,10 +234,8 @@ async fn operator_pause(announced: bool) -> Vec<Duration> {
         max_batch_size: 20_000,
         ..RuntimeConfig::default()
     };
-    let runtime = RuntimeBuilder::with_store(store.clone())
-        .config(config)
+    let runtime = common::as_users_run(RuntimeBuilder::with_store(store.clone()).config(config))
         .register(Stamped(Arc::clone(&stamps)))
-        .without_builtin_indicators()
         .start()
         .await
         .unwrap();

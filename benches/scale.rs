@@ -93,10 +93,8 @@ async fn main() {
         max_batch_size: 5,
         ..RuntimeConfig::default()
     };
-    let runtime = RuntimeBuilder::with_store(store.clone())
-        .config(config)
+    let runtime = common::as_users_run(RuntimeBuilder::with_store(store.clone()).config(config))
         .register(TouchTenant)
-        .without_builtin_indicators()
         .start()
         .await
         .unwrap();
