@@ -445,7 +445,7 @@ async fn on_sqlite_every_format_and_operator_selects_exactly_the_rows_in_relatio
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
-    use sluice_store::{Dialect, Statement};
+    use sluice_store::Statement;
 
     let db = TestDb::sqlite().await;
     db.execute("CREATE TABLE stamps (id INTEGER PRIMARY KEY, at TEXT NOT NULL)")
@@ -498,7 +498,7 @@ async fn on_sqlite_every_format_and_operator_selects_exactly_the_rows_in_relatio
                 .unwrap()
                 .scope(filter(Filter::new(), bound))
                 .unwrap()
-                .for_dialect(Dialect::Sqlite)
+                .for_dialect(&sluice_store::dialect::SQLITE)
                 .unwrap();
             let count = shape
                 .filter()

@@ -9,11 +9,11 @@
 //! processed) or in one already run (and is out of scope for this operation,
 //! provably: its key is at or below the cursor).
 
-use sluice_store::{Backend, Cursor, Ident, Statement, Store, StoreError};
+pub use sluice_store::LoopPick;
+use sluice_store::{Cursor, Ident, Statement, Store, StoreError};
 
 use crate::error::OperationError;
 use crate::shape::{Shape, Strategy};
-use crate::target::full_scan_line;
 
 /// Where the next batch of `shape` after `after` ends so that it holds `size`
 /// rows in scope (fewer when fewer remain), or `None` when no row is left.
@@ -76,7 +76,10 @@ pub async fn explain_batch_query(
     let query = probe(shape, from, size);
     let plan = store.explain(&query).await?;
     let nothing_to_scan = from.is_none() && matches!(shape.strategy(), Strategy::Keyset(_));
-    let full_scan = full_scan_line(&plan, shape.table().name(), store.backend().dialect())
+    let full_scan = store
+        .backend()
+        .dialect()
+        .full_scan_line(&plan, shape.table().name())
         .filter(|_| !nothing_to_scan);
     Ok(BatchQueryPlan {
         query,
@@ -137,40 +140,6 @@ pub fn range_predicate(
         statement = row_compare(statement, columns, " <= ", until);
     }
     statement
-}
-
-/// How a loop sub-batch names the rows it picks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoopPick {
-    /// `key IN (SELECT key FROM table WHERE scope LIMIT n)`: every backend.
-    InSubquery,
-    /// `key = ANY (CASE WHEN <guard> THEN ARRAY(SELECT key FROM table
-    /// WHERE scope LIMIT n) END)` (PostgreSQL): the pick runs once, before
-    /// the change, and the change finds the picked rows through the key's
-    /// index whatever `n` is. With `IN`, past a few thousand rows the
-    /// planner hash-joins the pick against a scan of the whole table, every
-    /// sub-batch. The guard ([`Statement::guard`]) reads `TRUE`, which the
-    /// planner folds away; a one-statement sub-batch puts its fence there,
-    /// tested once before the pick runs.
-    KeyArray,
-    /// `WHERE scope LIMIT n` (MySQL, MariaDB): their own limited `DELETE`
-    /// or `UPDATE` (they refuse a `LIMIT` inside `IN`), the scope tested on
-    /// every row the statement changes, rows taken in the order of the
-    /// index that serves the scope. Not `ORDER BY key`: when the scope's
-    /// index is not the key's, MySQL would sort every row in scope on each
-    /// sub-batch (`Using filesort`). Nothing can be appended to its `WHERE`.
-    Limit,
-}
-
-impl LoopPick {
-    /// The form for the store's database.
-    pub fn for_store(store: &Store) -> Self {
-        match store.backend() {
-            Backend::Postgres(_) => LoopPick::KeyArray,
-            Backend::Sqlite(_) => LoopPick::InSubquery,
-            Backend::MySql(_) => LoopPick::Limit,
-        }
-    }
 }
 
 /// Where a seeking loop sub-batch's rows lie ([`Shape::seek_by`]): between

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sluice_store::{Backend, CursorValue, Ident, SqlValue, Statement, Store};
+use sluice_store::{CursorValue, Ident, SqlValue, Statement, Store};
 
 use crate::error::OperationError;
 use crate::operation::Operation;
@@ -160,8 +160,8 @@ impl DeleteAgedRows {
             .unwrap_or_default()
             .to_ascii_lowercase();
         // Only SQLite has no column types of its own to go by.
-        let typed = !matches!(store.backend(), Backend::Sqlite(_));
-        let cutoff = if zoneless::is_zoneless(store.backend(), &declared) {
+        let typed = store.backend().dialect().has_column_types();
+        let cutoff = if store.backend().dialect().is_zoneless(&declared) {
             zoneless::cutoff(store, table, column, &declared, at, now, &asked).await?
         } else if declared.contains("timestamp") || declared == "date" || declared == "datetime" {
             Cutoff::Timestamp(at)
@@ -454,10 +454,7 @@ async fn refuse_mixed_formats(
     example: &str,
 ) -> Result<(), OperationError> {
     let separator = separator_of(example).to_string();
-    let (matches, differs) = match store.backend() {
-        Backend::MySql(_) => (" REGEXP ", " NOT REGEXP "),
-        _ => (" ~ ", " !~ "),
-    };
+    let (matches, differs) = store.backend().dialect().regexp_operators();
     let other = Statement::new("SELECT ")
         .ident(column)
         .push(" FROM ")

@@ -230,7 +230,7 @@ impl Registry {
         &self,
         kind: &str,
         arguments: &str,
-        dialect: Dialect,
+        dialect: &'static dyn Dialect,
     ) -> Result<Arc<dyn PreparedOperation>, OperationError> {
         let operation = self.lookup(kind)?;
         operation.prepare(arguments, dialect)
@@ -275,7 +275,7 @@ trait ErasedOperation: Send + Sync {
     fn prepare(
         &self,
         arguments: &str,
-        dialect: Dialect,
+        dialect: &'static dyn Dialect,
     ) -> Result<Arc<dyn PreparedOperation>, OperationError>;
 
     async fn arguments_at(
@@ -308,7 +308,7 @@ impl<O: Operation> ErasedOperation for Typed<O> {
     fn prepare(
         &self,
         arguments: &str,
-        dialect: Dialect,
+        dialect: &'static dyn Dialect,
     ) -> Result<Arc<dyn PreparedOperation>, OperationError> {
         let arguments: O::Arguments = serde_json::from_str(arguments)
             .map_err(|e| OperationError::Arguments(format!("for `{}`: {e}", self.0.kind())))?;

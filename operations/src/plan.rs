@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_store::{Dialect, Probe, Statement, Store};
+use sluice_store::{Probe, Statement, Store};
 
 use crate::batching::BatchQueryPlan;
 use crate::enqueue::{
@@ -201,7 +201,7 @@ pub async fn plan(
         rows_in_scope,
         table_rows,
         batch_query: batch_query.text().as_str().to_owned(),
-        index: index_in_plan(&query_plan, dialect),
+        index: sluice_store::dialect::index_in_plan(&query_plan, dialect),
         query_plan,
         refusal,
         batches,
@@ -217,11 +217,7 @@ pub async fn plan(
         triggers,
         predicted_ms,
         predicted_log_bytes,
-        log_name: match dialect {
-            Dialect::Postgres => Some("WAL"),
-            Dialect::MySql => Some("redo log"),
-            Dialect::Sqlite => None,
-        },
+        log_name: dialect.log_name(),
         advice,
     })
 }
@@ -312,30 +308,6 @@ fn predicted(
     (duration, log)
 }
 
-/// The index a plan reads, as each dialect names it: PostgreSQL's
-/// `Index [Only] Scan using NAME` or `Bitmap Index Scan on NAME`, SQLite's
-/// `USING [COVERING] INDEX NAME` or `USING INTEGER PRIMARY KEY`, MySQL's
-/// `key NAME`.
-pub fn index_in_plan(plan: &[String], dialect: Dialect) -> Option<String> {
-    let word_after = |line: &str, marker: &str| {
-        line.split_once(marker)
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .map(str::to_owned)
-    };
-    plan.iter().find_map(|line| match dialect {
-        Dialect::Postgres => {
-            word_after(line, " Scan using ").or_else(|| word_after(line, "Bitmap Index Scan on "))
-        }
-        Dialect::Sqlite => word_after(line, " USING COVERING INDEX ")
-            .or_else(|| word_after(line, " USING INDEX "))
-            .or_else(|| {
-                line.contains(" USING INTEGER PRIMARY KEY")
-                    .then(|| "INTEGER PRIMARY KEY (rowid)".to_owned())
-            }),
-        Dialect::MySql => word_after(line, " key ").filter(|key| key != "NULL"),
-    })
-}
-
 /// What to tell the operator beside the plan: a batch query that would be
 /// refused, nothing in scope, or most of the table going (another method
 /// is far cheaper than changing it row by row).
@@ -384,10 +356,6 @@ fn advice(
 mod tests {
     use super::*;
 
-    fn lines(plan: &[&str]) -> Vec<String> {
-        plan.iter().map(|l| (*l).to_owned()).collect()
-    }
-
     #[test]
     fn pieces_round_up_and_never_go_negative() {
         assert_eq!(pieces(0, 100), 0);
@@ -395,53 +363,6 @@ mod tests {
         assert_eq!(pieces(100, 100), 1);
         assert_eq!(pieces(101, 100), 2);
         assert_eq!(pieces(-5, 100), 0);
-    }
-
-    #[test]
-    fn each_dialect_names_the_index_its_plan_reads() {
-        let postgres = lines(&[
-            "Limit  (cost=0.42..35.1 rows=1000 width=6)",
-            "  ->  Index Scan using items_created_at_idx on items  (cost=0.42..28000 rows=800000 width=6)",
-            "        Index Cond: (created_at < now())",
-        ]);
-        assert_eq!(
-            index_in_plan(&postgres, Dialect::Postgres).as_deref(),
-            Some("items_created_at_idx")
-        );
-        let bitmap = lines(&[
-            "Bitmap Heap Scan on items",
-            "  ->  Bitmap Index Scan on items_pkey",
-        ]);
-        assert_eq!(
-            index_in_plan(&bitmap, Dialect::Postgres).as_deref(),
-            Some("items_pkey")
-        );
-        let seq = lines(&["Seq Scan on items  (cost=0.00..18000 rows=1000000 width=6)"]);
-        assert_eq!(index_in_plan(&seq, Dialect::Postgres), None);
-
-        let sqlite = lines(&["SEARCH items USING COVERING INDEX items_created (created_at<?)"]);
-        assert_eq!(
-            index_in_plan(&sqlite, Dialect::Sqlite).as_deref(),
-            Some("items_created")
-        );
-        let rowid = lines(&["SEARCH items USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"]);
-        assert_eq!(
-            index_in_plan(&rowid, Dialect::Sqlite).as_deref(),
-            Some("INTEGER PRIMARY KEY (rowid)")
-        );
-        assert_eq!(
-            index_in_plan(&lines(&["SCAN items"]), Dialect::Sqlite),
-            None
-        );
-
-        let mysql =
-            lines(&["table items access range possible_keys created key created Using where"]);
-        assert_eq!(
-            index_in_plan(&mysql, Dialect::MySql).as_deref(),
-            Some("created")
-        );
-        let all = lines(&["table items access ALL possible_keys NULL key NULL Using where"]);
-        assert_eq!(index_in_plan(&all, Dialect::MySql), None);
     }
 
     #[test]

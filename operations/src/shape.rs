@@ -50,13 +50,14 @@ pub enum Strategy {
 /// the session's `TimeZone`, UTC unless the store's
 /// [`sluice_store::ConnectOptions::time_zone`] says otherwise); on SQLite,
 /// whose time columns hold text, as the instant the text names, whatever
-/// its separator, fraction or offset ([`Dialect::Sqlite`] below), still
+/// its separator, fraction or offset
+/// ([`Dialect::compares_times_as_text`]), still
 /// walking an index on the column.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
     clauses: Vec<Clause>,
     error: Option<FilterError>,
-    dialect: Dialect,
+    dialect: &'static dyn Dialect,
 }
 
 /// The first bad input a filter was given, reported by [`Shape::scope`].
@@ -188,7 +189,7 @@ impl Shape {
     /// Errors: [`OperationError::Expression`] when an operator's condition
     /// would mean something else in `dialect`'s sessions than in the
     /// operator's own ([`Condition::check_for_mysql`]).
-    pub fn for_dialect(mut self, dialect: Dialect) -> Result<Self, OperationError> {
+    pub fn for_dialect(mut self, dialect: &'static dyn Dialect) -> Result<Self, OperationError> {
         read_alike(dialect, &self.scope.clauses)?;
         self.scope.dialect = dialect;
         Ok(self)
@@ -271,9 +272,7 @@ impl Shape {
     /// list; [`OperationError::Arguments`] as [`Shape::check_update`].
     pub fn checked_set(&self, set: &str) -> Result<Assignments, OperationError> {
         let set = Assignments::parse(set)?;
-        if self.scope.dialect == Dialect::MySql {
-            set.check_for_mysql()?;
-        }
+        self.scope.dialect.read_alike_set(&set)?;
         let written: Vec<&str> = set.columns().iter().map(String::as_str).collect();
         self.check_update(&written)?;
         Ok(set)
@@ -369,7 +368,7 @@ impl Filter {
                     column,
                     operator,
                     value: SqlValue::Timestamp(at),
-                } if self.dialect == Dialect::Sqlite => {
+                } if self.dialect.compares_times_as_text() => {
                     sqlite_time_compare(statement, column, *operator, *at)
                 }
                 Clause::Compare {
@@ -456,13 +455,10 @@ pub const ROW_ID_ALIASES: [&str; 4] = ["rowid", "oid", "_rowid_", "_rowid"];
 
 /// Refuses an operator's condition among `clauses` that `dialect`'s
 /// sessions would read otherwise than the operator's own do.
-fn read_alike(dialect: Dialect, clauses: &[Clause]) -> Result<(), OperatorSqlError> {
-    if dialect != Dialect::MySql {
-        return Ok(());
-    }
+fn read_alike(dialect: &dyn Dialect, clauses: &[Clause]) -> Result<(), OperatorSqlError> {
     for clause in clauses {
         if let Clause::Expression(condition) = clause {
-            condition.check_for_mysql()?;
+            dialect.read_alike(condition)?;
         }
     }
     Ok(())
@@ -472,6 +468,7 @@ fn read_alike(dialect: Dialect, clauses: &[Clause]) -> Result<(), OperatorSqlErr
 mod tests {
     use super::*;
     use chrono::{DateTime, Utc};
+    use sluice_store::dialect;
 
     #[test]
     fn filters_bind_values_and_quote_columns() {
@@ -517,15 +514,21 @@ mod tests {
     fn on_mysql_operator_sql_read_otherwise_there_is_refused_in_any_order() {
         let quoted = || Filter::new().expression("status = \"done\"");
         let shape = || Shape::range("t", "id").unwrap();
-        let bound_after = shape().scope(quoted()).unwrap().for_dialect(Dialect::MySql);
+        let bound_after = shape()
+            .scope(quoted())
+            .unwrap()
+            .for_dialect(&dialect::MYSQL);
         assert!(matches!(bound_after, Err(OperationError::Expression(_))));
-        let bound_before = shape().for_dialect(Dialect::MySql).unwrap().scope(quoted());
+        let bound_before = shape()
+            .for_dialect(&dialect::MYSQL)
+            .unwrap()
+            .scope(quoted());
         assert!(matches!(bound_before, Err(OperationError::Expression(_))));
-        for dialect in [Dialect::Postgres, Dialect::Sqlite] {
+        for dialect in [&dialect::POSTGRES as &'static dyn Dialect, &dialect::SQLITE] {
             let elsewhere = shape().scope(quoted()).unwrap().for_dialect(dialect);
             assert!(elsewhere.is_ok(), "{dialect:?}: a quoted name there");
         }
-        let mysql = shape().for_dialect(Dialect::MySql).unwrap();
+        let mysql = shape().for_dialect(&dialect::MYSQL).unwrap();
         assert!(matches!(
             mysql.checked_set("note = \"x\""),
             Err(OperationError::Expression(_))
@@ -557,7 +560,7 @@ mod tests {
                 .unwrap()
                 .scope(filter)
                 .unwrap()
-                .for_dialect(Dialect::Sqlite)
+                .for_dialect(&dialect::SQLITE)
                 .unwrap()
                 .filter()
                 .and_to(Statement::new("SELECT 1 WHERE 1 = 1"))

@@ -10,8 +10,7 @@
 use std::time::Duration;
 
 use sluice_store::{
-    Backend, BatchLease, Cursor, Dialect, Ident, SqlValue, Statement, Store, SubBatchSession,
-    SubBatchTx,
+    BatchLease, Cursor, Dialect, Ident, SqlValue, Statement, SubBatchSession, SubBatchTx,
 };
 use tracing::{Instrument, Span};
 
@@ -28,7 +27,7 @@ pub struct SubBatch<'a> {
     tx: SubBatchTx<'a>,
     rows: SubBatchRows<'a>,
     system: &'static str,
-    dialect: Dialect,
+    dialect: &'static dyn Dialect,
 }
 
 /// Which rows one sub-batch covers, and the statements that change exactly
@@ -212,7 +211,7 @@ impl<'a> SubBatch<'a> {
     }
 
     /// The SQL dialect the sub-batch's statements are written in.
-    pub fn dialect(&self) -> Dialect {
+    pub fn dialect(&self) -> &'static dyn Dialect {
         self.dialect
     }
 
@@ -327,21 +326,20 @@ pub async fn run_sub_batch(
 ) -> Result<SubBatchOutcome, OperationError> {
     let store = session.store().clone();
     let store = &store;
-    let system = db_system(store);
+    let system = store.backend().dialect().name();
     let dialect = store.backend().dialect();
     // PostgreSQL bounds a one-statement sub-batch itself
     // (`statement_timeout`); SQLite's statements have no such setting.
-    let timed_here = !matches!(store.backend(), Backend::Postgres(_));
+    let timed_here = !dialect.bounds_statements_in_session();
     let table = operation.shape().table().name();
     let rows = SubBatchRows::new(
         operation.shape(),
         bounds(session, operation.shape(), request).await?,
-        LoopPick::for_store(store),
+        dialect.loop_pick(),
     );
     // An SQLite loop picks its rows by rowid in its transaction first
     // (`SubBatch::pick_by_rowid`), so it is never one statement.
-    let picks_first =
-        matches!(store.backend(), Backend::Sqlite(_)) && matches!(rows.bounds, Bounds::Loop { .. });
+    let picks_first = dialect.picks_loop_rows_first() && matches!(rows.bounds, Bounds::Loop { .. });
     let reached = match &rows.bounds {
         Bounds::Range { end, .. } => Some(end.clone()),
         Bounds::Loop { seek, .. } => seek.as_ref().map(|seek| seek.to.clone()),
@@ -453,7 +451,7 @@ async fn bounds(
     match shape.strategy() {
         Strategy::Loop { .. } => {
             let seek = match (
-                LoopPick::for_store(store),
+                store.backend().dialect().loop_pick(),
                 shape.seek_column(),
                 shape.strategy(),
             ) {
@@ -507,7 +505,7 @@ async fn probed(
     timeout: Duration,
 ) -> Result<Option<Cursor>, OperationError> {
     let span = statement_span(
-        db_system(session.store()),
+        session.store().backend().dialect().name(),
         shape.table().name(),
         probe.text().as_str(),
     );
@@ -584,14 +582,5 @@ impl Rows for u64 {
 impl<T> Rows for (T, u64) {
     fn rows(&self) -> u64 {
         self.1
-    }
-}
-
-/// The `db.system` name of the store's database.
-fn db_system(store: &Store) -> &'static str {
-    match store.backend() {
-        Backend::Postgres(_) => "postgresql",
-        Backend::Sqlite(_) => "sqlite",
-        Backend::MySql(_) => "mysql",
     }
 }

@@ -5,9 +5,7 @@
 //! Every refusal is a [`TargetError`] whose message names the table, the
 //! column and what to do; nothing is written by any check here.
 
-use sluice_store::{
-    Backend, CursorValue, Dialect, Ident, IdentError, Statement, Store, StoreError,
-};
+use sluice_store::{CursorValue, Ident, IdentError, Statement, Store, StoreError};
 
 mod session_sql;
 mod time_column;
@@ -325,9 +323,9 @@ pub async fn check_key_values(
     table: &Ident,
     column: &Ident,
 ) -> Result<(), TargetError> {
-    let Backend::Sqlite(_) = store.backend() else {
+    if store.backend().dialect().has_column_types() {
         return Ok(());
-    };
+    }
     let end = |statement: Statement, order: &'static str| {
         statement
             .push("(SELECT typeof(")
@@ -381,9 +379,9 @@ pub async fn check_key_range(
     table: &Ident,
     column: &Ident,
 ) -> Result<(), TargetError> {
-    let Backend::MySql(_) = store.backend() else {
+    if !store.backend().dialect().has_unsigned_integers() {
         return Ok(());
-    };
+    }
     let largest = Statement::new("SELECT MAX(")
         .ident(column)
         .push(") AS ")
@@ -415,7 +413,7 @@ pub fn refuse_full_scan(
     column: &Ident,
     plan: &[String],
 ) -> Result<(), TargetError> {
-    match full_scan_line(plan, table.name(), store.backend().dialect()) {
+    match store.backend().dialect().full_scan_line(plan, table.name()) {
         Some(line) => Err(full_scan_refusal(table, column, &line)),
         None => Ok(()),
     }
@@ -430,149 +428,5 @@ pub(crate) fn full_scan_refusal(table: &Ident, column: &Ident, line: &str) -> Ta
         column: column.to_string(),
         index_name: format!("{}_{}_idx", table.name(), column.name()),
         plan: line.to_owned(),
-    }
-}
-
-/// The plan line that reads all of `table`, if any.
-///
-/// SQLite: a `SCAN table` detail (a `SEARCH` uses an index or the rowid).
-/// PostgreSQL: a `Seq Scan on table`, or an index scan on it without an
-/// `Index Cond` (walking a whole index only for its order reads every row).
-/// MySQL: access type `ALL` on the table with no index it could use
-/// ([`Store::explain`]'s `table T access A possible_keys P …` lines). A scan
-/// beside a usable index is the optimizer's choice for a small table, not a
-/// missing index.
-pub(crate) fn full_scan_line(plan: &[String], table: &str, dialect: Dialect) -> Option<String> {
-    let node = |line: &str| line.trim_start().trim_start_matches("->").trim().to_owned();
-    match dialect {
-        Dialect::Sqlite => {
-            return plan.iter().map(|l| node(l)).find(|l| {
-                l.strip_prefix("SCAN ")
-                    .and_then(|rest| rest.split_whitespace().next())
-                    == Some(table)
-            });
-        }
-        Dialect::MySql => {
-            let full = format!("table {table} access ALL possible_keys NULL ");
-            return plan.iter().find(|l| l.starts_with(&full)).cloned();
-        }
-        Dialect::Postgres => {}
-    }
-    let on_table = |line: &str| {
-        line.split(" on ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            == Some(table)
-    };
-    for (i, raw) in plan.iter().enumerate() {
-        let line = node(raw);
-        if line.contains("Seq Scan on ") && on_table(&line) {
-            return Some(line);
-        }
-        if (line.starts_with("Index Scan using ") || line.starts_with("Index Only Scan using "))
-            && on_table(&line)
-        {
-            // Its detail lines run until the next plan node.
-            let details = plan[i + 1..]
-                .iter()
-                .take_while(|l| !l.trim_start().starts_with("->"));
-            if !details
-                .map(|l| l.trim())
-                .any(|l| l.starts_with("Index Cond:"))
-            {
-                return Some(line);
-            }
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use sluice_store::Dialect;
-
-    use super::full_scan_line;
-
-    fn plan(lines: &[&str]) -> Vec<String> {
-        lines.iter().map(|l| l.to_string()).collect()
-    }
-
-    #[test]
-    fn sqlite_scan_is_full_and_search_is_not() {
-        assert_eq!(
-            full_scan_line(&plan(&["SCAN events"]), "events", Dialect::Sqlite).as_deref(),
-            Some("SCAN events")
-        );
-        assert_eq!(
-            full_scan_line(
-                &plan(&["SEARCH events USING INDEX e_created (created_at<?)"]),
-                "events",
-                Dialect::Sqlite
-            ),
-            None
-        );
-        assert_eq!(
-            full_scan_line(
-                &plan(&["SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"]),
-                "events",
-                Dialect::Sqlite
-            ),
-            None
-        );
-        assert_eq!(
-            full_scan_line(&plan(&["SCAN other"]), "events", Dialect::Sqlite),
-            None
-        );
-    }
-
-    #[test]
-    fn mysql_access_all_without_a_usable_index_is_full() {
-        let all = plan(&["table events access ALL possible_keys NULL key NULL Using where"]);
-        assert_eq!(
-            full_scan_line(&all, "events", Dialect::MySql).as_deref(),
-            Some("table events access ALL possible_keys NULL key NULL Using where")
-        );
-        let range = plan(&[
-            "table events access range possible_keys events_created key events_created Using where",
-        ]);
-        assert_eq!(full_scan_line(&range, "events", Dialect::MySql), None);
-        // A small table scanned although an index could serve it.
-        let chosen =
-            plan(&["table events access ALL possible_keys events_created key NULL Using where"]);
-        assert_eq!(full_scan_line(&chosen, "events", Dialect::MySql), None);
-        assert_eq!(full_scan_line(&all, "other", Dialect::MySql), None);
-    }
-
-    #[test]
-    fn postgres_seq_scans_and_filter_only_index_walks_are_full() {
-        let seq = plan(&[
-            "Limit  (cost=0.00..1.00 rows=1 width=8)",
-            "  ->  Seq Scan on events  (cost=…)",
-            "        Filter: (created_at < $1)",
-        ]);
-        assert_eq!(
-            full_scan_line(&seq, "events", Dialect::Postgres).as_deref(),
-            Some("Seq Scan on events  (cost=…)")
-        );
-        let walk = plan(&[
-            "Limit",
-            "  ->  Index Scan using events_pkey on events  (cost=…)",
-            "        Filter: (created_at < $1)",
-        ]);
-        assert!(full_scan_line(&walk, "events", Dialect::Postgres).is_some());
-        let served = plan(&[
-            "Limit",
-            "  ->  Index Scan using events_created on events  (cost=…)",
-            "        Index Cond: (created_at < $1)",
-        ]);
-        assert_eq!(full_scan_line(&served, "events", Dialect::Postgres), None);
-        let bitmap = plan(&[
-            "Bitmap Heap Scan on events",
-            "  Recheck Cond: (created_at < $1)",
-            "  ->  Bitmap Index Scan on events_created",
-            "        Index Cond: (created_at < $1)",
-        ]);
-        assert_eq!(full_scan_line(&bitmap, "events", Dialect::Postgres), None);
-        assert_eq!(full_scan_line(&seq, "other", Dialect::Postgres), None);
     }
 }

@@ -15,6 +15,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+use crate::dialect::Dialect;
 use crate::error::StoreError;
 
 /// Which database the store lives in.
@@ -33,26 +34,13 @@ pub enum Backend {
     MySql(MySqlPool),
 }
 
-/// Which SQL a store's database speaks, for code that writes SQL of its
-/// own where the two differ (how a time is compared with a text column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Dialect {
-    /// SQLite.
-    Sqlite,
-    /// PostgreSQL.
-    #[default]
-    Postgres,
-    /// MySQL and MariaDB.
-    MySql,
-}
-
 impl Backend {
-    /// The SQL this backend's database speaks.
-    pub fn dialect(&self) -> Dialect {
+    /// What this backend's database speaks where the databases differ.
+    pub fn dialect(&self) -> &'static dyn Dialect {
         match self {
-            Backend::Sqlite(_) => Dialect::Sqlite,
-            Backend::Postgres(_) => Dialect::Postgres,
-            Backend::MySql(_) => Dialect::MySql,
+            Backend::Sqlite(_) => &crate::dialect::SQLITE,
+            Backend::Postgres(_) => &crate::dialect::POSTGRES,
+            Backend::MySql(_) => &crate::dialect::MYSQL,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::connection::{Dialect, on_pool};
+use crate::connection::on_pool;
 use crate::error::StoreError;
 use crate::schedule::{kind_target, operation_target};
 use crate::store::Store;
@@ -98,10 +98,7 @@ impl Store {
         const READ: &str = "SELECT target, rows_per_second, tokens FROM sluice_rate_limits \
              WHERE target IN ($1, $2, '*')";
         const HOLD: &str = "UPDATE sluice_rate_limits SET held_until = $1 WHERE target = $2";
-        let take = match self.backend().dialect() {
-            Dialect::Sqlite => SQLITE_TAKE,
-            Dialect::Postgres | Dialect::MySql => TAKE,
-        };
+        let take = self.backend().dialect().scalar_extremes(TAKE, SQLITE_TAKE);
         let now = self.clock().now_ms();
         let (own, kinds) = (operation_target(id), kind_target(kind));
         Ok(on_pool!(self, |pool| {

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::connection::{Dialect, on_pool};
+use crate::connection::on_pool;
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -458,10 +458,7 @@ impl Store {
     /// `generic` (`ON CONFLICT … DO UPDATE`, SQLite and PostgreSQL), or
     /// `mysql` (`ON DUPLICATE KEY UPDATE`) on MySQL.
     pub(crate) fn upsert(&self, generic: &'static str, mysql: &'static str) -> &'static str {
-        match self.backend().dialect() {
-            Dialect::MySql => mysql,
-            Dialect::Sqlite | Dialect::Postgres => generic,
-        }
+        self.backend().dialect().upsert(generic, mysql)
     }
 
     /// Runs `delete` (one `$1` key) with `key`; true when a row went.

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sluice_store::{Dialect, Ident, Statement, Store};
+use sluice_store::{Ident, Statement, Store};
 
 use super::{Cutoff, DeleteAgedRows};
 use crate::batching::range_predicate;
@@ -135,7 +135,7 @@ impl Operation for ArchiveRows {
                 .idents(&columns)
                 .push(") ")
         };
-        if sub_batch.dialect() == Dialect::Postgres {
+        if sub_batch.dialect().moves_rows_in_one_statement() {
             // One statement: the rows deleted are exactly the rows copied.
             let statement = sub_batch
                 .rows_where(Statement::new("WITH moved AS (DELETE FROM ").ident(&table))
@@ -326,32 +326,7 @@ async fn refuse_new_columns(
     table: &Ident,
     columns: &[Ident],
 ) -> Result<(), OperationError> {
-    let listed = match sub_batch.dialect() {
-        Dialect::Postgres => Statement::new(
-            "SELECT string_agg(attname::text, ',') FROM pg_catalog.pg_attribute \
-             WHERE attnum > 0 AND NOT attisdropped AND attrelid = to_regclass(",
-        )
-        .value(table.quoted().into())
-        .push(")"),
-        Dialect::MySql => {
-            let head = Statement::new(
-                "SELECT GROUP_CONCAT(column_name SEPARATOR ',') FROM information_schema.columns \
-                 WHERE table_schema = ",
-            );
-            let within = match table.schema() {
-                Some(schema) => head.value(schema.into()),
-                None => head.push("DATABASE()"),
-            };
-            within.push(" AND table_name = ").value(table.name().into())
-        }
-        Dialect::Sqlite => {
-            Statement::new("SELECT group_concat(name, ',') FROM pragma_table_xinfo(")
-                .value(table.name().into())
-                .push(", ")
-                .value(table.schema().unwrap_or("main").into())
-                .push(") WHERE hidden <> 1")
-        }
-    };
+    let listed = sub_batch.dialect().column_list(table);
     let now = sub_batch.fetch_text(&listed).await?.unwrap_or_default();
     let added: Vec<&str> = now
         .split(',')

@@ -15,20 +15,10 @@
 //! date column's cutoff is the start of the cutoff's own day (in that zone).
 
 use chrono::{DateTime, Utc};
-use sluice_store::{Backend, CursorValue, SqlValue, Statement, Store};
+use sluice_store::{CursorValue, Store};
 
 use super::Cutoff;
 use crate::error::OperationError;
-
-/// Whether a column of the declared type (as [`Store::column_type`] reads
-/// it, lower-cased) holds times without a zone on `backend`.
-pub(super) fn is_zoneless(backend: &Backend, declared: &str) -> bool {
-    match backend {
-        Backend::Postgres(_) => declared.contains("without time zone") || declared == "date",
-        Backend::MySql(_) => declared == "datetime" || declared == "date",
-        Backend::Sqlite(_) => false,
-    }
-}
 
 /// The cutoff `at` for the zoneless column `column` of `table` (`declared`
 /// its type), enqueued at `now` for an age written `asked`.
@@ -63,10 +53,7 @@ pub(super) async fn cutoff(
 /// read a date in: on PostgreSQL the session's own (`date_trunc`),
 /// elsewhere UTC (the sessions' zone).
 async fn start_of_day(store: &Store, at: DateTime<Utc>) -> Result<DateTime<Utc>, OperationError> {
-    if let Backend::Postgres(_) = store.backend() {
-        let truncated = Statement::new("SELECT date_trunc('day', ")
-            .value(SqlValue::Timestamp(at))
-            .push("::timestamptz)");
+    if let Some(truncated) = store.backend().dialect().start_of_day(at) {
         if let Some(CursorValue::Timestamp(start)) = store
             .fetch_cursor(&truncated, 1)
             .await?
@@ -89,12 +76,12 @@ async fn instant_or_wall_time(
     asked: &str,
 ) -> Result<Cutoff, OperationError> {
     if let Some(zone) = store.time_zone() {
-        return match store.backend() {
+        return match store.backend().dialect().reads_zoneless_in_session_zone() {
             // The session's `TimeZone` reads the column in the zone.
-            Backend::Postgres(_) => Ok(Cutoff::Timestamp(at)),
+            true => Ok(Cutoff::Timestamp(at)),
             // MySQL compares a `DATETIME` with a bound as written: the
             // bound is the zone's wall-clock time at the cutoff.
-            _ => {
+            false => {
                 let tz: chrono_tz::Tz = zone.parse().map_err(|_| {
                     OperationError::Arguments(format!("unknown time zone `{zone}`"))
                 })?;

@@ -6,7 +6,7 @@
 //! PostgreSQL, it holds a date like `'01/12/2025'` where those sessions read
 //! dates day first (`DateStyle`) and Sluice's month first.
 
-use sluice_store::{Backend, Statement, Store};
+use sluice_store::{Statement, Store};
 
 use super::TargetError;
 
@@ -60,14 +60,9 @@ async fn check_clock_reads(store: &Store, statements: &[&Statement]) -> Result<(
     let Some(read) = statements.iter().find_map(|s| s.reads_the_clock()) else {
         return Ok(());
     };
-    let remedy = match (store.backend(), store.time_zone()) {
-        (Backend::Sqlite(_), _) | (Backend::Postgres(_), Some(_)) => return Ok(()),
-        (Backend::Postgres(_), None) => {
-            "name the zone with --db-time-zone, and Sluice's sessions read the clock there too"
-        }
-        (Backend::MySql(_), _) => {
-            "write the time out instead, or compare a column holding UTC with UTC_TIMESTAMP()"
-        }
+    let dialect = store.backend().dialect();
+    let Some(remedy) = dialect.clock_zone_remedy(store.time_zone().is_some()) else {
+        return Ok(());
     };
     let Some(sessions) = store.sessions_zone(&[chrono::Utc::now()]).await? else {
         return Ok(());

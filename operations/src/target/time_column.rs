@@ -1,7 +1,7 @@
 //! On SQLite, which keeps times as text: whether a column compared with a
 //! time holds text in one format Sluice compares exactly.
 
-use sluice_store::{Backend, CursorValue, Ident, Statement, Store};
+use sluice_store::{CursorValue, Ident, Statement, Store};
 
 use super::TargetError;
 
@@ -58,9 +58,9 @@ pub async fn check_time_column(
     table: &Ident,
     column: &Ident,
 ) -> Result<(), TargetError> {
-    let Backend::Sqlite(_) = store.backend() else {
+    if !store.backend().dialect().compares_times_as_text() {
         return Ok(());
-    };
+    }
     // One example per (storage class, shape with every digit a 9).
     let examples = Statement::new(
         "SELECT group_concat(example, char(10)) FROM (SELECT typeof(v) || ' ' || CAST(min(v) AS TEXT) \

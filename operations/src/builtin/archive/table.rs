@@ -3,7 +3,7 @@
 //! collation, a base table, transactional, computing nothing itself), and
 //! how Sluice creates one beside its live table when it is missing.
 
-use sluice_store::{Backend, Ident, Statement, Store};
+use sluice_store::{Ident, Statement, Store};
 
 use super::{ArchiveRows, ArchiveRowsArguments};
 use crate::error::OperationError;
@@ -30,42 +30,19 @@ impl ArchiveRows {
         }
         // Plain columns of the same types: a generated column of the live
         // table is a column of values in its archive.
-        let create = Statement::new("CREATE TABLE ").ident(&into);
-        let create = match store.backend() {
-            Backend::Postgres(_) => create.push(" (LIKE ").ident(&table).push(")"),
-            // InnoDB whatever the server's default engine: the archive's
-            // inserts must roll back with their sub-batch.
-            Backend::MySql(_) => create
-                .push(" ENGINE = InnoDB AS SELECT * FROM ")
-                .ident(&table)
-                .push(" WHERE 1 = 0"),
+        let dialect = store.backend().dialect();
+        let create = match dialect.create_table_like(&into, &table) {
+            Some(create) => create,
             // Each column declared as the live table declares it, with its
-            // collation: `CREATE TABLE … AS` would drop the collations, and a
-            // key compared otherwise in the archive finds other rows.
-            Backend::Sqlite(_) => sqlite_columns_of(store, &table, create.push(" (")).await?,
+            // collation: a key compared otherwise in the archive finds
+            // other rows.
+            None => {
+                let create = Statement::new("CREATE TABLE ").ident(&into).push(" (");
+                sqlite_columns_of(store, &table, create).await?
+            }
         };
         store.execute(&create).await?;
-        // On SQLite the index is named for its table, and an archive in an
-        // attached database (whose index would be named in that schema) gets
-        // none.
-        let unique = match store.backend() {
-            Backend::Sqlite(_) if into.schema().is_some() => None,
-            Backend::Sqlite(_) => {
-                let index = Ident::parse(&format!("{}_{}_archived", into.name(), key.name()))?;
-                Some(
-                    Statement::new("CREATE UNIQUE INDEX ")
-                        .ident(&index)
-                        .push(" ON ")
-                        .ident(&into)
-                        .push(" ("),
-                )
-            }
-            _ => Some(
-                Statement::new("ALTER TABLE ")
-                    .ident(&into)
-                    .push(" ADD UNIQUE ("),
-            ),
-        };
+        let unique = dialect.add_unique(&into, &key)?;
         if let Some(unique) = unique {
             store.execute(&unique.ident(&key).push(")")).await?;
         }
@@ -114,7 +91,7 @@ pub(super) async fn check_archive(
     }
     let live = store.column_definitions(table).await?;
     let archived = store.column_definitions(into).await?;
-    let sqlite = matches!(store.backend(), Backend::Sqlite(_));
+    let sqlite = !store.backend().dialect().has_column_types();
     for column in columns {
         let Some(live) = live.iter().find(|d| d.name == *column) else {
             continue;

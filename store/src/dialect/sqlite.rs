@@ -1,0 +1,78 @@
+//! SQLite: one file, type affinity instead of column types, times as text,
+//! `EXPLAIN QUERY PLAN` details (`SCAN t`, `SEARCH t USING INDEX i`).
+
+use super::{Dialect, LoopPick, plan_node, word_after};
+use crate::sql::{Ident, IdentError, Statement};
+
+/// SQLite's dialect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sqlite;
+
+impl Dialect for Sqlite {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn loop_pick(&self) -> LoopPick {
+        LoopPick::InSubquery
+    }
+
+    fn picks_loop_rows_first(&self) -> bool {
+        true
+    }
+
+    fn has_column_types(&self) -> bool {
+        false
+    }
+
+    fn compares_times_as_text(&self) -> bool {
+        true
+    }
+
+    fn scalar_extremes<'s>(&self, _least_greatest: &'s str, min_max: &'s str) -> &'s str {
+        min_max
+    }
+
+    /// A unique index named for its table; none for a table in an attached
+    /// database, whose index would be named in that schema.
+    fn add_unique(&self, table: &Ident, key: &Ident) -> Result<Option<Statement>, IdentError> {
+        if table.schema().is_some() {
+            return Ok(None);
+        }
+        let index = Ident::parse(&format!("{}_{}_archived", table.name(), key.name()))?;
+        Ok(Some(
+            Statement::new("CREATE UNIQUE INDEX ")
+                .ident(&index)
+                .push(" ON ")
+                .ident(table)
+                .push(" ("),
+        ))
+    }
+
+    fn column_list(&self, table: &Ident) -> Statement {
+        // `table_xinfo`: `table_info` leaves generated columns out.
+        Statement::new("SELECT group_concat(name, ',') FROM pragma_table_xinfo(")
+            .value(table.name().into())
+            .push(", ")
+            .value(table.schema().unwrap_or("main").into())
+            .push(") WHERE hidden <> 1")
+    }
+
+    fn index_in_plan_line(&self, line: &str) -> Option<String> {
+        word_after(line, " USING COVERING INDEX ")
+            .or_else(|| word_after(line, " USING INDEX "))
+            .or_else(|| {
+                line.contains(" USING INTEGER PRIMARY KEY")
+                    .then(|| "INTEGER PRIMARY KEY (rowid)".to_owned())
+            })
+    }
+
+    /// A `SCAN table` detail (a `SEARCH` uses an index or the rowid).
+    fn full_scan_line(&self, plan: &[String], table: &str) -> Option<String> {
+        plan.iter().map(|l| plan_node(l)).find(|l| {
+            l.strip_prefix("SCAN ")
+                .and_then(|rest| rest.split_whitespace().next())
+                == Some(table)
+        })
+    }
+}
