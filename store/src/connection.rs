@@ -43,6 +43,15 @@ impl Backend {
             Backend::MySql(_) => &crate::dialect::MYSQL,
         }
     }
+
+    /// What this backend's database's catalogue says about target tables.
+    pub(crate) fn catalogue(&self) -> &dyn crate::dialect::catalogue::Catalogue {
+        match self {
+            Backend::Sqlite(pool) => pool,
+            Backend::Postgres(pool) => pool,
+            Backend::MySql(pool) => pool,
+        }
+    }
 }
 
 /// Connection settings for [`crate::Store::connect_with`].

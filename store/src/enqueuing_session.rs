@@ -9,7 +9,6 @@
 //! would read the SQL otherwise would check one set of rows and change
 //! another, so it refuses the operation ([`Store::session_mismatch`]).
 
-use crate::connection::Backend;
 use crate::error::StoreError;
 use crate::sql::Ident;
 use crate::store::Store;
@@ -69,15 +68,6 @@ impl std::fmt::Display for SessionMismatch {
     }
 }
 
-/// The enqueuing session's path and role, this session's, and whether
-/// table `$2` (quoted, resolved along this session's path) has row-level
-/// security.
-const SESSIONS: &str = "SELECT o.search_path, to_json(current_schemas(false))::text, \
-       o.enqueued_by, current_user::text, \
-       COALESCE((SELECT c.relrowsecurity FROM pg_catalog.pg_class c \
-                 WHERE c.oid = to_regclass($2)), false) \
-     FROM sluice_operations o WHERE o.id = $1";
-
 impl Store {
     /// On PostgreSQL, how this store's sessions would read operation `id`'s
     /// SQL, over `table`, otherwise than the session that enqueued it:
@@ -92,35 +82,6 @@ impl Store {
         id: i64,
         table: &Ident,
     ) -> Result<Option<SessionMismatch>, StoreError> {
-        let Backend::Postgres(pool) = self.backend() else {
-            return Ok(None);
-        };
-        let (path, path_here, enqueued_by, role_here, row_security): (
-            Option<String>,
-            String,
-            Option<String>,
-            String,
-            bool,
-        ) = sqlx::query_as(SESSIONS)
-            .bind(id)
-            .bind(table.quoted())
-            .fetch_optional(pool)
-            .await?
-            .ok_or(StoreError::NotFound(id))?;
-        if let Some(path) = path.filter(|path| *path != path_here) {
-            let schemas =
-                |json: &str| serde_json::from_str::<Vec<String>>(json).unwrap_or_default();
-            return Ok(Some(SessionMismatch::SearchPath {
-                enqueued: schemas(&path),
-                here: schemas(&path_here),
-            }));
-        }
-        Ok(enqueued_by
-            .filter(|role| row_security && *role != role_here)
-            .map(|enqueued_by| SessionMismatch::RowSecurity {
-                table: table.to_string(),
-                enqueued_by,
-                here: role_here,
-            }))
+        self.catalogue().session_mismatch(id, table).await
     }
 }

@@ -3,11 +3,10 @@
 //! say how long a sub-batch takes and how much log it writes before the
 //! operation exists.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::connection::Backend;
 use crate::error::StoreError;
-use crate::sql::{Statement, bind_values};
+use crate::sql::Statement;
 use crate::store::Store;
 
 /// What running a statement (and rolling it back) measured.
@@ -63,74 +62,8 @@ impl Store {
         &self,
         statement: &Statement,
     ) -> Result<(u64, Duration, Option<u64>), StoreError> {
-        let query = statement.text().to_sqlx();
-        match self.backend() {
-            Backend::Sqlite(pool) => {
-                let mut tx = pool.begin().await?;
-                let started = Instant::now();
-                let done = bind_values!(sqlx::query(query), statement.params())
-                    .execute(&mut *tx)
-                    .await?;
-                let took = started.elapsed();
-                tx.rollback().await?;
-                Ok((done.rows_affected(), took, None))
-            }
-            Backend::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                let before: String = sqlx::query_scalar(WAL_POSITION).fetch_one(&mut *tx).await?;
-                let started = Instant::now();
-                let done = bind_values!(sqlx::query(query), statement.params())
-                    .execute(&mut *tx)
-                    .await?;
-                let took = started.elapsed();
-                let written: i64 = sqlx::query_scalar(WAL_SINCE)
-                    .bind(before)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                tx.rollback().await?;
-                Ok((done.rows_affected(), took, u64::try_from(written).ok()))
-            }
-            Backend::MySql(pool) => {
-                use crate::positional as sqlx;
-                let mut tx = pool.begin().await?;
-                let before = redo_position(&mut tx).await?;
-                let started = Instant::now();
-                let done = bind_values!(sqlx::query(query), statement.params())
-                    .execute(&mut *tx)
-                    .await?;
-                let took = started.elapsed();
-                let after = redo_position(&mut tx).await?;
-                tx.rollback().await?;
-                let written = before.zip(after).map(|(b, a)| a.saturating_sub(b));
-                Ok((done.rows_affected(), took, written))
-            }
-        }
+        self.catalogue().run_and_roll_back(statement).await
     }
-}
-
-/// PostgreSQL: where the next WAL record will be inserted, as text.
-const WAL_POSITION: &str = "SELECT pg_current_wal_insert_lsn()::text";
-
-/// PostgreSQL: WAL bytes inserted since position `$1`.
-const WAL_SINCE: &str = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint";
-
-/// MySQL and MariaDB: InnoDB's current log sequence number (MariaDB and
-/// MySQL before 8.0.30 call it `Innodb_lsn_current`, later MySQL
-/// `Innodb_redo_log_current_lsn`); `None` when the server shows neither.
-async fn redo_position(
-    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
-) -> Result<Option<u64>, StoreError> {
-    use sqlx::Row;
-    // Over the text protocol: MySQL 8 prepares no `SHOW STATUS`.
-    let rows = sqlx::raw_sql(
-        "SHOW GLOBAL STATUS WHERE Variable_name IN \
-         ('Innodb_lsn_current', 'Innodb_redo_log_current_lsn')",
-    )
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(rows
-        .iter()
-        .find_map(|row| row.try_get::<String, _>(1).ok()?.parse().ok()))
 }
 
 /// The middle value of `values` (not empty).

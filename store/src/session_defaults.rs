@@ -16,7 +16,6 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::connection::Backend;
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -81,20 +80,7 @@ impl Store {
     ///
     /// Errors: the database's.
     pub async fn database_now(&self) -> Result<DateTime<Utc>, StoreError> {
-        Ok(match self.backend() {
-            Backend::Sqlite(_) => Utc::now(),
-            Backend::Postgres(pool) => {
-                sqlx::query_scalar("SELECT clock_timestamp()")
-                    .fetch_one(pool)
-                    .await?
-            }
-            Backend::MySql(pool) => {
-                let utc: chrono::NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(6)")
-                    .fetch_one(pool)
-                    .await?;
-                utc.and_utc()
-            }
-        })
+        self.catalogue().database_now().await
     }
 
     /// On PostgreSQL, the value the database's own sessions take for the
@@ -106,23 +92,7 @@ impl Store {
     ///
     /// Errors: the database's, on reading its catalogue.
     pub async fn sessions_setting(&self, name: &str) -> Result<Option<String>, StoreError> {
-        let Backend::Postgres(pool) = self.backend() else {
-            return Ok(None);
-        };
-        let database: Option<String> = sqlx::query_scalar(POSTGRES_DATABASE_SETTING)
-            .bind(name)
-            .fetch_optional(pool)
-            .await?;
-        if database.is_some() {
-            return Ok(database);
-        }
-        // Another role may not read the files: it does without.
-        Ok(sqlx::query_scalar(POSTGRES_FILE_SETTING)
-            .bind(name)
-            .fetch_optional(pool)
-            .await
-            .ok()
-            .flatten())
+        self.catalogue().sessions_setting(name).await
     }
 
     /// The zone the database's own sessions write zoneless times in, and its
@@ -136,72 +106,9 @@ impl Store {
         &self,
         at: &[DateTime<Utc>],
     ) -> Result<Option<SessionsZone>, StoreError> {
-        let mut offsets = Vec::with_capacity(at.len());
-        let name = match self.backend() {
-            Backend::Sqlite(_) => return Ok(None),
-            Backend::Postgres(pool) => {
-                let name = match self.sessions_setting("TimeZone").await? {
-                    Some(name) => name,
-                    None => {
-                        sqlx::query_scalar("SELECT current_setting('log_timezone')")
-                            .fetch_one(pool)
-                            .await?
-                    }
-                };
-                for instant in at {
-                    // An unknown name is an error of the statement: no offset.
-                    let offset = sqlx::query_scalar::<_, i64>(POSTGRES_OFFSET)
-                        .bind(instant)
-                        .bind(&name)
-                        .fetch_one(pool)
-                        .await
-                        .ok();
-                    offsets.push(offset);
-                }
-                name
-            }
-            Backend::MySql(pool) => {
-                let (zone, system): (String, String) = sqlx::query_as(
-                    "SELECT CAST(@@global.time_zone AS CHAR), CAST(@@system_time_zone AS CHAR)",
-                )
-                .fetch_one(pool)
-                .await?;
-                for instant in at {
-                    // NULL where the server cannot convert to the zone.
-                    let offset: Option<i64> = sqlx::query_scalar(
-                        "SELECT TIMESTAMPDIFF(SECOND, ?, CONVERT_TZ(?, '+00:00', @@global.time_zone))",
-                    )
-                    .bind(instant)
-                    .bind(instant)
-                    .fetch_one(pool)
-                    .await?;
-                    offsets.push(offset);
-                }
-                match zone.as_str() {
-                    "SYSTEM" => format!("SYSTEM ({system})"),
-                    _ => zone,
-                }
-            }
-        };
-        Ok(Some(SessionsZone { name, offsets }))
+        self.catalogue().sessions_zone(at).await
     }
 }
-
-/// The database's own value of setting `$1` (`ALTER DATABASE … SET`), if set.
-const POSTGRES_DATABASE_SETTING: &str = "SELECT substr(c, strpos(c, '=') + 1) \
-     FROM pg_catalog.pg_db_role_setting s CROSS JOIN LATERAL unnest(s.setconfig) AS c \
-     WHERE s.setrole = 0 \
-       AND s.setdatabase = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
-       AND lower(split_part(c, '=', 1)) = lower($1) \
-     LIMIT 1";
-
-/// The server's value of setting `$1` from its configuration files, if applied.
-const POSTGRES_FILE_SETTING: &str = "SELECT setting FROM pg_catalog.pg_file_settings \
-     WHERE lower(name) = lower($1) AND applied ORDER BY seqno DESC LIMIT 1";
-
-/// Seconds the zone named `$2` is ahead of UTC at `$1`.
-const POSTGRES_OFFSET: &str = "SELECT (EXTRACT(EPOCH FROM ($1::timestamptz AT TIME ZONE $2)) \
-     - EXTRACT(EPOCH FROM ($1::timestamptz AT TIME ZONE 'UTC')))::bigint";
 
 #[cfg(test)]
 mod tests {

@@ -143,6 +143,11 @@ impl Store {
         self.connections.backend()
     }
 
+    /// What the database's catalogue says about target tables.
+    pub(crate) fn catalogue(&self) -> &dyn crate::dialect::catalogue::Catalogue {
+        self.connections.backend().catalogue()
+    }
+
     /// The zone the store was told times without a zone are written in
     /// ([`crate::ConnectOptions::time_zone`]); `None`: read as UTC.
     pub fn time_zone(&self) -> Option<&str> {

@@ -53,14 +53,13 @@ pub(super) async fn cutoff(
 /// read a date in: on PostgreSQL the session's own (`date_trunc`),
 /// elsewhere UTC (the sessions' zone).
 async fn start_of_day(store: &Store, at: DateTime<Utc>) -> Result<DateTime<Utc>, OperationError> {
-    if let Some(truncated) = store.backend().dialect().start_of_day(at) {
-        if let Some(CursorValue::Timestamp(start)) = store
+    if let Some(truncated) = store.backend().dialect().start_of_day(at)
+        && let Some(CursorValue::Timestamp(start)) = store
             .fetch_cursor(&truncated, 1)
             .await?
             .and_then(|c| c.0.into_iter().next())
-        {
-            return Ok(start);
-        }
+    {
+        return Ok(start);
     }
     Ok(at.date_naive().and_time(chrono::NaiveTime::MIN).and_utc())
 }

@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
 use crate::sql::{Ident, IdentError, Statement};
 
+pub(crate) mod catalogue;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;

@@ -6,7 +6,6 @@ use sqlparser::ast::{ColumnOption, CreateTable, Statement as Parsed};
 use sqlparser::dialect::SQLiteDialect;
 use sqlparser::parser::Parser;
 
-use crate::connection::Backend;
 use crate::error::StoreError;
 use crate::sql::Ident;
 use crate::store::Store;
@@ -35,59 +34,8 @@ impl Store {
         &self,
         table: &Ident,
     ) -> Result<Vec<ColumnDefinition>, StoreError> {
-        let rows: Vec<(String, String, Option<String>)> = match self.backend() {
-            Backend::Sqlite(pool) => {
-                let declared: Vec<(String, String)> = sqlx::query_as(
-                    "SELECT name, type FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
-                     WHERE hidden <> 1 ORDER BY cid",
-                )
-                .bind(table.name())
-                .bind(table.schema())
-                .fetch_all(pool)
-                .await?;
-                let create: Option<String> = sqlx::query_scalar(
-                    "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = $1 COLLATE NOCASE",
-                )
-                .bind(table.name())
-                .fetch_optional(pool)
-                .await?;
-                let collations = create.as_deref().map(sqlite_collations).unwrap_or_default();
-                declared
-                    .into_iter()
-                    .map(|(name, declared)| {
-                        let collation = collations
-                            .iter()
-                            .find(|(column, _)| column.eq_ignore_ascii_case(&name))
-                            .map_or_else(|| "BINARY".to_owned(), |(_, c)| c.clone());
-                        (name, declared, Some(collation))
-                    })
-                    .collect()
-            }
-            Backend::Postgres(pool) => {
-                sqlx::query_as(concat!(
-                    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
-                     (SELECT collname::text FROM pg_catalog.pg_collation WHERE oid = a.attcollation) ",
-                    postgres_columns!(),
-                    " ORDER BY a.attnum"
-                ))
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
-            }
-            Backend::MySql(pool) => {
-                crate::positional::query_as(concat!(
-                    "SELECT CAST(column_name AS CHAR), CAST(column_type AS CHAR), \
-                     CAST(collation_name AS CHAR) ",
-                    mysql_columns!(),
-                    " ORDER BY ordinal_position"
-                ))
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
-            }
-        };
+        let rows: Vec<(String, String, Option<String>)> =
+            self.catalogue().column_definition_rows(table).await?;
         Ok(rows
             .into_iter()
             .map(|(name, full_type, collation)| ColumnDefinition {
@@ -102,7 +50,7 @@ impl Store {
 /// The columns an SQLite `CREATE TABLE` text declares with a `COLLATE`,
 /// and their collations (upper case, as SQLite compares them); empty
 /// when the text does not parse.
-fn sqlite_collations(create: &str) -> Vec<(String, String)> {
+pub(crate) fn sqlite_collations(create: &str) -> Vec<(String, String)> {
     let Ok(parsed) = Parser::parse_sql(&SQLiteDialect {}, create) else {
         return Vec::new();
     };

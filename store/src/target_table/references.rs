@@ -3,7 +3,6 @@
 //! of the table then deletes or changes rows elsewhere — in other tables,
 //! or in the same table when the key refers to it ([`Store::delete_actions`]).
 
-use crate::connection::Backend;
 use crate::error::StoreError;
 use crate::sql::Ident;
 use crate::store::Store;
@@ -37,50 +36,8 @@ impl Store {
     ///
     /// Errors: the database's, on reading its catalogue.
     pub async fn delete_actions(&self, table: &Ident) -> Result<Vec<DeleteAction>, StoreError> {
-        let rows: Vec<(String, String, String)> = match self.backend() {
-            Backend::Sqlite(pool) => {
-                sqlx::query_as(
-                    "SELECT m.name, 'foreign key ' || p.id || ' (' || group_concat(p.\"from\", ', ') || ')', \
-                     p.on_delete FROM sqlite_schema m, pragma_foreign_key_list(m.name) p \
-                     WHERE m.type = 'table' AND p.\"table\" = $1 COLLATE NOCASE \
-                     AND p.on_delete IN ('CASCADE', 'SET NULL', 'SET DEFAULT') \
-                     GROUP BY m.name, p.id ORDER BY m.name, p.id",
-                )
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
-            }
-            Backend::Postgres(pool) => {
-                sqlx::query_as(
-                    "SELECT c.conrelid::regclass::text, c.conname::text, \
-                     CASE c.confdeltype WHEN 'c' THEN 'CASCADE' WHEN 'n' THEN 'SET NULL' \
-                     ELSE 'SET DEFAULT' END \
-                     FROM pg_catalog.pg_constraint c \
-                     WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) \
-                     AND c.confdeltype IN ('c', 'n', 'd') AND c.conparentid = 0 \
-                     ORDER BY 1, 2",
-                )
-                .bind(table.quoted())
-                .fetch_all(pool)
-                .await?
-            }
-            Backend::MySql(pool) => {
-                crate::positional::query_as(
-                    "SELECT CAST(IF(constraint_schema = COALESCE($1, DATABASE()), table_name, \
-                     CONCAT(constraint_schema, '.', table_name)) AS CHAR), \
-                     CAST(constraint_name AS CHAR), CAST(delete_rule AS CHAR) \
-                     FROM information_schema.referential_constraints \
-                     WHERE unique_constraint_schema = COALESCE($1, DATABASE()) \
-                     AND BINARY referenced_table_name = BINARY $2 \
-                     AND delete_rule IN ('CASCADE', 'SET NULL', 'SET DEFAULT') \
-                     ORDER BY 1, 2",
-                )
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
-            }
-        };
+        let rows: Vec<(String, String, String)> =
+            self.catalogue().delete_action_rows(table).await?;
         Ok(rows
             .into_iter()
             .map(|(table, constraint, action)| DeleteAction {

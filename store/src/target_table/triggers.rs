@@ -7,7 +7,6 @@
 
 use std::collections::BTreeSet;
 
-use crate::connection::Backend;
 use crate::error::StoreError;
 use crate::sql::Ident;
 use crate::store::Store;
@@ -62,86 +61,10 @@ impl Store {
     ///
     /// Errors: the database's, on reading its catalogue.
     pub async fn triggers(&self, table: &Ident) -> Result<Vec<Trigger>, StoreError> {
-        let rows: Vec<(String, String, String)> = match self.backend() {
-            Backend::Sqlite(pool) => {
-                let listed: Vec<(String, String, String)> = sqlx::query_as(
-                    "SELECT tbl_name, name, sql FROM sqlite_schema \
-                     WHERE type = 'trigger' AND tbl_name = $1 COLLATE NOCASE ORDER BY name",
-                )
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?;
-                listed
-                    .into_iter()
-                    .map(|(t, name, sql)| (t, name, sqlite_trigger_fires(&sql)))
-                    .collect()
-            }
-            Backend::Postgres(pool) => {
-                sqlx::query_as(
-                    "SELECT tgrelid::regclass::text, tgname::text, \
-                     concat_ws(' ', CASE WHEN tgtype & 2 <> 0 THEN 'BEFORE' \
-                       WHEN tgtype & 64 <> 0 THEN 'INSTEAD OF' ELSE 'AFTER' END, \
-                       concat_ws(' OR ', CASE WHEN tgtype & 4 <> 0 THEN 'INSERT' END, \
-                         CASE WHEN tgtype & 8 <> 0 THEN 'DELETE' END, \
-                         CASE WHEN tgtype & 16 <> 0 THEN 'UPDATE' END, \
-                         CASE WHEN tgtype & 32 <> 0 THEN 'TRUNCATE' END)) \
-                     FROM pg_catalog.pg_trigger \
-                     WHERE tgrelid = to_regclass($1) AND NOT tgisinternal \
-                     UNION ALL \
-                     SELECT ev_class::regclass::text, rulename::text, \
-                       'RULE ON ' || CASE ev_type WHEN '2' THEN 'UPDATE' WHEN '3' THEN 'INSERT' \
-                       ELSE 'DELETE' END \
-                     FROM pg_catalog.pg_rewrite \
-                     WHERE ev_class = to_regclass($1) AND ev_type <> '1' \
-                     ORDER BY 2",
-                )
-                .bind(table.quoted())
-                .fetch_all(pool)
-                .await?
-            }
-            Backend::MySql(pool) => {
-                crate::positional::query_as(
-                    "SELECT CAST(event_object_table AS CHAR), CAST(trigger_name AS CHAR), \
-                     CAST(CONCAT(action_timing, ' ', event_manipulation) AS CHAR) \
-                     FROM information_schema.triggers \
-                     WHERE event_object_schema = COALESCE($1, DATABASE()) \
-                     AND BINARY event_object_table = BINARY $2 ORDER BY trigger_name",
-                )
-                .bind(table.schema())
-                .bind(table.name())
-                .fetch_all(pool)
-                .await?
-            }
-        };
+        let rows: Vec<(String, String, String)> = self.catalogue().trigger_rows(table).await?;
         Ok(rows
             .into_iter()
             .map(|(table, name, fires)| Trigger { table, name, fires })
-            .collect())
-    }
-
-    /// PostgreSQL: `table` itself when it is a foreign table, whose rows a
-    /// foreign data wrapper writes on another server, committed apart from
-    /// the local transaction (no two-phase commit): a sub-batch's change
-    /// there and its progress record here could part.
-    async fn foreign_table(&self, table: &Ident) -> Result<Vec<NonTransactional>, StoreError> {
-        let Backend::Postgres(pool) = self.backend() else {
-            return Ok(Vec::new());
-        };
-        let server: Option<String> = sqlx::query_scalar(
-            "SELECT s.srvname::text FROM pg_catalog.pg_foreign_table f \
-             JOIN pg_catalog.pg_foreign_server s ON s.oid = f.ftserver \
-             WHERE f.ftrelid = to_regclass($1)",
-        )
-        .bind(table.quoted())
-        .fetch_optional(pool)
-        .await?;
-        Ok(server
-            .map(|server| NonTransactional {
-                table: table.to_string(),
-                engine: format!("foreign data wrapper (server {server})"),
-                via: None,
-            })
-            .into_iter()
             .collect())
     }
 
@@ -158,92 +81,7 @@ impl Store {
         &self,
         table: &Ident,
     ) -> Result<Vec<NonTransactional>, StoreError> {
-        let pool = match self.backend() {
-            Backend::MySql(pool) => pool,
-            Backend::Postgres(_) => return self.foreign_table(table).await,
-            Backend::Sqlite(_) => return Ok(Vec::new()),
-        };
-        let mut found = Vec::new();
-        let own: Option<String> = crate::positional::query_scalar(
-            "SELECT CAST(t.engine AS CHAR) FROM information_schema.tables t \
-             JOIN information_schema.engines e ON e.engine = t.engine \
-             WHERE COALESCE(e.transactions, 'NO') <> 'YES' \
-             AND t.table_schema = COALESCE($1, DATABASE()) AND BINARY t.table_name = BINARY $2",
-        )
-        .bind(table.schema())
-        .bind(table.name())
-        .fetch_optional(pool)
-        .await?;
-        if let Some(engine) = own {
-            found.push(NonTransactional {
-                table: table.to_string(),
-                engine,
-                via: None,
-            });
-        }
-        let triggers: Vec<(String, String)> = crate::positional::query_as(
-            "SELECT CAST(trigger_name AS CHAR), CAST(action_statement AS CHAR) \
-             FROM information_schema.triggers \
-             WHERE event_object_schema = COALESCE($1, DATABASE()) \
-             AND BINARY event_object_table = BINARY $2 ORDER BY trigger_name",
-        )
-        .bind(table.schema())
-        .bind(table.name())
-        .fetch_all(pool)
-        .await?;
-        if triggers.is_empty() {
-            return Ok(found);
-        }
-        // The server's own schemas aside: no application trigger writes
-        // them, and their log tables are not transactional.
-        let candidates: Vec<(String, String, String)> = crate::positional::query_as(
-            "SELECT CAST(t.table_schema AS CHAR), CAST(t.table_name AS CHAR), \
-             CAST(t.engine AS CHAR) FROM information_schema.tables t \
-             JOIN information_schema.engines e ON e.engine = t.engine \
-             WHERE COALESCE(e.transactions, 'NO') <> 'YES' AND t.table_schema NOT IN \
-             ('mysql', 'information_schema', 'performance_schema', 'sys') ORDER BY 1, 2",
-        )
-        .fetch_all(pool)
-        .await?;
-        if candidates.is_empty() {
-            return Ok(found);
-        }
-        let routines: Vec<(String, String)> = crate::positional::query_as(
-            "SELECT CAST(routine_name AS CHAR), CAST(COALESCE(routine_definition, '') AS CHAR) \
-             FROM information_schema.routines WHERE routine_schema NOT IN \
-             ('mysql', 'information_schema', 'performance_schema', 'sys')",
-        )
-        .fetch_all(pool)
-        .await?;
-        let home: String = match table.schema() {
-            Some(schema) => schema.to_owned(),
-            None => {
-                sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
-                    .fetch_one(pool)
-                    .await?
-            }
-        };
-        for (trigger, body) in triggers {
-            let words = reachable_words(&body, &routines);
-            for (schema, name, engine) in &candidates {
-                // A table of another database is reached by a qualified
-                // name: its database's name is a word of the body too.
-                let named = |w: &str| words.contains(&w.to_lowercase());
-                if named(name) && (*schema == home || named(schema)) {
-                    let table = if *schema == home {
-                        name.clone()
-                    } else {
-                        format!("{schema}.{name}")
-                    };
-                    found.push(NonTransactional {
-                        table,
-                        engine: engine.clone(),
-                        via: Some(trigger.clone()),
-                    });
-                }
-            }
-        }
-        Ok(found)
+        self.catalogue().non_transactional_writes(table).await
     }
 }
 
@@ -261,54 +99,23 @@ impl Store {
         &self,
         called: &[String],
     ) -> Result<Vec<String>, StoreError> {
-        let builtin: &[&str] = match self.backend() {
-            Backend::Sqlite(_) => return Ok(Vec::new()),
-            Backend::Postgres(_) => &[
-                "nextval",
-                "setval",
-                "pg_advisory_lock",
-                "pg_advisory_lock_shared",
-                "pg_try_advisory_lock",
-                "pg_try_advisory_lock_shared",
-            ],
-            Backend::MySql(_) => &["nextval", "setval", "get_lock"],
-        };
-        let user: Vec<String> = match self.backend() {
-            Backend::Sqlite(_) => Vec::new(),
-            Backend::Postgres(pool) => {
-                sqlx::query_scalar(
-                    "SELECT DISTINCT lower(p.proname::text) FROM pg_catalog.pg_proc p \
-                     JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
-                     WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') \
-                     AND p.provolatile = 'v' AND lower(p.proname::text) = ANY($1)",
-                )
-                .bind(called)
-                .fetch_all(pool)
-                .await?
-            }
-            Backend::MySql(pool) => {
-                sqlx::query_scalar(
-                    "SELECT DISTINCT CAST(LOWER(routine_name) AS CHAR) \
-                     FROM information_schema.routines WHERE routine_type = 'FUNCTION' \
-                     AND sql_data_access NOT IN ('NO SQL', 'READS SQL DATA') \
-                     AND routine_schema NOT IN ('mysql', 'information_schema', \
-                     'performance_schema', 'sys')",
-                )
-                .fetch_all(pool)
-                .await?
-            }
-        };
-        Ok(called
-            .iter()
-            .filter(|f| builtin.contains(&f.as_str()) || user.contains(f))
-            .cloned()
-            .collect())
+        self.catalogue().functions_that_may_write(called).await
     }
+}
+
+/// Those of `called` among `builtin` or `user`, the functions a database
+/// says may write.
+pub(crate) fn may_write(called: &[String], builtin: &[&str], user: &[String]) -> Vec<String> {
+    called
+        .iter()
+        .filter(|f| builtin.contains(&f.as_str()) || user.contains(f))
+        .cloned()
+        .collect()
 }
 
 /// The words (identifiers, lowercased, quotes taken off) of `body` and of
 /// the bodies of the `routines` it names, and of those they name, and so on.
-fn reachable_words(body: &str, routines: &[(String, String)]) -> BTreeSet<String> {
+pub(crate) fn reachable_words(body: &str, routines: &[(String, String)]) -> BTreeSet<String> {
     let mut words = BTreeSet::new();
     let mut bodies = vec![body.to_owned()];
     let mut followed = BTreeSet::new();
@@ -337,7 +144,7 @@ fn identifier_words(text: &str) -> impl Iterator<Item = String> + '_ {
 
 /// When an SQLite trigger fires, read from its `CREATE TRIGGER` text:
 /// `BEFORE DELETE`, `AFTER UPDATE OF …` (the text up to `ON`).
-fn sqlite_trigger_fires(sql: &str) -> String {
+pub(crate) fn sqlite_trigger_fires(sql: &str) -> String {
     let upper: Vec<String> = sql
         .split_whitespace()
         .map(str::to_ascii_uppercase)

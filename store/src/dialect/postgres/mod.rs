@@ -1,6 +1,8 @@
 //! PostgreSQL: `$N` placeholders, row locks, `statement_timeout` per
 //! session, `EXPLAIN` trees (`Seq Scan on t`, `Index Scan using i`).
 
+pub(crate) mod catalogue;
+
 use super::{Dialect, LoopPick, plan_node, word_after};
 use chrono::{DateTime, Utc};
 

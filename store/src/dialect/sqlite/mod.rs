@@ -1,6 +1,8 @@
 //! SQLite: one file, type affinity instead of column types, times as text,
 //! `EXPLAIN QUERY PLAN` details (`SCAN t`, `SEARCH t USING INDEX i`).
 
+pub(crate) mod catalogue;
+
 use super::{Dialect, LoopPick, plan_node, word_after};
 use crate::sql::{Ident, IdentError, Statement};
 

@@ -3,6 +3,8 @@
 //! `ON DUPLICATE KEY UPDATE`, limited `DELETE`/`UPDATE`, and `EXPLAIN`
 //! rows read as `table T access A possible_keys P key K …` lines.
 
+pub(crate) mod catalogue;
+
 use super::{Dialect, LoopPick, word_after};
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
 use crate::sql::{Ident, Statement};
