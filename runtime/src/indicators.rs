@@ -14,7 +14,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sluice_store::{Backend, Ident, Store};
+use sluice_store::dialect::health::InnodbReport;
+pub use sluice_store::dialect::health::Measure;
+use sluice_store::{Ident, Store};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
 use crate::innodb_status::InnodbTransactions;
@@ -26,56 +28,55 @@ pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
     indicators
 }
 
-/// The indicators that read the backend's own system views.
+/// The indicators that read the database's own reports, in the order
+/// the database lists its measures.
 fn backend_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
-    match store.backend() {
-        Backend::Postgres(_) => vec![
-            longest_transaction(),
-            Arc::new(ValueIndicator::new(
-                Measure::ReplicationLagSeconds,
-                Thresholds {
-                    throttle_at: 5.0,
-                    stop_at: 30.0,
-                    release: 0.6,
-                },
-            )),
-            Arc::new(ValueIndicator::new(
-                Measure::ConnectionsUsedPercent,
-                Thresholds {
-                    throttle_at: 80.0,
-                    stop_at: 95.0,
-                    release: 0.9,
-                },
-            )),
-            Arc::new(TableActivity::new()),
-        ],
-        Backend::MySql(_) => vec![
-            Arc::new(InnodbActivity::new(LONGEST_TRANSACTION)),
-            Arc::new(ValueIndicator::new(
-                Measure::MySqlThreadsRunning,
-                Thresholds {
-                    throttle_at: 25.0,
-                    stop_at: 50.0,
-                    release: 0.8,
-                },
-            )),
-            Arc::new(ValueIndicator::new(
-                Measure::MySqlHistoryListLength,
-                Thresholds {
-                    throttle_at: 1_000_000.0,
-                    stop_at: 5_000_000.0,
-                    release: 0.5,
-                },
-            )),
-        ],
-        Backend::Sqlite(_) => vec![Arc::new(ValueIndicator::new(
-            Measure::SqliteWalBacklogPages,
-            Thresholds {
-                throttle_at: 20_000.0,
-                stop_at: 80_000.0,
-                release: 0.5,
-            },
-        ))],
+    let health = store.backend().health();
+    let mut indicators: Vec<Arc<dyn HealthIndicator>> = Vec::new();
+    if health.has_innodb_report() {
+        indicators.push(Arc::new(InnodbActivity::new(LONGEST_TRANSACTION)));
+    }
+    for measure in health.measures() {
+        indicators.push(Arc::new(ValueIndicator::new(
+            *measure,
+            default_thresholds(*measure),
+        )));
+    }
+    if health.has_table_activity() {
+        indicators.push(Arc::new(TableActivity::new()));
+    }
+    indicators
+}
+
+/// Each measure's default thresholds.
+fn default_thresholds(measure: Measure) -> Thresholds {
+    match measure {
+        Measure::LongestTransactionSeconds => LONGEST_TRANSACTION,
+        Measure::ReplicationLagSeconds => Thresholds {
+            throttle_at: 5.0,
+            stop_at: 30.0,
+            release: 0.6,
+        },
+        Measure::ConnectionsUsedPercent => Thresholds {
+            throttle_at: 80.0,
+            stop_at: 95.0,
+            release: 0.9,
+        },
+        Measure::MySqlThreadsRunning => Thresholds {
+            throttle_at: 25.0,
+            stop_at: 50.0,
+            release: 0.8,
+        },
+        Measure::MySqlHistoryListLength => Thresholds {
+            throttle_at: 1_000_000.0,
+            stop_at: 5_000_000.0,
+            release: 0.5,
+        },
+        Measure::SqliteWalBacklogPages => Thresholds {
+            throttle_at: 20_000.0,
+            stop_at: 80_000.0,
+            release: 0.5,
+        },
     }
 }
 
@@ -85,34 +86,6 @@ const LONGEST_TRANSACTION: Thresholds = Thresholds {
     stop_at: 300.0,
     release: 0.8,
 };
-
-/// PostgreSQL's long-running transactions ([`LONGEST_TRANSACTION`]).
-fn longest_transaction() -> Arc<dyn HealthIndicator> {
-    Arc::new(ValueIndicator::new(
-        Measure::LongestTransactionSeconds,
-        LONGEST_TRANSACTION,
-    ))
-}
-
-/// What a [`ValueIndicator`] measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Measure {
-    /// PostgreSQL: age in seconds of the oldest open transaction of another
-    /// session (on MySQL, [`InnodbActivity`] reads it).
-    LongestTransactionSeconds,
-    /// The largest replay lag of a connected replica, in seconds (0 without replicas).
-    ReplicationLagSeconds,
-    /// Sessions as a percentage of `max_connections`.
-    ConnectionsUsedPercent,
-    /// SQLite: WAL frames not yet checkpointed (after a passive checkpoint).
-    SqliteWalBacklogPages,
-    /// MySQL: threads executing a statement now (`Threads_running`, as
-    /// gh-ost's `--max-load` reads it).
-    MySqlThreadsRunning,
-    /// MySQL: InnoDB's history list length, the undo records purge has yet
-    /// to clean (a mass delete drives it up).
-    MySqlHistoryListLength,
-}
 
 /// A global indicator from one measured value and its thresholds.
 pub struct ValueIndicator {
@@ -132,83 +105,7 @@ impl ValueIndicator {
     }
 
     async fn measure(&self, store: &Store) -> Result<Option<f64>, sqlx::Error> {
-        Ok(match (self.measure, store.backend()) {
-            (Measure::LongestTransactionSeconds, Backend::Postgres(pool)) => {
-                sqlx::query_scalar(
-                    "SELECT COALESCE(EXTRACT(EPOCH FROM max(now() - xact_start)), 0)::float8 \
-                     FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() \
-                     AND state <> 'idle' AND backend_type = 'client backend'",
-                )
-                .fetch_one(pool)
-                .await?
-            }
-            (Measure::ReplicationLagSeconds, Backend::Postgres(pool)) => {
-                sqlx::query_scalar(
-                    "SELECT COALESCE(EXTRACT(EPOCH FROM max(replay_lag)), 0)::float8 FROM pg_stat_replication",
-                )
-                .fetch_one(pool)
-                .await?
-            }
-            (Measure::ConnectionsUsedPercent, Backend::Postgres(pool)) => {
-                sqlx::query_scalar(
-                    "SELECT (100.0 * count(*) / current_setting('max_connections')::float8)::float8 \
-                     FROM pg_stat_activity WHERE backend_type = 'client backend'",
-                )
-                .fetch_one(pool)
-                .await?
-            }
-            (Measure::MySqlThreadsRunning, Backend::MySql(pool)) => {
-                // `SHOW`, not `information_schema.global_status` (gone in
-                // MySQL 8), over the text protocol (MySQL 8 prepares no
-                // `SHOW STATUS`).
-                use sqlx::Row as _;
-                let running = sqlx::raw_sql("SHOW GLOBAL STATUS LIKE 'Threads_running'")
-                    .fetch_optional(pool)
-                    .await?;
-                running.and_then(|row| row.try_get::<String, _>(1).ok()?.parse().ok())
-            }
-            (Measure::MySqlHistoryListLength, Backend::MySql(pool)) => {
-                let length: Option<i64> = sqlx::query_scalar(
-                    "SELECT CAST(count AS SIGNED) FROM information_schema.innodb_metrics \
-                     WHERE name = 'trx_rseg_history_len'",
-                )
-                .fetch_optional(pool)
-                .await?;
-                length.map(|n| n as f64)
-            }
-            (Measure::SqliteWalBacklogPages, Backend::Sqlite(pool)) => {
-                let (_busy, log, done): (i64, i64, i64) =
-                    sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-                        .fetch_one(pool)
-                        .await?;
-                Some((log - done).max(0) as f64)
-            }
-            _ => None,
-        })
-    }
-}
-
-impl Measure {
-    /// The indicator's id, as `--without-indicator` takes it.
-    pub fn id(self) -> &'static str {
-        match self {
-            Measure::LongestTransactionSeconds => "long-transactions",
-            Measure::ReplicationLagSeconds => "replication-lag",
-            Measure::ConnectionsUsedPercent => "connections",
-            Measure::SqliteWalBacklogPages => "wal-backlog",
-            Measure::MySqlThreadsRunning => "threads-running",
-            Measure::MySqlHistoryListLength => "history-list",
-        }
-    }
-
-    /// Whether reading it needs PostgreSQL's statistics of other sessions,
-    /// which a role without `pg_read_all_stats` (or `pg_monitor`) sees
-    /// emptied: a silent zero, not an error.
-    fn needs_all_stats(self) -> bool {
-        matches!(
-            self,
-            Measure::LongestTransactionSeconds | Measure::ReplicationLagSeconds
-        )
+        store.backend().health().measure(self.measure).await
     }
 }
 
@@ -302,34 +199,6 @@ impl Default for TableActivity {
     }
 }
 
-/// Per target table (`$1`: a JSON array of `[name as given, quoted name]`):
-/// the sessions waiting for a lock on it, whether a vacuum is working on
-/// it, its dead rows, and how many dead rows start autovacuum on it. The
-/// dead rows come from `pg_stat_get_dead_tuples`, not the
-/// `pg_stat_all_tables` view, which the planner builds for every relation
-/// of the database before the join (over 100 ms a poll with a few hundred
-/// tables, against about 1 ms).
-const TABLE_ACTIVITY: &str = "\
-    SELECT t.name, \
-      (SELECT count(*) FROM pg_locks l WHERE NOT l.granted AND l.relation = c.oid), \
-      EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = c.oid), \
-      pg_stat_get_dead_tuples(c.oid), \
-      (COALESCE(own.threshold, current_setting('autovacuum_vacuum_threshold')::float8) \
-       + COALESCE(own.scale, current_setting('autovacuum_vacuum_scale_factor')::float8) \
-         * GREATEST(c.reltuples, 0))::float8, \
-      current_setting('autovacuum')::bool AND COALESCE(own.enabled, true) \
-    FROM jsonb_array_elements($1::jsonb) AS e(pair) \
-    CROSS JOIN LATERAL (SELECT e.pair->>0 AS name, e.pair->>1 AS quoted) AS t \
-    JOIN pg_class c ON c.oid = to_regclass(t.quoted) \
-    CROSS JOIN LATERAL ( \
-      SELECT max(CASE WHEN o.option_name = 'autovacuum_vacuum_threshold' \
-                      THEN o.option_value::float8 END) AS threshold, \
-             max(CASE WHEN o.option_name = 'autovacuum_vacuum_scale_factor' \
-                      THEN o.option_value::float8 END) AS scale, \
-             bool_and(CASE WHEN o.option_name = 'autovacuum_enabled' \
-                      THEN o.option_value::bool END) AS enabled \
-      FROM pg_options_to_table(c.reloptions) o) AS own";
-
 #[async_trait]
 impl HealthIndicator for TableActivity {
     fn name(&self) -> &str {
@@ -341,40 +210,42 @@ impl HealthIndicator for TableActivity {
     }
 
     async fn readable(&self, store: &Store) -> Result<(), String> {
-        let Backend::Postgres(pool) = store.backend() else {
-            return Ok(());
-        };
         sees_all_sessions(store).await?;
-        let read: Result<Vec<(String, i64, bool, i64, f64, bool)>, _> =
-            sqlx::query_as(TABLE_ACTIVITY)
-                .bind("[]")
-                .fetch_all(pool)
-                .await;
-        match read {
+        match store.backend().health().table_activity("[]").await {
             Ok(_) => Ok(()),
             Err(error) => Err(unreadable(store, &error).await),
         }
     }
 
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
-        let Backend::Postgres(pool) = context.store.backend() else {
-            return Ok(Vec::new());
-        };
         if context.tables.is_empty() {
             return Ok(Vec::new());
         }
         let tables =
             serde_json::to_string(&named_and_quoted(&context.tables)).map_err(|e| e.to_string())?;
-        let rows: Vec<(String, i64, bool, i64, f64, bool)> = sqlx::query_as(TABLE_ACTIVITY)
-            .bind(tables)
-            .fetch_all(pool)
+        let Some(rows) = context
+            .store
+            .backend()
+            .health()
+            .table_activity(&tables)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(Vec::new());
+        };
         let mut in_debt = self.in_debt.lock().expect("indicator state lock");
         let mut told = self.told.lock().expect("indicator state lock");
         Ok(rows
             .into_iter()
-            .filter_map(|(table, waiting, vacuuming, dead, trigger, autovacuum)| {
+            .filter_map(|row| {
+                let (table, waiting, vacuuming, dead, trigger, autovacuum) = (
+                    row.table,
+                    row.waiting,
+                    row.vacuuming,
+                    row.dead,
+                    row.trigger,
+                    row.autovacuum,
+                );
                 let owed = in_cleanup_debt(dead, trigger, self.min_dead_rows, in_debt.contains(&table));
                 if owed {
                     in_debt.insert(table.clone());
@@ -470,33 +341,23 @@ impl HealthIndicator for InnodbActivity {
     }
 
     async fn readable(&self, store: &Store) -> Result<(), String> {
-        let Backend::MySql(pool) = store.backend() else {
-            return Ok(());
-        };
-        match sqlx::raw_sql("SHOW ENGINE INNODB STATUS")
-            .fetch_one(pool)
-            .await
-        {
+        match store.backend().health().innodb_report().await {
             Ok(_) => Ok(()),
             Err(error) => Err(unreadable(store, &error).await),
         }
     }
 
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
-        let Backend::MySql(pool) = context.store.backend() else {
+        let Some(InnodbReport { report, database }) = context
+            .store
+            .backend()
+            .health()
+            .innodb_report()
+            .await
+            .map_err(|e| e.to_string())?
+        else {
             return Ok(Vec::new());
         };
-        let failed = |e: sqlx::Error| e.to_string();
-        // Over the text protocol: MySQL 8 prepares no `SHOW ENGINE`.
-        let report: String = sqlx::raw_sql("SHOW ENGINE INNODB STATUS")
-            .fetch_one(pool)
-            .await
-            .and_then(|row| sqlx::Row::try_get(&row, 2))
-            .map_err(failed)?;
-        let database: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
-            .fetch_one(pool)
-            .await
-            .map_err(failed)?;
         let transactions = InnodbTransactions::parse(&report);
         let global = {
             let mut previous = self.previous.lock().expect("indicator state lock");
@@ -536,46 +397,23 @@ impl HealthIndicator for InnodbActivity {
 /// (`pg_stat_activity`'s times, `pg_stat_replication`'s lags, vacuum
 /// progress): without `pg_read_all_stats` they read as an idle database.
 async fn sees_all_sessions(store: &Store) -> Result<(), String> {
-    let Backend::Postgres(pool) = store.backend() else {
-        return Ok(());
-    };
-    let (sees, role): (bool, String) =
-        sqlx::query_as("SELECT pg_has_role('pg_read_all_stats', 'USAGE'), current_user::text")
-            .fetch_one(pool)
-            .await
-            .map_err(|e| e.to_string())?;
-    if sees {
-        return Ok(());
+    let blind = store.backend().health().blind_role().await;
+    match blind.map_err(|e| e.to_string())? {
+        None => Ok(()),
+        Some(role) => Err(format!(
+            "role {role} sees other sessions' statistics emptied, so this indicator would always \
+             read as normal; grant it: GRANT pg_monitor TO {role}"
+        )),
     }
-    Err(format!(
-        "role {role} sees other sessions' statistics emptied, so this indicator would always \
-         read as normal; grant it: GRANT pg_monitor TO {role}"
-    ))
 }
 
 /// What a failed read of an indicator means, with the grant it needs when
 /// the database refused a privilege (MySQL's `PROCESS`, error 1227; a
 /// PostgreSQL permission, 42501).
 async fn unreadable(store: &Store, error: &sqlx::Error) -> String {
-    let code = error
-        .as_database_error()
-        .and_then(|e| e.code().map(|c| c.into_owned()));
-    match (store.backend(), code.as_deref()) {
-        (Backend::MySql(pool), _) if error.to_string().contains("PROCESS") => {
-            let user: String = sqlx::query_scalar("SELECT CAST(CURRENT_USER() AS CHAR)")
-                .fetch_one(pool)
-                .await
-                .unwrap_or_else(|_| "the worker's user".into());
-            let (name, host) = user.split_once('@').unwrap_or((&user, "%"));
-            format!(
-                "the worker's user lacks the PROCESS privilege ({error}); grant it: GRANT PROCESS \
-                 ON *.* TO '{name}'@'{host}'"
-            )
-        }
-        (Backend::Postgres(_), Some("42501")) => format!(
-            "the worker's role may not read it ({error}); grant it: GRANT pg_monitor TO <role>"
-        ),
-        _ => error.to_string(),
+    match store.backend().health().privilege_remedy(error).await {
+        Some(remedy) => remedy,
+        None => error.to_string(),
     }
 }
 

@@ -15,9 +15,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_store::{Backend, SqlValue, Statement, Store, redact_url};
-use sqlx::Row as _;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
 
@@ -38,13 +35,7 @@ pub struct ReplicaLag {
 /// One replica: where it is (for messages) and its connections.
 struct Replica {
     shown: String,
-    pool: ReplicaPool,
-}
-
-#[derive(Clone)]
-enum ReplicaPool {
-    Postgres(PgPool),
-    MySql(MySqlPool),
+    pool: Backend,
 }
 
 /// Default thresholds, in seconds of lag: throttled from 5, stopped from 30.
@@ -53,9 +44,6 @@ pub const REPLICA_LAG_THRESHOLDS: Thresholds = Thresholds {
     stop_at: 30.0,
     release: 0.6,
 };
-
-/// The heartbeat a replica has applied.
-const HEARTBEAT: &str = "SELECT beat_ms FROM sluice_heartbeat WHERE id = 1";
 
 /// How long a replica may take to answer before it counts as away (the
 /// replicas are read at once, within the monitor's two seconds per
@@ -126,36 +114,21 @@ impl ReplicaLag {
                     reason: e.to_string(),
                 },
             };
-            let mysql = url.starts_with("mysql://") || url.starts_with("mariadb://");
-            let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-            let pool = match store.backend() {
-                Backend::Sqlite(_) => return Err(ReplicaError::NoReplicasOnSqlite),
-                Backend::Postgres(_) if postgres => ReplicaPool::Postgres(
-                    PgPoolOptions::new()
-                        .max_connections(1)
-                        .acquire_timeout(REPLICA_TIMEOUT)
-                        .connect(url)
-                        .await
-                        .map_err(unreachable)?,
-                ),
-                Backend::MySql(_) if mysql => ReplicaPool::MySql(
-                    MySqlPoolOptions::new()
-                        .max_connections(1)
-                        .acquire_timeout(REPLICA_TIMEOUT)
-                        .connect(&url.replacen("mariadb://", "mysql://", 1))
-                        .await
-                        .map_err(unreachable)?,
-                ),
-                backend => {
-                    return Err(ReplicaError::OtherBackend {
-                        url: shown,
-                        expected: match backend {
-                            Backend::MySql(_) => "MySQL",
-                            _ => "PostgreSQL",
-                        },
-                    });
-                }
-            };
+            let dialect = store.backend().dialect();
+            if !dialect.has_replicas() {
+                return Err(ReplicaError::NoReplicasOnSqlite);
+            }
+            if !dialect.speaks_url(url) {
+                return Err(ReplicaError::OtherBackend {
+                    url: shown,
+                    expected: dialect.display_name(),
+                });
+            }
+            let pool = store
+                .backend()
+                .open_like(url, REPLICA_TIMEOUT)
+                .await
+                .map_err(unreachable)?;
             replicas.push(Replica { shown, pool });
         }
         Ok(ReplicaLag {
@@ -204,7 +177,7 @@ impl HealthIndicator for ReplicaLag {
             reads.spawn(async move {
                 (
                     index,
-                    tokio::time::timeout(REPLICA_TIMEOUT, pool.read()).await,
+                    tokio::time::timeout(REPLICA_TIMEOUT, pool.health().replica_state()).await,
                 )
             });
         }
@@ -261,112 +234,11 @@ impl HealthIndicator for ReplicaLag {
     }
 }
 
-/// What one replica says about itself.
-struct ReplicaState {
-    /// The heartbeat it has applied, if it has the table.
-    applied: Option<i64>,
-    /// The lag it reports (MySQL's `Seconds_Behind_Master`), in seconds.
-    reported_lag: Option<f64>,
-    /// Why it cannot be trusted at all (not replicating, an error).
-    broken: Option<String>,
-    /// Something an operator should read beside the lag (a stopped thread).
-    note: Option<String>,
-}
-
-impl ReplicaPool {
-    async fn read(&self) -> Result<ReplicaState, sqlx::Error> {
-        match self {
-            ReplicaPool::Postgres(pool) => {
-                let (recovering, paused): (bool, bool) = sqlx::query_as(
-                    "SELECT pg_is_in_recovery(), \
-                     CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END",
-                )
-                .fetch_one(pool)
-                .await?;
-                let applied =
-                    applied_heartbeat(sqlx::query_scalar(HEARTBEAT).fetch_optional(pool).await)?;
-                Ok(ReplicaState {
-                    applied,
-                    reported_lag: None,
-                    broken: (!recovering).then(|| "not a standby (not in recovery)".to_owned()),
-                    note: paused.then(|| "WAL replay paused".to_owned()),
-                })
-            }
-            ReplicaPool::MySql(pool) => {
-                let status = sqlx::raw_sql("SHOW REPLICA STATUS")
-                    .fetch_optional(pool)
-                    .await?;
-                let Some(status) = status else {
-                    return Ok(ReplicaState {
-                        applied: None,
-                        reported_lag: None,
-                        broken: Some("not replicating (no replica status)".to_owned()),
-                        note: None,
-                    });
-                };
-                // MariaDB names the columns Slave_…/…_Master, MySQL 8
-                // Replica_…/…_Source.
-                let text = |names: [&str; 2]| {
-                    names.iter().find_map(|name| {
-                        status
-                            .try_get::<Option<String>, _>(*name)
-                            .ok()
-                            .flatten()
-                            .or_else(|| {
-                                let number = status.try_get::<Option<i64>, _>(*name).ok();
-                                number.flatten().map(|n| n.to_string())
-                            })
-                    })
-                };
-                let io = text(["Slave_IO_Running", "Replica_IO_Running"]);
-                let sql = text(["Slave_SQL_Running", "Replica_SQL_Running"]);
-                let error = [
-                    text(["Last_IO_Error", "Last_IO_Error"]),
-                    text(["Last_SQL_Error", "Last_SQL_Error"]),
-                ]
-                .into_iter()
-                .flatten()
-                .find(|e| !e.is_empty());
-                let reported_lag = text(["Seconds_Behind_Master", "Seconds_Behind_Source"])
-                    .and_then(|s| s.parse().ok());
-                let applied =
-                    applied_heartbeat(sqlx::query_scalar(HEARTBEAT).fetch_optional(pool).await)?;
-                let broken = match (&error, io.as_deref()) {
-                    (Some(error), _) => Some(format!("replication error: {error}")),
-                    (None, Some("No")) => {
-                        Some("replication stopped (I/O thread not running)".to_owned())
-                    }
-                    _ => None,
-                };
-                Ok(ReplicaState {
-                    applied,
-                    reported_lag,
-                    broken,
-                    note: (sql.as_deref() == Some("No")).then(|| "SQL thread stopped".to_owned()),
-                })
-            }
-        }
-    }
-}
-
 fn stop(reason: String) -> Vec<Reading> {
     vec![Reading {
         scope: Scope::Global,
         signal: Signal::Stop { reason },
     }]
-}
-
-/// The heartbeat a replica has applied, from its read: `None` while the
-/// table has not reached it (the migration not yet replayed); any other
-/// failure (on PostgreSQL, a read cancelled by a conflict with recovery) is
-/// an error the replica is stopped for as such, not a missing heartbeat.
-fn applied_heartbeat(read: Result<Option<i64>, sqlx::Error>) -> Result<Option<i64>, sqlx::Error> {
-    match read {
-        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("42P01" | "42S02")) => {
-            Ok(None)
-        }
-        read => read,
-    }
 }
 
 /// The lag of a replica that has applied heartbeat `applied`, given the

@@ -15,7 +15,6 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use crate::dialect::Dialect;
 use crate::error::StoreError;
 
 /// Which database the store lives in.
@@ -32,26 +31,6 @@ pub enum Backend {
     /// operator's `||` means what it means in the operator's own sessions
     /// (`OR`, unless the server is set to `PIPES_AS_CONCAT`).
     MySql(MySqlPool),
-}
-
-impl Backend {
-    /// What this backend's database speaks where the databases differ.
-    pub fn dialect(&self) -> &'static dyn Dialect {
-        match self {
-            Backend::Sqlite(_) => &crate::dialect::SQLITE,
-            Backend::Postgres(_) => &crate::dialect::POSTGRES,
-            Backend::MySql(_) => &crate::dialect::MYSQL,
-        }
-    }
-
-    /// What this backend's database's catalogue says about target tables.
-    pub(crate) fn catalogue(&self) -> &dyn crate::dialect::catalogue::Catalogue {
-        match self {
-            Backend::Sqlite(pool) => pool,
-            Backend::Postgres(pool) => pool,
-            Backend::MySql(pool) => pool,
-        }
-    }
 }
 
 /// Connection settings for [`crate::Store::connect_with`].

@@ -16,10 +16,17 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
+use std::time::Duration;
+
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::connection::Backend;
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
 use crate::sql::{Ident, IdentError, Statement};
 
 pub(crate) mod catalogue;
+pub mod health;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
@@ -50,6 +57,18 @@ pub fn all() -> [&'static dyn Dialect; 3] {
 pub trait Dialect: Send + Sync + fmt::Debug {
     /// The OpenTelemetry `db.system` name: `sqlite`, `postgresql`, `mysql`.
     fn name(&self) -> &'static str;
+
+    /// The database's name as an operator reads it: `SQLite`,
+    /// `PostgreSQL`, `MySQL`.
+    fn display_name(&self) -> &'static str;
+
+    /// True when `url` names a database of this kind (by its scheme).
+    fn speaks_url(&self, url: &str) -> bool;
+
+    /// True when the database can have replicas Sluice reads lag from.
+    fn has_replicas(&self) -> bool {
+        true
+    }
 
     /// What the database calls the log a change is written to before it
     /// commits (`WAL`, `redo log`), when it reports how much a statement
@@ -200,6 +219,66 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// every row of `table`, if any: a missing index, not the optimizer's
     /// choice beside a usable one.
     fn full_scan_line(&self, plan: &[String], table: &str) -> Option<String>;
+}
+
+/// The one place a store's database picks its dialect: each method
+/// answers with that database's module.
+impl Backend {
+    /// What this backend's database speaks where the databases differ.
+    pub fn dialect(&self) -> &'static dyn Dialect {
+        match self {
+            Backend::Sqlite(_) => &SQLITE,
+            Backend::Postgres(_) => &POSTGRES,
+            Backend::MySql(_) => &MYSQL,
+        }
+    }
+
+    /// A one-connection pool on `url`, a database of this backend's kind
+    /// (a replica's), each connection attempt bounded by `timeout`.
+    ///
+    /// Errors: sqlx's, when it cannot connect (or the URL is not one of
+    /// this kind's: [`sqlx::Error::Configuration`]).
+    pub async fn open_like(&self, url: &str, timeout: Duration) -> Result<Backend, sqlx::Error> {
+        Ok(match self {
+            Backend::Sqlite(_) => {
+                return Err(sqlx::Error::Configuration(
+                    "an SQLite database has no replicas".into(),
+                ));
+            }
+            Backend::Postgres(_) => Backend::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(timeout)
+                    .connect(url)
+                    .await?,
+            ),
+            Backend::MySql(_) => Backend::MySql(
+                MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(timeout)
+                    .connect(&url.replacen("mariadb://", "mysql://", 1))
+                    .await?,
+            ),
+        })
+    }
+
+    /// The queries behind the health indicators, on this backend's pool.
+    pub fn health(&self) -> &dyn health::HealthQueries {
+        match self {
+            Backend::Sqlite(pool) => pool,
+            Backend::Postgres(pool) => pool,
+            Backend::MySql(pool) => pool,
+        }
+    }
+
+    /// What this backend's database's catalogue says about target tables.
+    pub(crate) fn catalogue(&self) -> &dyn catalogue::Catalogue {
+        match self {
+            Backend::Sqlite(pool) => pool,
+            Backend::Postgres(pool) => pool,
+            Backend::MySql(pool) => pool,
+        }
+    }
 }
 
 /// The index a plan reads, as `dialect` names it: the first plan line that

@@ -4,6 +4,7 @@
 //! rows read as `table T access A possible_keys P key K …` lines.
 
 pub(crate) mod catalogue;
+pub(crate) mod health;
 
 use super::{Dialect, LoopPick, word_after};
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
@@ -16,6 +17,14 @@ pub struct MySql;
 impl Dialect for MySql {
     fn name(&self) -> &'static str {
         "mysql"
+    }
+
+    fn display_name(&self) -> &'static str {
+        "MySQL"
+    }
+
+    fn speaks_url(&self, url: &str) -> bool {
+        url.starts_with("mysql://") || url.starts_with("mariadb://")
     }
 
     fn log_name(&self) -> Option<&'static str> {

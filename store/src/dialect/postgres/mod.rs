@@ -2,6 +2,7 @@
 //! session, `EXPLAIN` trees (`Seq Scan on t`, `Index Scan using i`).
 
 pub(crate) mod catalogue;
+pub(crate) mod health;
 
 use super::{Dialect, LoopPick, plan_node, word_after};
 use chrono::{DateTime, Utc};
@@ -15,6 +16,14 @@ pub struct Postgres;
 impl Dialect for Postgres {
     fn name(&self) -> &'static str {
         "postgresql"
+    }
+
+    fn display_name(&self) -> &'static str {
+        "PostgreSQL"
+    }
+
+    fn speaks_url(&self, url: &str) -> bool {
+        url.starts_with("postgres://") || url.starts_with("postgresql://")
     }
 
     fn log_name(&self) -> Option<&'static str> {

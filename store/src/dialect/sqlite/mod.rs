@@ -2,6 +2,7 @@
 //! `EXPLAIN QUERY PLAN` details (`SCAN t`, `SEARCH t USING INDEX i`).
 
 pub(crate) mod catalogue;
+pub(crate) mod health;
 
 use super::{Dialect, LoopPick, plan_node, word_after};
 use crate::sql::{Ident, IdentError, Statement};
@@ -13,6 +14,18 @@ pub struct Sqlite;
 impl Dialect for Sqlite {
     fn name(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn display_name(&self) -> &'static str {
+        "SQLite"
+    }
+
+    fn speaks_url(&self, url: &str) -> bool {
+        url.starts_with("sqlite:")
+    }
+
+    fn has_replicas(&self) -> bool {
+        false
     }
 
     fn loop_pick(&self) -> LoopPick {

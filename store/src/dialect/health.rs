@@ -1,0 +1,171 @@
+//! What a database reports about its own load, for the runtime's health
+//! indicators: the queries, one implementation per dialect
+//! (`{sqlite,postgres,mysql}/health.rs`) on the database's own pool,
+//! reached through [`crate::Backend::health`]. The indicators' thresholds
+//! and signals stay in the runtime; what to read and how is here.
+
+use async_trait::async_trait;
+
+/// What a [`ValueIndicator`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// PostgreSQL: age in seconds of the oldest open transaction of another
+    /// session (on MySQL, the runtime's InnoDB activity indicator reads it).
+    LongestTransactionSeconds,
+    /// The largest replay lag of a connected replica, in seconds (0 without replicas).
+    ReplicationLagSeconds,
+    /// Sessions as a percentage of `max_connections`.
+    ConnectionsUsedPercent,
+    /// SQLite: WAL frames not yet checkpointed (after a passive checkpoint).
+    SqliteWalBacklogPages,
+    /// MySQL: threads executing a statement now (`Threads_running`, as
+    /// gh-ost's `--max-load` reads it).
+    MySqlThreadsRunning,
+    /// MySQL: InnoDB's history list length, the undo records purge has yet
+    /// to clean (a mass delete drives it up).
+    MySqlHistoryListLength,
+}
+
+impl Measure {
+    /// The indicator's id, as `--without-indicator` takes it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Measure::LongestTransactionSeconds => "long-transactions",
+            Measure::ReplicationLagSeconds => "replication-lag",
+            Measure::ConnectionsUsedPercent => "connections",
+            Measure::SqliteWalBacklogPages => "wal-backlog",
+            Measure::MySqlThreadsRunning => "threads-running",
+            Measure::MySqlHistoryListLength => "history-list",
+        }
+    }
+
+    /// Whether reading it needs PostgreSQL's statistics of other sessions,
+    /// which a role without `pg_read_all_stats` (or `pg_monitor`) sees
+    /// emptied: a silent zero, not an error.
+    pub fn needs_all_stats(self) -> bool {
+        matches!(
+            self,
+            Measure::LongestTransactionSeconds | Measure::ReplicationLagSeconds
+        )
+    }
+}
+
+/// One target table's activity (PostgreSQL): who waits for it, whether a
+/// vacuum works on it, and its cleanup debt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableActivity {
+    /// The table as it was given.
+    pub table: String,
+    /// Sessions waiting for a lock on it.
+    pub waiting: i64,
+    /// A vacuum is working on it now.
+    pub vacuuming: bool,
+    /// Its dead rows.
+    pub dead: i64,
+    /// How many dead rows start autovacuum on it.
+    pub trigger: f64,
+    /// Autovacuum is on for it (the server's setting and its own).
+    pub autovacuum: bool,
+}
+
+/// InnoDB's status report (`SHOW ENGINE INNODB STATUS`) and the session's
+/// database, which unqualified table names are in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InnodbReport {
+    /// The report's text.
+    pub report: String,
+    /// `DATABASE()`.
+    pub database: Option<String>,
+}
+
+/// What one replica says about itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaState {
+    /// The heartbeat it has applied, if it has the table.
+    pub applied: Option<i64>,
+    /// The lag it reports (MySQL's `Seconds_Behind_Master`), in seconds.
+    pub reported_lag: Option<f64>,
+    /// Why it cannot be trusted at all (not replicating, an error).
+    pub broken: Option<String>,
+    /// Something an operator should read beside the lag (a stopped thread).
+    pub note: Option<String>,
+}
+
+/// The queries behind the health indicators, on one database's pool. A
+/// database without a report keeps the default: nothing to read.
+#[async_trait]
+pub trait HealthQueries: Send + Sync {
+    /// The measures this database reports, in the order the built-in
+    /// indicators list them.
+    fn measures(&self) -> &'static [Measure];
+
+    /// True when [`HealthQueries::table_activity`] reports.
+    fn has_table_activity(&self) -> bool {
+        false
+    }
+
+    /// True when [`HealthQueries::innodb_report`] reports.
+    fn has_innodb_report(&self) -> bool {
+        false
+    }
+
+    /// `measure` now; `None` when the database does not report it.
+    async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error>;
+
+    /// Per target table (`tables`: a JSON array of `[name as given, quoted
+    /// name]`), its activity; `None` where the database reports none.
+    async fn table_activity(
+        &self,
+        tables: &str,
+    ) -> Result<Option<Vec<TableActivity>>, sqlx::Error> {
+        let _ = tables;
+        Ok(None)
+    }
+
+    /// InnoDB's status report; `None` where there is none.
+    async fn innodb_report(&self) -> Result<Option<InnodbReport>, sqlx::Error> {
+        Ok(None)
+    }
+
+    /// The role's name when it sees other sessions' statistics emptied
+    /// (PostgreSQL without `pg_read_all_stats`), so an indicator reading
+    /// them would always read as an idle database; `None` when it sees
+    /// them, or the database has no such restriction.
+    async fn blind_role(&self) -> Result<Option<String>, sqlx::Error> {
+        Ok(None)
+    }
+
+    /// The grant an operator must give when `error` is the database
+    /// refusing a privilege an indicator needs; `None` for other errors.
+    async fn privilege_remedy(&self, error: &sqlx::Error) -> Option<String> {
+        let _ = error;
+        None
+    }
+
+    /// What this database says about itself as a replica: whether it
+    /// replicates, the heartbeat it has applied, the lag it reports.
+    async fn replica_state(&self) -> Result<ReplicaState, sqlx::Error> {
+        Ok(ReplicaState {
+            broken: Some("this database has no replicas".to_owned()),
+            ..ReplicaState::default()
+        })
+    }
+}
+
+/// The heartbeat a replica has applied.
+pub(crate) const HEARTBEAT: &str = "SELECT beat_ms FROM sluice_heartbeat WHERE id = 1";
+
+/// The heartbeat a replica has applied, from its read: `None` while the
+/// table has not reached it (the migration not yet replayed); any other
+/// failure (on PostgreSQL, a read cancelled by a conflict with recovery) is
+/// an error the replica is stopped for as such, not a missing heartbeat.
+pub(crate) fn applied_heartbeat(
+    read: Result<Option<i64>, sqlx::Error>,
+) -> Result<Option<i64>, sqlx::Error> {
+    match read {
+        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("42P01" | "42S02")) => {
+            Ok(None)
+        }
+        read => read,
+    }
+}

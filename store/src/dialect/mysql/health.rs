@@ -1,0 +1,128 @@
+//! What MySQL and MariaDB report about their own load.
+
+use async_trait::async_trait;
+use sqlx::Row as _;
+
+use crate::dialect::health::{
+    HEARTBEAT, HealthQueries, InnodbReport, Measure, ReplicaState, applied_heartbeat,
+};
+
+#[async_trait]
+impl HealthQueries for sqlx::MySqlPool {
+    fn measures(&self) -> &'static [Measure] {
+        &[
+            Measure::MySqlThreadsRunning,
+            Measure::MySqlHistoryListLength,
+        ]
+    }
+
+    fn has_innodb_report(&self) -> bool {
+        true
+    }
+
+    /// Over the text protocol: MySQL 8 prepares no `SHOW ENGINE`.
+    async fn innodb_report(&self) -> Result<Option<InnodbReport>, sqlx::Error> {
+        let report: String = sqlx::raw_sql("SHOW ENGINE INNODB STATUS")
+            .fetch_one(self)
+            .await
+            .and_then(|row| row.try_get(2))?;
+        let database: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
+            .fetch_one(self)
+            .await?;
+        Ok(Some(InnodbReport { report, database }))
+    }
+
+    /// `SHOW ENGINE INNODB STATUS` needs the `PROCESS` privilege.
+    async fn privilege_remedy(&self, error: &sqlx::Error) -> Option<String> {
+        if !error.to_string().contains("PROCESS") {
+            return None;
+        }
+        let user: String = sqlx::query_scalar("SELECT CAST(CURRENT_USER() AS CHAR)")
+            .fetch_one(self)
+            .await
+            .unwrap_or_else(|_| "the worker's user".into());
+        let (name, host) = user.split_once('@').unwrap_or((&user, "%"));
+        Some(format!(
+            "the worker's user lacks the PROCESS privilege ({error}); grant it: GRANT PROCESS \
+             ON *.* TO '{name}'@'{host}'"
+        ))
+    }
+
+    async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {
+        let pool = self;
+        Ok(match measure {
+            Measure::MySqlThreadsRunning => {
+                // `SHOW`, not `information_schema.global_status` (gone in
+                // MySQL 8), over the text protocol (MySQL 8 prepares no
+                // `SHOW STATUS`).
+                use sqlx::Row as _;
+                let running = sqlx::raw_sql("SHOW GLOBAL STATUS LIKE 'Threads_running'")
+                    .fetch_optional(pool)
+                    .await?;
+                running.and_then(|row| row.try_get::<String, _>(1).ok()?.parse().ok())
+            }
+            Measure::MySqlHistoryListLength => {
+                let length: Option<i64> = sqlx::query_scalar(
+                    "SELECT CAST(count AS SIGNED) FROM information_schema.innodb_metrics \
+                     WHERE name = 'trx_rseg_history_len'",
+                )
+                .fetch_optional(pool)
+                .await?;
+                length.map(|n| n as f64)
+            }
+            _ => None,
+        })
+    }
+
+    async fn replica_state(&self) -> Result<ReplicaState, sqlx::Error> {
+        let pool = self;
+        let status = sqlx::raw_sql("SHOW REPLICA STATUS")
+            .fetch_optional(pool)
+            .await?;
+        let Some(status) = status else {
+            return Ok(ReplicaState {
+                applied: None,
+                reported_lag: None,
+                broken: Some("not replicating (no replica status)".to_owned()),
+                note: None,
+            });
+        };
+        // MariaDB names the columns Slave_…/…_Master, MySQL 8
+        // Replica_…/…_Source.
+        let text = |names: [&str; 2]| {
+            names.iter().find_map(|name| {
+                status
+                    .try_get::<Option<String>, _>(*name)
+                    .ok()
+                    .flatten()
+                    .or_else(|| {
+                        let number = status.try_get::<Option<i64>, _>(*name).ok();
+                        number.flatten().map(|n| n.to_string())
+                    })
+            })
+        };
+        let io = text(["Slave_IO_Running", "Replica_IO_Running"]);
+        let sql = text(["Slave_SQL_Running", "Replica_SQL_Running"]);
+        let error = [
+            text(["Last_IO_Error", "Last_IO_Error"]),
+            text(["Last_SQL_Error", "Last_SQL_Error"]),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|e| !e.is_empty());
+        let reported_lag =
+            text(["Seconds_Behind_Master", "Seconds_Behind_Source"]).and_then(|s| s.parse().ok());
+        let applied = applied_heartbeat(sqlx::query_scalar(HEARTBEAT).fetch_optional(pool).await)?;
+        let broken = match (&error, io.as_deref()) {
+            (Some(error), _) => Some(format!("replication error: {error}")),
+            (None, Some("No")) => Some("replication stopped (I/O thread not running)".to_owned()),
+            _ => None,
+        };
+        Ok(ReplicaState {
+            applied,
+            reported_lag,
+            broken,
+            note: (sql.as_deref() == Some("No")).then(|| "SQL thread stopped".to_owned()),
+        })
+    }
+}

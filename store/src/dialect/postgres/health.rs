@@ -1,0 +1,140 @@
+//! What PostgreSQL report about their own load.
+
+use async_trait::async_trait;
+
+use crate::dialect::health::{
+    HEARTBEAT, HealthQueries, Measure, ReplicaState, TableActivity, applied_heartbeat,
+};
+
+/// Per target table (`$1`: a JSON array of `[name as given, quoted name]`):
+/// the sessions waiting for a lock on it, whether a vacuum is working on
+/// it, its dead rows, and how many dead rows start autovacuum on it. The
+/// dead rows come from `pg_stat_get_dead_tuples`, not the
+/// `pg_stat_all_tables` view, which the planner builds for every relation
+/// of the database before the join (over 100 ms a poll with a few hundred
+/// tables, against about 1 ms).
+const TABLE_ACTIVITY: &str = "\
+    SELECT t.name, \
+      (SELECT count(*) FROM pg_locks l WHERE NOT l.granted AND l.relation = c.oid), \
+      EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = c.oid), \
+      pg_stat_get_dead_tuples(c.oid), \
+      (COALESCE(own.threshold, current_setting('autovacuum_vacuum_threshold')::float8) \
+       + COALESCE(own.scale, current_setting('autovacuum_vacuum_scale_factor')::float8) \
+         * GREATEST(c.reltuples, 0))::float8, \
+      current_setting('autovacuum')::bool AND COALESCE(own.enabled, true) \
+    FROM jsonb_array_elements($1::jsonb) AS e(pair) \
+    CROSS JOIN LATERAL (SELECT e.pair->>0 AS name, e.pair->>1 AS quoted) AS t \
+    JOIN pg_class c ON c.oid = to_regclass(t.quoted) \
+    CROSS JOIN LATERAL ( \
+      SELECT max(CASE WHEN o.option_name = 'autovacuum_vacuum_threshold' \
+                      THEN o.option_value::float8 END) AS threshold, \
+             max(CASE WHEN o.option_name = 'autovacuum_vacuum_scale_factor' \
+                      THEN o.option_value::float8 END) AS scale, \
+             bool_and(CASE WHEN o.option_name = 'autovacuum_enabled' \
+                      THEN o.option_value::bool END) AS enabled \
+      FROM pg_options_to_table(c.reloptions) o) AS own";
+
+#[async_trait]
+impl HealthQueries for sqlx::PgPool {
+    fn measures(&self) -> &'static [Measure] {
+        &[
+            Measure::LongestTransactionSeconds,
+            Measure::ReplicationLagSeconds,
+            Measure::ConnectionsUsedPercent,
+        ]
+    }
+
+    fn has_table_activity(&self) -> bool {
+        true
+    }
+
+    async fn table_activity(
+        &self,
+        tables: &str,
+    ) -> Result<Option<Vec<TableActivity>>, sqlx::Error> {
+        let rows: Vec<(String, i64, bool, i64, f64, bool)> = sqlx::query_as(TABLE_ACTIVITY)
+            .bind(tables)
+            .fetch_all(self)
+            .await?;
+        Ok(Some(
+            rows.into_iter()
+                .map(
+                    |(table, waiting, vacuuming, dead, trigger, autovacuum)| TableActivity {
+                        table,
+                        waiting,
+                        vacuuming,
+                        dead,
+                        trigger,
+                        autovacuum,
+                    },
+                )
+                .collect(),
+        ))
+    }
+
+    async fn blind_role(&self) -> Result<Option<String>, sqlx::Error> {
+        let (sees, role): (bool, String) =
+            sqlx::query_as("SELECT pg_has_role('pg_read_all_stats', 'USAGE'), current_user::text")
+                .fetch_one(self)
+                .await?;
+        Ok((!sees).then_some(role))
+    }
+
+    /// A permission refused (42501): `pg_monitor` reads every statistic.
+    async fn privilege_remedy(&self, error: &sqlx::Error) -> Option<String> {
+        let code = error.as_database_error()?.code()?;
+        (code == "42501").then(|| {
+            format!(
+                "the worker's role may not read it ({error}); grant it: GRANT pg_monitor TO <role>"
+            )
+        })
+    }
+
+    async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {
+        let pool = self;
+        Ok(match measure {
+            Measure::LongestTransactionSeconds => {
+                sqlx::query_scalar(
+                    "SELECT COALESCE(EXTRACT(EPOCH FROM max(now() - xact_start)), 0)::float8 \
+                     FROM pg_stat_activity WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid() \
+                     AND state <> 'idle' AND backend_type = 'client backend'",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+            Measure::ReplicationLagSeconds => {
+                sqlx::query_scalar(
+                    "SELECT COALESCE(EXTRACT(EPOCH FROM max(replay_lag)), 0)::float8 FROM pg_stat_replication",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+            Measure::ConnectionsUsedPercent => {
+                sqlx::query_scalar(
+                    "SELECT (100.0 * count(*) / current_setting('max_connections')::float8)::float8 \
+                     FROM pg_stat_activity WHERE backend_type = 'client backend'",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+            _ => None,
+        })
+    }
+
+    async fn replica_state(&self) -> Result<ReplicaState, sqlx::Error> {
+        let pool = self;
+        let (recovering, paused): (bool, bool) = sqlx::query_as(
+            "SELECT pg_is_in_recovery(), \
+                     CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END",
+        )
+        .fetch_one(pool)
+        .await?;
+        let applied = applied_heartbeat(sqlx::query_scalar(HEARTBEAT).fetch_optional(pool).await)?;
+        Ok(ReplicaState {
+            applied,
+            reported_lag: None,
+            broken: (!recovering).then(|| "not a standby (not in recovery)".to_owned()),
+            note: paused.then(|| "WAL replay paused".to_owned()),
+        })
+    }
+}
