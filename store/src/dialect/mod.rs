@@ -144,9 +144,10 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     }
 
     /// The operators that test a column against a regular expression and
-    /// its negation, spaced: ` ~ ` and ` !~ `, or MySQL's ` REGEXP `.
-    fn regexp_operators(&self) -> (&'static str, &'static str) {
-        (" ~ ", " !~ ")
+    /// its negation, spaced: ` ~ ` and ` !~ `, or MySQL's ` REGEXP `;
+    /// `None` where the database has none built in (SQLite).
+    fn regexp_operators(&self) -> Option<(&'static str, &'static str)> {
+        Some((" ~ ", " !~ "))
     }
 
     /// `on_conflict` (an `INSERT … ON CONFLICT … DO UPDATE`), or where the

@@ -129,3 +129,35 @@ fn each_dialect_names_the_index_its_plan_reads() {
     let all = plan(&["table items access ALL possible_keys NULL key NULL Using where"]);
     assert_eq!(index_in_plan(&all, &MYSQL), None);
 }
+
+#[test]
+fn each_url_is_spoken_by_exactly_one_dialect() {
+    let urls = [
+        ("sqlite:data.sqlite", "sqlite"),
+        ("sqlite::memory:", "sqlite"),
+        ("postgres://u@h/db", "postgresql"),
+        ("postgresql://u@h/db", "postgresql"),
+        ("mysql://u@h/db", "mysql"),
+        ("mariadb://u@h/db", "mysql"),
+    ];
+    for (url, name) in urls {
+        let speaking: Vec<&str> = all()
+            .into_iter()
+            .filter(|d| d.speaks_url(url))
+            .map(|d| d.name())
+            .collect();
+        assert_eq!(speaking, [name], "{url}");
+    }
+    assert!(all().iter().all(|d| !d.speaks_url("oracle://h/db")));
+}
+
+#[test]
+fn dialects_are_equal_only_to_themselves() {
+    for (i, a) in all().into_iter().enumerate() {
+        for (j, b) in all().into_iter().enumerate() {
+            assert_eq!(a == b, i == j, "{a:?} {b:?}");
+        }
+    }
+    let default: &'static dyn Dialect = Default::default();
+    assert_eq!(default.name(), "postgresql");
+}

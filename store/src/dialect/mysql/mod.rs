@@ -47,8 +47,8 @@ impl Dialect for MySql {
         Some("write the time out instead, or compare a column holding UTC with UTC_TIMESTAMP()")
     }
 
-    fn regexp_operators(&self) -> (&'static str, &'static str) {
-        (" REGEXP ", " NOT REGEXP ")
+    fn regexp_operators(&self) -> Option<(&'static str, &'static str)> {
+        Some((" REGEXP ", " NOT REGEXP "))
     }
 
     fn upsert<'s>(&self, _on_conflict: &'s str, on_duplicate_key: &'s str) -> &'s str {

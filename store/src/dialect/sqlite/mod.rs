@@ -44,6 +44,10 @@ impl Dialect for Sqlite {
         true
     }
 
+    fn regexp_operators(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
     fn scalar_extremes<'s>(&self, _least_greatest: &'s str, min_max: &'s str) -> &'s str {
         min_max
     }
