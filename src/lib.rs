@@ -17,23 +17,32 @@
 #![warn(missing_docs)]
 
 pub use async_trait;
+pub use axum;
 pub use chrono;
 pub use serde;
+pub use serde_json;
 pub use sluice_console as console;
 pub use sluice_operations as operations;
 pub use sluice_runtime as runtime;
 pub use sluice_store as store;
+pub use sqlx;
 
 /// Everything an operation and an embedding need, in one `use`.
 pub mod prelude {
+    pub use std::time::Duration;
+
     pub use async_trait::async_trait;
     pub use chrono::{DateTime, Duration as TimeDelta, Utc};
     pub use serde::{Deserialize, Serialize};
+    pub use serde_json::json;
+    pub use sluice_operations::NewOperation;
     pub use sluice_operations::{
         EnqueueOptions, Filter, Operation, OperationError, Registry, Shape, SubBatch, SubBatchRows,
     };
+    pub use sluice_runtime::health::{Signal, indicator_fn};
     pub use sluice_runtime::{
-        Idle, Left, Progress, Runtime, RuntimeBuilder, RuntimeConfig, RuntimeError, Selection,
+        Idle, Left, Progress, Runtime, RuntimeBuilder, RuntimeConfig, RuntimeError, ScheduleSpec,
+        Selection,
     };
     pub use sluice_store::{
         ConnectOptions, Ident, Limits, OperationRecord, OperationStatus, SqlValue, Statement, Store,

@@ -26,8 +26,9 @@ async fn an_operator_pauses_and_resumes_a_running_operation_from_the_dashboard()
         return;
     };
     let db = TestDb::sqlite().await;
-    // 10,000 rows in scope, 50 per sub-batch with a 40 ms pause after each:
-    // at least 8 s of work, time for the page to pause it midway.
+    // 10,000 rows in scope, 50 per sub-batch with an 80 ms pause after
+    // each: at least 16 s of work, time for the page to read the canary and
+    // pause it midway even on a loaded machine.
     create_counted_items(&db, 20_000).await;
     let enqueued = enqueue_increment(
         &db,
@@ -39,7 +40,7 @@ async fn an_operator_pauses_and_resumes_a_running_operation_from_the_dashboard()
             "--sub-batch-size",
             "50",
             "--pause",
-            "40ms",
+            "80ms",
         ],
     );
     let id = enqueued["id"].as_i64().unwrap();

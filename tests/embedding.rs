@@ -13,10 +13,18 @@ use sluice::store::OperationSpec;
 
 for_each_backend!(
     a_repeated_enqueue_returns_the_active_operation_and_takes_no_id,
+    a_repeated_bulk_enqueue_takes_no_id,
     waiting_until_idle_says_what_is_left_and_a_deadline_bounds_it,
+    archive_rows_enqueues_from_rust_as_from_the_command_line,
+    settings_a_store_given_to_the_runtime_would_ignore_are_refused,
 );
 
-postgres_only!(sluice_tables_live_in_a_schema_of_their_own_and_targets_are_found_as_before,);
+postgres_only!(
+    sluice_tables_live_in_a_schema_of_their_own_and_targets_are_found_as_before,
+    a_pool_whose_search_path_names_a_missing_schema_is_refused,
+);
+
+mysql_only!(a_store_on_the_applications_mysql_pool_needs_sluices_sessions,);
 
 /// Deletes the rows of `items` whose `grp` is the argument: its sub-batch is
 /// one statement, so it writes no `run`.
@@ -232,4 +240,157 @@ async fn sluice_tables_live_in_a_schema_of_their_own_and_targets_are_found_as_be
     assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 0);
     store.close().await;
     db.execute(&format!("DROP SCHEMA {own} CASCADE")).await;
+}
+
+/// Enqueuing the same operations again in bulk returns them and takes no
+/// id: the next new operation has the next id.
+async fn a_repeated_bulk_enqueue_takes_no_id(db: &TestDb) {
+    create_items(db).await;
+    let runtime = start(&db.store).await;
+    runtime
+        .pause(&Selection::Kind("delete-group".into()), "held")
+        .await
+        .unwrap();
+    let groups = |range: std::ops::Range<i64>| -> Vec<NewOperation> {
+        range
+            .map(|group| NewOperation {
+                kind: "delete-group".into(),
+                arguments: json!(group),
+                options: EnqueueOptions::default(),
+            })
+            .collect()
+    };
+    let first = runtime.enqueue_many(&groups(0..3)).await.unwrap();
+    assert!(first.iter().all(|e| e.created));
+    for _ in 0..3 {
+        let again = runtime.enqueue_many(&groups(0..3)).await.unwrap();
+        let ids: Vec<i64> = again.iter().map(|e| e.id).collect();
+        assert_eq!(ids, first.iter().map(|e| e.id).collect::<Vec<_>>());
+        assert!(again.iter().all(|e| !e.created));
+    }
+    let next = runtime.enqueue_many(&groups(3..4)).await.unwrap();
+    let last = first.iter().map(|e| e.id).max().unwrap();
+    assert_eq!(next[0].id, last + 1, "the repeats took ids");
+    runtime.shutdown().await.unwrap();
+}
+
+/// `archive-rows` from Rust: the arguments the command line takes, its
+/// archive table created at enqueue, the rows moved exactly once.
+async fn archive_rows_enqueues_from_rust_as_from_the_command_line(db: &TestDb) {
+    create_items(db).await;
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(quick())
+        .without_builtin_indicators()
+        .start()
+        .await
+        .unwrap();
+    let arguments =
+        json!({"table": "items", "into": "items_archive", "key": "id", "where": "grp = 1"});
+    let enqueued = runtime
+        .enqueue_json("archive-rows", &arguments, &EnqueueOptions::default())
+        .await
+        .unwrap();
+    let done = runtime
+        .wait(enqueued.id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(done.state.status, OperationStatus::Finished, "{done:?}");
+    assert_eq!(done.state.rows_done, 100);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items_archive WHERE grp = 1")
+            .await,
+        100
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items_archive").await, 100);
+    // In bulk it is refused by its position, and nothing is written.
+    let bulk = [NewOperation {
+        kind: "archive-rows".into(),
+        arguments: json!({"table": "items", "into": "items_archive", "key": "id", "where": "grp = 2"}),
+        options: EnqueueOptions::default(),
+    }];
+    let refused = runtime.enqueue_many(&bulk).await.unwrap_err().to_string();
+    assert!(refused.contains("enqueue it alone"), "{refused}");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM sluice_operations").await, 1);
+    runtime.shutdown().await.unwrap();
+}
+
+/// `schema` and `time_zone` apply to a store the runtime opens: with a
+/// store of the application's they are refused, not ignored.
+async fn settings_a_store_given_to_the_runtime_would_ignore_are_refused(db: &TestDb) {
+    for builder in [
+        RuntimeBuilder::with_store(db.store.clone()).schema("sluice"),
+        RuntimeBuilder::with_store(db.store.clone()).time_zone("Europe/Berlin"),
+    ] {
+        let refused = builder
+            .config(quick())
+            .without_builtin_indicators()
+            .start()
+            .await
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(refused.contains("RuntimeBuilder::new"), "{refused}");
+    }
+}
+
+/// A pool whose search path starts with a schema that does not exist
+/// would put Sluice's tables in the next one: refused, nothing created.
+async fn a_pool_whose_search_path_names_a_missing_schema_is_refused(db: &TestDb) {
+    use sluice::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    let missing = format!("sluice_missing_{}", std::process::id());
+    let connect: PgConnectOptions = db.url.parse().unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(connect.options([("search_path", format!("{missing}, public").as_str())]))
+        .await
+        .unwrap();
+    let Err(refused) = Store::postgres(pool).await else {
+        panic!("accepted");
+    };
+    let refused = refused.to_string();
+    assert!(
+        refused.contains(&format!("schema `{missing}`")),
+        "{refused}"
+    );
+    assert!(refused.contains("does not exist"), "{refused}");
+}
+
+/// `Store::mysql` on the application's pool: one built with
+/// `mysql_sessions` is a store; a plain one is refused before anything is
+/// written.
+async fn a_store_on_the_applications_mysql_pool_needs_sluices_sessions(db: &TestDb) {
+    use sluice::sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+    create_items(db).await;
+    let connect: MySqlConnectOptions = db.url.parse().unwrap();
+    let plain = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect_with(connect.clone().pipes_as_concat(false))
+        .await
+        .unwrap();
+    let Err(refused) = Store::mysql(plain).await else {
+        panic!("accepted");
+    };
+    let refused = refused.to_string();
+    assert!(refused.contains("mysql_sessions"), "{refused}");
+    let pool = sluice::store::mysql_sessions(MySqlPoolOptions::new())
+        .max_connections(4)
+        .connect_with(connect.pipes_as_concat(false))
+        .await
+        .unwrap();
+    let store = Store::mysql(pool).await.unwrap();
+    let runtime = start(&store).await;
+    let enqueued = runtime
+        .enqueue(&DeleteGroup, &1, &EnqueueOptions::default())
+        .await
+        .unwrap();
+    let done = runtime
+        .wait(enqueued.id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(done.state.rows_done, 100);
+    runtime.shutdown().await.unwrap();
 }

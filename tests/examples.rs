@@ -48,6 +48,20 @@ fn the_readme_shows_the_example_operation_as_it_is_written() {
 }
 
 #[test]
+fn the_readme_runs_the_example_as_the_compiled_example_does() {
+    let readme = include_str!("../README.md");
+    let (_, after) = readme
+        .split_once("Running it:\n\n```rust,ignore\n")
+        .unwrap();
+    let (block, _) = after.split_once("```").unwrap();
+    let compiled = include_str!("../examples/delete_done_todos/readme.rs");
+    assert!(
+        compiled.contains(block),
+        "README.md's \"Running it\" must be examples/delete_done_todos/readme.rs's body verbatim"
+    );
+}
+
+#[test]
 fn the_readme_is_short_and_every_guide_chapter_it_links_exists() {
     let readme = include_str!("../README.md");
     assert!(

@@ -9,6 +9,8 @@
 // The README shows this file as it is, in 15 lines.
 #[rustfmt::skip]
 mod operation;
+// The README's "Running it", as the README shows it.
+mod readme;
 
 use std::time::Duration;
 

@@ -243,13 +243,26 @@ pub async fn enqueue_many(
             )),
         });
     }
+    let now = chrono::Utc::now();
     for (index, operation) in operations.iter().enumerate() {
         let spec = async {
+            if operation.kind == crate::Operation::kind(&crate::builtin::ArchiveRows) {
+                return Err(OperationError::Arguments(
+                    "archive-rows creates its archive table when it is enqueued: enqueue it \
+                     alone (Runtime::enqueue)"
+                        .into(),
+                ));
+            }
+            // What the kind resolves at enqueue (a cutoff from an age), as
+            // a single enqueue from the command line does.
+            let arguments = registry
+                .arguments_at(&operation.kind, store, operation.arguments.clone(), now)
+                .await?;
             let CheckedSpec { mut spec, .. } = checked_spec(
                 store,
                 registry,
                 &operation.kind,
-                &operation.arguments,
+                &arguments,
                 &operation.options,
                 &mut checked,
             )

@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 mod announce;
+mod builder;
 pub mod config;
 pub mod context;
 pub mod control;
@@ -38,6 +39,7 @@ pub mod schedule;
 pub mod sizing;
 pub mod supervisor;
 
+pub use builder::RuntimeBuilder;
 pub use config::RuntimeConfig;
 pub use context::Progress;
 pub use control::{
@@ -46,6 +48,6 @@ pub use control::{
 pub use health::{HealthIndicator, Signal, indicator_fn};
 pub use operation::PlanCheckEvery;
 pub use replicas::{REPLICA_LAG_THRESHOLDS, ReplicaError, ReplicaLag};
-pub use runtime::{Idle, Left, Runtime, RuntimeBuilder, RuntimeError};
+pub use runtime::{Idle, Left, Runtime, RuntimeError};
 pub use schedule::{Fired, ScheduleError, ScheduleSpec};
 pub use sluice_operations::{EnqueueOptions, NewOperation, Operation};

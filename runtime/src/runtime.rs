@@ -1,67 +1,30 @@
-//! The embedding API: [`RuntimeBuilder`] starts a runtime, [`Runtime`] is
+//! The embedding API: [`crate::RuntimeBuilder`] starts a runtime, [`Runtime`] is
 //! the handle an application keeps.
 
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ractor::{Actor, ActorRef, OutputPort, call_t};
-use sluice_operations::{
-    EnqueueOptions, NewOperation, Operation, OperationError, Registry, enqueue, enqueue_many,
-};
-use sluice_store::{
-    ConnectOptions, Enqueued, ListFilter, OperationRecord, OperationStatus, Store, StoreError,
-};
+use ractor::{ActorRef, call_t};
+use sluice_operations::builtin::enqueue_kind;
+use sluice_operations::{EnqueueOptions, NewOperation, Operation, OperationError, enqueue_many};
+use sluice_store::{Enqueued, ListFilter, OperationRecord, OperationStatus, Store, StoreError};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::config::RuntimeConfig;
 use crate::context::{Progress, RuntimeContext};
 use crate::control::{Action, ControlError, Controlled, Selection, control};
-use crate::health::{HealthIndicator, Thresholds};
-use crate::indicators::default_indicators;
-use crate::replicas::{REPLICA_LAG_THRESHOLDS, ReplicaError, ReplicaLag};
+use crate::replicas::ReplicaError;
 use crate::schedule::{ScheduleError, ScheduleSpec, add_schedule, set_enabled};
-use crate::supervisor::{RuntimeSupervisor, SupervisorArgs, SupervisorMessage};
-
-/// Configures and starts a [`Runtime`].
-///
-/// ```no_run
-/// # async fn example() -> Result<(), sluice_runtime::RuntimeError> {
-/// let runtime = sluice_runtime::RuntimeBuilder::new("sqlite:app.sqlite")
-///     .concurrency(4)
-///     .start()
-///     .await?;
-/// runtime.shutdown().await?;
-/// # Ok(()) }
-/// ```
-pub struct RuntimeBuilder {
-    source: Source,
-    registry: Registry,
-    config: RuntimeConfig,
-    indicators: Vec<Arc<dyn HealthIndicator>>,
-    builtin_indicators: bool,
-    without: Vec<String>,
-    /// Replica URLs whose lag is watched ([`RuntimeBuilder::replica`]).
-    replicas: Vec<String>,
-    replica_lag: Thresholds,
-    /// Connection settings for a runtime built from a URL (its pool size and
-    /// sub-batch sessions are the runtime's own).
-    connect: ConnectOptions,
-}
-
-enum Source {
-    Url(String),
-    Store(Store),
-}
+use crate::supervisor::SupervisorMessage;
 
 /// A running runtime: enqueue and control operations, wait for them, watch
 /// progress, shut down. Dropping it without [`Runtime::shutdown`] stops the
 /// actors abruptly (in-flight sub-batches roll back; leases lapse and the
 /// work is resumed later, by this or another node).
 pub struct Runtime {
-    context: RuntimeContext,
-    supervisor: ActorRef<SupervisorMessage>,
-    task: JoinHandle<()>,
+    pub(crate) context: RuntimeContext,
+    pub(crate) supervisor: ActorRef<SupervisorMessage>,
+    pub(crate) task: JoinHandle<()>,
 }
 
 /// Why a runtime call failed.
@@ -154,205 +117,6 @@ pub struct Left {
     pub last_error: Option<String>,
 }
 
-impl RuntimeBuilder {
-    /// A runtime on the database at `url` (`sqlite:PATH`, `postgres://…`),
-    /// with the built-in operation kinds and health indicators.
-    pub fn new(url: &str) -> Self {
-        RuntimeBuilder::from_source(Source::Url(url.to_owned()))
-    }
-
-    /// A runtime on an existing store (e.g. from an application's sqlx pool
-    /// through [`Store::sqlite`] or [`Store::postgres`]).
-    pub fn with_store(store: Store) -> Self {
-        RuntimeBuilder::from_source(Source::Store(store))
-    }
-
-    fn from_source(source: Source) -> Self {
-        RuntimeBuilder {
-            source,
-            registry: Registry::with_builtins(),
-            config: RuntimeConfig::default(),
-            indicators: Vec::new(),
-            builtin_indicators: true,
-            without: Vec::new(),
-            replicas: Vec::new(),
-            replica_lag: REPLICA_LAG_THRESHOLDS,
-            connect: ConnectOptions::default(),
-        }
-    }
-
-    /// Registers an operation kind.
-    pub fn register<O: Operation>(mut self, operation: O) -> Self {
-        self.registry.register(operation);
-        self
-    }
-
-    /// Replaces the whole configuration.
-    pub fn config(mut self, config: RuntimeConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// This node's name (default: host name and process id).
-    pub fn node(mut self, node: &str) -> Self {
-        self.config.node = node.to_owned();
-        self
-    }
-
-    /// Operations running at once on this node.
-    pub fn concurrency(mut self, operations: usize) -> Self {
-        self.config.concurrency = operations.max(1);
-        self
-    }
-
-    /// Sub-batch workers.
-    pub fn pool_size(mut self, workers: usize) -> Self {
-        self.config.pool_size = workers.max(1);
-        self
-    }
-
-    /// Batches of one operation that may run at once across all nodes
-    /// ([`RuntimeConfig::parallel_batches`]); at least 1.
-    pub fn parallel_batches(mut self, batches: u32) -> Self {
-        self.config.parallel_batches = batches.max(1);
-        self
-    }
-
-    /// Adds a health indicator (see [`crate::health::indicator_fn`] for closures).
-    pub fn indicator(mut self, indicator: Arc<dyn HealthIndicator>) -> Self {
-        self.indicators.push(indicator);
-        self
-    }
-
-    /// On PostgreSQL, keeps Sluice's tables in `schema`, created if absent
-    /// ([`ConnectOptions::schema`]); for a runtime built from a URL.
-    pub fn schema(mut self, schema: &str) -> Self {
-        self.connect.schema = Some(schema.to_owned());
-        self
-    }
-
-    /// On PostgreSQL, the zone a `timestamp` without time zone is read in
-    /// ([`ConnectOptions::time_zone`]; UTC by default); for a runtime built
-    /// from a URL.
-    pub fn time_zone(mut self, zone: &str) -> Self {
-        self.connect.time_zone = Some(zone.to_owned());
-        self
-    }
-
-    /// Watches the lag of the replica at `url` (PostgreSQL or MySQL, as the
-    /// store): a heartbeat written on the primary at each health poll and
-    /// read back there ([`ReplicaLag`]). Repeatable. [`RuntimeBuilder::start`]
-    /// fails if a replica cannot be reached then.
-    pub fn replica(mut self, url: &str) -> Self {
-        self.replicas.push(url.to_owned());
-        self
-    }
-
-    /// Replica lag thresholds in seconds (default
-    /// [`REPLICA_LAG_THRESHOLDS`]: throttled from 5, stopped from 30).
-    pub fn replica_lag(mut self, thresholds: Thresholds) -> Self {
-        self.replica_lag = thresholds;
-        self
-    }
-
-    /// Leaves out the built-in indicators for the store's backend.
-    pub fn without_builtin_indicators(mut self) -> Self {
-        self.builtin_indicators = false;
-        self
-    }
-
-    /// Leaves out the built-in indicator named `id` (`long-transactions`,
-    /// `innodb-activity` …: [`crate::health::HealthIndicator::id`]), as an
-    /// operator who knows this worker cannot read it decides. Without it,
-    /// [`RuntimeBuilder::start`] refuses to start with a built-in indicator
-    /// it cannot read; an id no built-in indicator of the store's backend
-    /// has is refused too.
-    pub fn without_indicator(mut self, id: impl Into<String>) -> Self {
-        self.without.push(id.into());
-        self
-    }
-
-    /// Connects (creating and migrating an SQLite file if needed), starts
-    /// the actor tree and returns its handle.
-    pub async fn start(self) -> Result<Runtime, RuntimeError> {
-        let store = match self.source {
-            Source::Store(store) => store,
-            Source::Url(url) => {
-                let options = ConnectOptions {
-                    max_connections: (self.config.pool_size + 4) as u32,
-                    // Sessions of its own bounded by the sub-batch timeout:
-                    // a one-statement sub-batch is then one round trip.
-                    sub_batch_timeout: Some(self.config.sub_batch_timeout),
-                    ..self.connect
-                };
-                Store::connect_with(&url, &options).await?
-            }
-        };
-        let mut indicators = if self.builtin_indicators {
-            builtin_indicators(&store, &self.without).await?
-        } else {
-            Vec::new()
-        };
-        indicators.extend(self.indicators);
-        if !self.replicas.is_empty() {
-            let watched = ReplicaLag::connect(&store, &self.replicas, self.replica_lag).await?;
-            indicators.push(Arc::new(watched));
-        }
-        let (progress, _) = broadcast::channel(1_024);
-        let (ended, _) = broadcast::channel(1_024);
-        let context = RuntimeContext {
-            store,
-            registry: self.registry,
-            config: Arc::new(self.config),
-            health: Arc::new(OutputPort::default()),
-            progress,
-            ended,
-            metrics: sluice_telemetry::Metrics::new(),
-            services: Arc::new(RwLock::new(None)),
-        };
-        let args = SupervisorArgs {
-            context: context.clone(),
-            indicators,
-        };
-        let (supervisor, task) = Actor::spawn(None, RuntimeSupervisor, args)
-            .await
-            .map_err(|e| RuntimeError::Actors(e.to_string()))?;
-        Ok(Runtime {
-            context,
-            supervisor,
-            task,
-        })
-    }
-}
-
-/// The built-in indicators of `store`'s backend but those named in
-/// `without`, each checked readable by this worker.
-async fn builtin_indicators(
-    store: &Store,
-    without: &[String],
-) -> Result<Vec<Arc<dyn HealthIndicator>>, RuntimeError> {
-    let mut indicators = default_indicators(store);
-    let known: Vec<String> = indicators.iter().map(|i| i.id().to_owned()).collect();
-    if let Some(id) = without.iter().find(|id| !known.contains(id)) {
-        return Err(RuntimeError::UnknownIndicator {
-            id: id.clone(),
-            known,
-        });
-    }
-    indicators.retain(|i| !without.iter().any(|id| id == i.id()));
-    for indicator in &indicators {
-        indicator
-            .readable(store)
-            .await
-            .map_err(|reason| RuntimeError::IndicatorUnreadable {
-                name: indicator.name().to_owned(),
-                id: indicator.id().to_owned(),
-                reason,
-            })?;
-    }
-    Ok(indicators)
-}
-
 impl Runtime {
     /// The store this runtime works on.
     pub fn store(&self) -> &Store {
@@ -385,14 +149,13 @@ impl Runtime {
         arguments: &serde_json::Value,
         options: &EnqueueOptions,
     ) -> Result<Enqueued, RuntimeError> {
-        let enqueued = enqueue(
-            &self.context.store,
-            &self.context.registry,
-            kind,
-            arguments,
-            options,
-        )
-        .await?;
+        // As the command line enqueues: what the kind resolves at enqueue
+        // (a cutoff from an age, archive-rows' columns and archive table).
+        let (store, registry) = (&self.context.store, &self.context.registry);
+        let arguments = registry
+            .arguments_at(kind, store, arguments.clone(), chrono::Utc::now())
+            .await?;
+        let enqueued = enqueue_kind(store, registry, kind, &arguments, options).await?;
         // This node can run it: claim it now, not at the next interval.
         let _ = self.supervisor.cast(SupervisorMessage::ReconcileNow);
         Ok(enqueued)

@@ -72,7 +72,10 @@ pub(crate) async fn enqueue_chunk(
     Ok(outcomes)
 }
 
-/// The statement: `$1`–`$35` are the column arrays (ordinal, unique key,
+/// The statement: an operation whose twin is active is never offered to
+/// the insert, so it takes no id from the sequence (a twin enqueued between
+/// the two by another process still meets the unique index, and costs one).
+/// `$1`–`$35` are the column arrays (ordinal, unique key,
 /// encoded event, then the projection in [`PROJECTION_COLUMNS`] order), `$36`
 /// the time, `$37` the event format version.
 static BULK_ENQUEUE: LazyLock<String> = LazyLock::new(|| {
@@ -86,7 +89,9 @@ static BULK_ENQUEUE: LazyLock<String> = LazyLock::new(|| {
         "WITH input AS (SELECT * FROM unnest({arrays}) \
            AS i (ordinal, unique_key, payload, {columns})), \
          inserted AS (INSERT INTO sluice_operations (unique_key, {columns}) \
-           SELECT unique_key, {columns} FROM input ORDER BY ordinal \
+           SELECT unique_key, {columns} FROM input WHERE NOT EXISTS \
+             (SELECT 1 FROM sluice_operations o WHERE o.unique_key = input.unique_key \
+              AND o.status IN ('pending', 'running', 'paused')) ORDER BY ordinal \
            ON CONFLICT (unique_key) WHERE status IN ('pending', 'running', 'paused') DO NOTHING \
            RETURNING id, unique_key), \
          logged AS (INSERT INTO sluice_events (operation_id, seq, kind, recorded_at, format_version, payload) \

@@ -205,24 +205,7 @@ impl SessionSettings {
     }
 }
 
-/// Runs the same sqlx code on whichever pool the store has: for statements
-/// whose text is the same on both backends and that need no per-dialect
-/// function of their own (schedules, switches, an operation's target-table
-/// statements). `$pool` is bound to the backend's pool in `$body`.
-macro_rules! on_pool {
-    ($store:expr, |$pool:ident| $body:expr) => {
-        match $store.backend() {
-            $crate::connection::Backend::Sqlite($pool) => $body,
-            $crate::connection::Backend::Postgres($pool) => $body,
-            $crate::connection::Backend::MySql($pool) => {
-                #[allow(unused_imports, reason = "when the body runs no query")]
-                use $crate::positional as sqlx;
-                $body
-            }
-        }
-    };
-}
-pub(crate) use on_pool;
+pub(crate) use crate::dialect::on_pool;
 
 /// A store's connections: its pool, the PostgreSQL sessions bounded for
 /// sub-batches, and how many connections pool workers keep. Cheap to clone;
@@ -408,11 +391,7 @@ impl Connections {
 
     /// Closes the pools, waiting for connections in use to be returned.
     pub(crate) async fn close(&self) {
-        match &self.backend {
-            Backend::Sqlite(pool) => pool.close().await,
-            Backend::Postgres(pool) => pool.close().await,
-            Backend::MySql(pool) => pool.close().await,
-        }
+        self.backend.close().await;
         if let Some(sessions) = &self.sub_batches {
             sessions.pool.close().await;
         }
@@ -435,16 +414,9 @@ impl Connections {
     /// the runtime's bookkeeping shares; none of an in-memory database's
     /// one).
     pub(crate) fn keep_place(&self) -> Option<KeptPlace> {
-        let (most, lifetime) = match (&self.backend, &self.sub_batches) {
-            (Backend::Sqlite(pool), _) => (
-                pool.options().get_max_connections() / 2,
-                pool.options().get_max_lifetime(),
-            ),
-            (Backend::MySql(pool), _) => (
-                pool.options().get_max_connections() / 2,
-                pool.options().get_max_lifetime(),
-            ),
-            (Backend::Postgres(_), Some(sessions)) => (
+        let (most, lifetime) = match &self.sub_batches {
+            // PostgreSQL's bounded sessions are a pool of their own.
+            Some(sessions) => (
                 sessions
                     .pool
                     .options()
@@ -452,7 +424,7 @@ impl Connections {
                     .saturating_sub(1),
                 sessions.pool.options().get_max_lifetime(),
             ),
-            (Backend::Postgres(_), None) => return None,
+            None => self.backend.shared_keep_limits()?,
         };
         self.kept
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| {
@@ -492,23 +464,99 @@ fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPool, StoreErr
     // `a = 1 || b = 2`, an `OR` in the mysql client, would then be a
     // concatenation compared twice, true of other rows than the client's.
     let connect = MySqlConnectOptions::from_str(&url)?.pipes_as_concat(false);
-    Ok(MySqlPoolOptions::new()
+    Ok(mysql_sessions(MySqlPoolOptions::new())
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .max_lifetime(options.max_lifetime)
-        .after_connect(|connection, _| {
-            Box::pin(async move {
-                use sqlx::Executor as _;
-                connection
-                    .execute(
-                        "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES'); \
-                         SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                    )
-                    .await?;
-                Ok(())
-            })
-        })
         .connect_lazy_with(connect))
+}
+
+/// `pool` with every session set as Sluice's MySQL and MariaDB sessions
+/// must be: identifiers quoted with `"` (`ANSI_QUOTES`, added to the
+/// server's `sql_mode`) and committed data read (`READ COMMITTED`). Build an
+/// application's pool with it to hand the pool to
+/// [`Store::mysql`](crate::Store::mysql); the application's own statements
+/// then read `"…"` as a name, not a string.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+/// let connect: MySqlConnectOptions = "mysql://app@localhost/app".parse()?;
+/// let pool = sluice_store::mysql_sessions(MySqlPoolOptions::new())
+///     .connect_with(connect.pipes_as_concat(false))
+///     .await?;
+/// let store = sluice_store::Store::mysql(pool).await?;
+/// # Ok(()) }
+/// ```
+pub fn mysql_sessions(pool: MySqlPoolOptions) -> MySqlPoolOptions {
+    pool.after_connect(|connection, _| {
+        Box::pin(async move {
+            use sqlx::Executor as _;
+            connection
+                .execute(
+                    "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES'); \
+                     SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                )
+                .await?;
+            Ok(())
+        })
+    })
+}
+
+/// Refuses an application's MySQL pool whose sessions are not as
+/// [`mysql_sessions`] sets them: Sluice's statements would read a quoted
+/// name as a string, or see rows a sub-batch has not committed.
+pub(crate) async fn check_mysql_sessions(pool: &MySqlPool) -> Result<(), StoreError> {
+    let mode: String = sqlx::query_scalar("SELECT CAST(@@SESSION.sql_mode AS CHAR)")
+        .fetch_one(pool)
+        .await?;
+    // MySQL 8 and MariaDB 11.1 name it `transaction_isolation`, earlier
+    // MariaDB `tx_isolation`.
+    let isolation: String =
+        match sqlx::query_scalar("SELECT CAST(@@SESSION.transaction_isolation AS CHAR)")
+            .fetch_one(pool)
+            .await
+        {
+            Ok(isolation) => isolation,
+            Err(_) => {
+                sqlx::query_scalar("SELECT CAST(@@SESSION.tx_isolation AS CHAR)")
+                    .fetch_one(pool)
+                    .await?
+            }
+        };
+    if mode.split(',').any(|m| m == "ANSI_QUOTES") && isolation == "READ-COMMITTED" {
+        return Ok(());
+    }
+    Err(StoreError::BadSetting(format!(
+        "the pool's sessions have sql_mode `{mode}` and isolation {isolation}: Sluice needs \
+         ANSI_QUOTES and READ-COMMITTED; build the pool with sluice_store::mysql_sessions"
+    )))
+}
+
+/// Refuses an application's PostgreSQL pool whose `search_path` names a
+/// schema that does not exist ahead of the one its sessions use: Sluice's
+/// tables would silently go in the next one (the application's own).
+pub(crate) async fn check_postgres_search_path(pool: &PgPool) -> Result<(), StoreError> {
+    let (path, current): (String, Option<String>) =
+        sqlx::query_as("SELECT current_setting('search_path'), current_schema()::text")
+            .fetch_one(pool)
+            .await?;
+    let existing: Vec<String> = sqlx::query_scalar("SELECT nspname::text FROM pg_namespace")
+        .fetch_all(pool)
+        .await?;
+    for named in path.split(',').map(|s| s.trim().trim_matches('"')) {
+        if Some(named) == current.as_deref() {
+            return Ok(());
+        }
+        if named != "$user" && !named.is_empty() && !existing.iter().any(|e| e == named) {
+            return Err(StoreError::BadSetting(format!(
+                "schema `{named}`, first on the pool's search_path ({path}), does not exist: \
+                 Sluice's tables would go in `{}`; create it first",
+                current.as_deref().unwrap_or("no schema")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a MySQL server Sluice cannot claim work on: one without

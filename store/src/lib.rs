@@ -42,7 +42,7 @@ pub mod target_table;
 pub use announce::{Announced, CONTROL_CHANNEL};
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use connection::{Backend, ConnectOptions, redact_url};
+pub use connection::{Backend, ConnectOptions, mysql_sessions, redact_url};
 pub use cursor::{Cursor, CursorValue};
 pub use dialect::{Dialect, LoopPick};
 pub use enqueuing_session::SessionMismatch;

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::mysql::MySqlPool;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 
@@ -66,20 +67,7 @@ pub struct ListFilter {
     pub after: Option<i64>,
 }
 
-/// Calls the per-backend function of [`crate::queries`] (or of the module
-/// named first, such as [`crate::batch_queries`]) for the store's pool.
-macro_rules! dispatch {
-    ($self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
-        dispatch!(queries, $self.$function($($arg),*))
-    };
-    ($module:ident, $self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
-        match $self.connections.backend() {
-            Backend::Sqlite(pool) => $module::sqlite::$function(pool, $($arg),*).await,
-            Backend::Postgres(pool) => $module::postgres::$function(pool, $($arg),*).await,
-            Backend::MySql(pool) => $module::mysql::$function(pool, $($arg),*).await,
-        }
-    };
-}
+use crate::dialect::dispatch;
 
 impl Store {
     /// Connects to `url` (`sqlite:PATH`, `sqlite::memory:`, `postgres://…`),
@@ -104,22 +92,28 @@ impl Store {
 
     /// A store in an existing PostgreSQL pool (the host application's), migrated.
     /// Concurrent migrations from several processes are serialised by sqlx's advisory lock.
+    /// Sluice's tables go in the sessions' current schema (the first
+    /// existing one on their `search_path`: set it in the pool's connect
+    /// options to keep them apart); a path whose first schema does not
+    /// exist is refused rather than fall through to the next.
     pub async fn postgres(pool: PgPool) -> Result<Self, StoreError> {
+        crate::connection::check_postgres_search_path(&pool).await?;
         Store::migrated(Connections::of(Backend::Postgres(pool))).await
+    }
+
+    /// A store in an existing MySQL or MariaDB pool (the host application's),
+    /// migrated, in the database its URL names. Its sessions must be set as
+    /// [`crate::mysql_sessions`] sets them, else it is refused
+    /// ([`StoreError::BadSetting`]) before anything is written.
+    pub async fn mysql(pool: MySqlPool) -> Result<Self, StoreError> {
+        crate::connection::check_mysql_server(&pool).await?;
+        crate::connection::check_mysql_sessions(&pool).await?;
+        Store::migrated(Connections::of(Backend::MySql(pool))).await
     }
 
     /// A store on `connections`, its schema migrated.
     async fn migrated(connections: Connections) -> Result<Self, StoreError> {
-        match connections.backend() {
-            Backend::Sqlite(pool) => sqlx::migrate!("./migrations/sqlite").run(pool).await?,
-            Backend::Postgres(pool) => sqlx::migrate!("./migrations/postgres").run(pool).await?,
-            Backend::MySql(pool) => {
-                // Reached first, so an unreachable server is a database
-                // error (transient), not a failed migration.
-                crate::connection::check_mysql_server(pool).await?;
-                sqlx::migrate!("./migrations/mysql").run(pool).await?
-            }
-        }
+        connections.backend().migrate().await?;
         missing_tables(&connections).await?;
         Ok(Store {
             connections,
@@ -640,37 +634,7 @@ const STORE_TABLES: &[&str] = &[
 /// whose tables are gone (dropped by hand, a schema emptied): every
 /// statement would fail on them with the database's raw error.
 async fn missing_tables(connections: &Connections) -> Result<(), StoreError> {
-    let (place, present): (String, Vec<String>) = match connections.backend() {
-        Backend::Sqlite(pool) => (
-            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
-                .fetch_one(pool)
-                .await?,
-            sqlx::query_scalar("SELECT name FROM sqlite_schema WHERE type = 'table'")
-                .fetch_all(pool)
-                .await?,
-        ),
-        Backend::Postgres(pool) => (
-            sqlx::query_scalar("SELECT current_database() || ', schema ' || current_schema()")
-                .fetch_one(pool)
-                .await?,
-            sqlx::query_scalar(
-                "SELECT tablename::text FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
-            )
-            .fetch_all(pool)
-            .await?,
-        ),
-        Backend::MySql(pool) => (
-            sqlx::query_scalar("SELECT CAST(DATABASE() AS CHAR)")
-                .fetch_one(pool)
-                .await?,
-            sqlx::query_scalar(
-                "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
-                 WHERE table_schema = DATABASE()",
-            )
-            .fetch_all(pool)
-            .await?,
-        ),
-    };
+    let (place, present) = connections.backend().store_tables().await?;
     let missing: Vec<String> = STORE_TABLES
         .iter()
         .filter(|t| !present.iter().any(|p| p == *t))

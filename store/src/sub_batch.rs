@@ -13,10 +13,9 @@
 use sqlx::{MySql, Postgres, Sqlite};
 
 use crate::batch_queries::batch_lease_lost;
-use crate::connection::{Backend, on_pool, statement_timeout_ms};
+use crate::connection::{on_pool, statement_timeout_ms};
 use crate::cursor::Cursor;
 use crate::error::StoreError;
-use crate::queries;
 use crate::record::BatchLease;
 use crate::sql::{Ident, Statement, bind_values};
 use crate::store::Store;
@@ -120,16 +119,7 @@ impl Store {
         from: Option<&Cursor>,
         timeout: Option<std::time::Duration>,
     ) -> Result<SubBatchTx<'static>, StoreError> {
-        let tx = match (self.backend(), timeout) {
-            (Backend::Sqlite(pool), _) => Tx::Sqlite(queries::sqlite::begin_write(pool).await?),
-            (Backend::Postgres(pool), None) => {
-                Tx::Postgres(queries::postgres::begin_write(pool).await?)
-            }
-            (Backend::Postgres(pool), Some(timeout)) => {
-                Tx::Postgres(begin_bounded(pool, timeout).await?)
-            }
-            (Backend::MySql(pool), _) => Tx::MySql(pool.begin_with(MYSQL_BEGIN).await?),
-        };
+        let tx = self.backend().begin_sub_batch(timeout).await?;
         Ok(SubBatchTx::new(tx, lease, from))
     }
 }
@@ -202,7 +192,8 @@ pub(crate) async fn begin_bounded(
 /// and under `READ COMMITTED` InnoDB's purge falls behind such a loop: on
 /// MariaDB 10.11 each statement grew about 0.5 ms per sub-batch since the
 /// last purge, against 0.06 ms here (`BENCHMARKS.md`, pt-archiver).
-const MYSQL_BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION";
+pub(crate) const MYSQL_BEGIN: &str =
+    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION";
 
 /// A MySQL sub-batch transaction on `connection` ([`MYSQL_BEGIN`]).
 pub(crate) async fn begin_mysql(

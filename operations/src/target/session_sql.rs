@@ -12,7 +12,7 @@ use super::TargetError;
 
 /// Refuses `statements` (what the operation will run) where they mean
 /// something else in Sluice's sessions than in the database's own
-/// ([`check_clock_reads`], [`check_ambiguous_dates`]).
+/// (`check_clock_reads`, `check_ambiguous_dates`).
 ///
 /// Errors: [`TargetError::ClockInAnotherZone`],
 /// [`TargetError::AmbiguousDate`]; [`TargetError::Store`] when the database

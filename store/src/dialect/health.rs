@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 
-/// What a [`ValueIndicator`] measures.
+/// What a value indicator of the runtime measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Measure {
     /// PostgreSQL: age in seconds of the oldest open transaction of another

@@ -16,15 +16,10 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use std::time::Duration;
-
-use sqlx::mysql::MySqlPoolOptions;
-use sqlx::postgres::PgPoolOptions;
-
-use crate::connection::Backend;
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
 use crate::sql::{Ident, IdentError, Statement};
 
+mod backend;
 pub(crate) mod catalogue;
 pub mod health;
 pub(crate) mod mysql;
@@ -36,6 +31,8 @@ mod tests;
 pub use mysql::MySql;
 pub use postgres::Postgres;
 pub use sqlite::Sqlite;
+
+pub(crate) use backend::{dispatch, on_pool};
 
 /// SQLite's dialect.
 pub static SQLITE: Sqlite = Sqlite;
@@ -220,66 +217,6 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// every row of `table`, if any: a missing index, not the optimizer's
     /// choice beside a usable one.
     fn full_scan_line(&self, plan: &[String], table: &str) -> Option<String>;
-}
-
-/// The one place a store's database picks its dialect: each method
-/// answers with that database's module.
-impl Backend {
-    /// What this backend's database speaks where the databases differ.
-    pub fn dialect(&self) -> &'static dyn Dialect {
-        match self {
-            Backend::Sqlite(_) => &SQLITE,
-            Backend::Postgres(_) => &POSTGRES,
-            Backend::MySql(_) => &MYSQL,
-        }
-    }
-
-    /// A one-connection pool on `url`, a database of this backend's kind
-    /// (a replica's), each connection attempt bounded by `timeout`.
-    ///
-    /// Errors: sqlx's, when it cannot connect (or the URL is not one of
-    /// this kind's: [`sqlx::Error::Configuration`]).
-    pub async fn open_like(&self, url: &str, timeout: Duration) -> Result<Backend, sqlx::Error> {
-        Ok(match self {
-            Backend::Sqlite(_) => {
-                return Err(sqlx::Error::Configuration(
-                    "an SQLite database has no replicas".into(),
-                ));
-            }
-            Backend::Postgres(_) => Backend::Postgres(
-                PgPoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(timeout)
-                    .connect(url)
-                    .await?,
-            ),
-            Backend::MySql(_) => Backend::MySql(
-                MySqlPoolOptions::new()
-                    .max_connections(1)
-                    .acquire_timeout(timeout)
-                    .connect(&url.replacen("mariadb://", "mysql://", 1))
-                    .await?,
-            ),
-        })
-    }
-
-    /// The queries behind the health indicators, on this backend's pool.
-    pub fn health(&self) -> &dyn health::HealthQueries {
-        match self {
-            Backend::Sqlite(pool) => pool,
-            Backend::Postgres(pool) => pool,
-            Backend::MySql(pool) => pool,
-        }
-    }
-
-    /// What this backend's database's catalogue says about target tables.
-    pub(crate) fn catalogue(&self) -> &dyn catalogue::Catalogue {
-        match self {
-            Backend::Sqlite(pool) => pool,
-            Backend::Postgres(pool) => pool,
-            Backend::MySql(pool) => pool,
-        }
-    }
 }
 
 /// The index a plan reads, as `dialect` names it: the first plan line that

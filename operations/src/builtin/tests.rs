@@ -1,0 +1,67 @@
+use super::*;
+
+#[test]
+fn text_cutoffs_follow_the_column_style() {
+    let at = DateTime::parse_from_rfc3339("2026-03-04T05:06:07Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    assert_eq!(iso_like("2025-01-01T00:00:00Z", at), "2026-03-04T05:06:07");
+    assert_eq!(iso_like("2025-01-01 00:00:00", at), "2026-03-04 05:06:07");
+    let cutoff = iso_like("2025-01-01T00:00:00.123+00:00", at);
+    assert_eq!(cutoff, "2026-03-04T05:06:07");
+    // Values at the cutoff's second are not older; earlier ones are.
+    for same in [
+        "2026-03-04T05:06:07Z",
+        "2026-03-04T05:06:07.5Z",
+        "2026-03-04T05:06:07+00:00",
+    ] {
+        assert!(same > cutoff.as_str(), "{same}");
+    }
+    assert!("2026-03-04T05:06:06.999Z" < cutoff.as_str());
+}
+
+#[test]
+fn update_in_batches_refuses_smuggled_statements() {
+    let args = UpdateInBatchesArguments {
+        table: "t".into(),
+        key: "id".into(),
+        set: "a = 1; DROP TABLE t".into(),
+        condition: None,
+    };
+    assert!(matches!(
+        UpdateInBatches.shape(&args),
+        Err(OperationError::Expression(_))
+    ));
+}
+
+#[test]
+fn update_in_batches_refuses_a_set_that_writes_its_key() {
+    for set in [
+        "id = id + 1000000, hits = hits + 1",
+        "ID = 5",
+        "(hits, \"id\") = (1, 2)",
+    ] {
+        let args = UpdateInBatchesArguments {
+            table: "t".into(),
+            key: "id".into(),
+            set: set.into(),
+            condition: None,
+        };
+        let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
+        assert!(err.contains("walk by (`id`)"), "{set}: {err}");
+    }
+    // The same key under the names SQLite and MySQL give a row's id.
+    for alias in ["rowid", "OID", "_rowid_", "_rowid"] {
+        let args = UpdateInBatchesArguments {
+            table: "t".into(),
+            key: "id".into(),
+            set: format!("hits = 1, {alias} = {alias} + 1000"),
+            condition: None,
+        };
+        let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("the SET writes `{alias}`, a name")),
+            "{err}"
+        );
+    }
+}
