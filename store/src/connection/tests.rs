@@ -1,4 +1,5 @@
 use super::*;
+use crate::dialect::mysql::sessions::skips_locked_rows;
 
 #[test]
 fn passwords_are_not_repeated_in_messages() {

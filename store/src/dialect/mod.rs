@@ -22,7 +22,7 @@ use crate::sql::{Ident, IdentError, Statement};
 mod backend;
 pub(crate) mod catalogue;
 pub mod health;
-pub(crate) mod mysql;
+pub mod mysql;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! MySQL and MariaDB (InnoDB): `?` placeholders taken in order (written
-//! `$N` and rewritten by [`crate::positional`]), `ANSI_QUOTES` sessions,
+//! `$N` and rewritten by `positional`), `ANSI_QUOTES` sessions,
 //! `ON DUPLICATE KEY UPDATE`, limited `DELETE`/`UPDATE`, and `EXPLAIN`
 //! rows read as `table T access A possible_keys P key K …` lines.
 
 pub(crate) mod catalogue;
 pub(crate) mod health;
+pub mod sessions;
 
 use super::{Dialect, LoopPick, word_after};
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};

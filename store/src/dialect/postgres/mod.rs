@@ -3,6 +3,7 @@
 
 pub(crate) mod catalogue;
 pub(crate) mod health;
+pub(crate) mod sessions;
 
 use super::{Dialect, LoopPick, plan_node, word_after};
 use chrono::{DateTime, Utc};
