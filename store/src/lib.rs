@@ -35,6 +35,7 @@ pub mod sql;
 mod statements;
 mod statistics;
 mod store;
+
 mod sub_batch;
 mod sub_batch_session;
 pub mod target_table;

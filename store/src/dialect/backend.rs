@@ -38,9 +38,9 @@ macro_rules! dispatch {
     };
     ($module:ident, $self:ident . $function:ident ( $($arg:expr),* $(,)? )) => {
         match $self.connections.backend() {
-            Backend::Sqlite(pool) => $module::sqlite::$function(pool, $($arg),*).await,
-            Backend::Postgres(pool) => $module::postgres::$function(pool, $($arg),*).await,
-            Backend::MySql(pool) => $module::mysql::$function(pool, $($arg),*).await,
+            $crate::connection::Backend::Sqlite(pool) => $module::sqlite::$function(pool, $($arg),*).await,
+            $crate::connection::Backend::Postgres(pool) => $module::postgres::$function(pool, $($arg),*).await,
+            $crate::connection::Backend::MySql(pool) => $module::mysql::$function(pool, $($arg),*).await,
         }
     };
 }
