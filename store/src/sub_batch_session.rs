@@ -19,6 +19,10 @@ use crate::store::Store;
 use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, begin_mysql, bounded_begin, record_refused};
 use crate::target_table::row_cursor;
 
+mod one_statement;
+
+use one_statement::{fused_with_record, is_division_by_zero, loop_statement, write_in};
+
 /// A pool worker's way to the connections its one-statement sub-batches run
 /// on: PostgreSQL's sessions bounded by `statement_timeout` (see
 /// [`crate::ConnectOptions::sub_batch_timeout`]), or an SQLite store's pool,
@@ -469,105 +473,4 @@ impl HeldConnection {
             place,
         }
     }
-}
-
-/// The body of [`SubBatchSession::run_loop_sub_batch_statement`] on a
-/// bounded session's `connection`.
-async fn loop_statement(
-    connection: &mut PgConnection,
-    lease: &BatchLease,
-    statement: &Statement,
-    limit: i64,
-) -> Result<u64, StoreError> {
-    const FENCE: &str = "EXISTS (SELECT 1 FROM recorded)";
-    let n = statement.params().len();
-    let head = SqlText::new("WITH recorded AS (")
-        .append(&counted(n + 1))
-        .push(" RETURNING 1) ");
-    let fused = match statement.guarded_by(FENCE) {
-        Some(guarded) => head.append(&guarded),
-        None => head.append(statement.text()).push(" AND ").push(FENCE),
-    };
-    let changed = bind_values!(sqlx::query(fused.to_sqlx()), statement.params())
-        .bind(limit)
-        .bind(lease.batch_id)
-        .bind(lease.epoch)
-        .execute(&mut *connection)
-        .await?
-        .rows_affected();
-    let difference = i64::try_from(changed).unwrap_or(i64::MAX) - limit;
-    if difference == 0 {
-        return Ok(changed);
-    }
-    // The record counted `limit` rows; set it to what changed. Nothing
-    // changed and no batch row to set right: the lease was lost before the
-    // statement, which then kept nothing.
-    let corrected = sqlx::query(counted(1).to_sqlx())
-        .bind(difference)
-        .bind(lease.batch_id)
-        .bind(lease.epoch)
-        .execute(&mut *connection)
-        .await?
-        .rows_affected();
-    if corrected == 0 && changed == 0 {
-        return Err(batch_lease_lost(lease));
-    }
-    Ok(changed)
-}
-
-/// `statement` and its record in the sub-batch transaction `tx`, from
-/// progress `from`: both are kept, or neither.
-async fn write_in(
-    tx: Tx<'_>,
-    lease: &BatchLease,
-    statement: &Statement,
-    from: Option<&Cursor>,
-    progress: Option<&Cursor>,
-) -> Result<u64, StoreError> {
-    let mut sub_batch = SubBatchTx::new(tx, lease, from);
-    let rows = sub_batch.execute(statement).await?;
-    sub_batch
-        .commit(progress, i64::try_from(rows).unwrap_or(i64::MAX))
-        .await?;
-    Ok(rows)
-}
-
-/// `WITH changed AS (<statement> RETURNING 1), recorded AS (<the fenced
-/// progress update>) SELECT rows changed, 1 / rows recorded`: the division
-/// fails (SQLSTATE 22012) and aborts everything when the fence matched no
-/// batch row. The four parameters after the statement's own are the
-/// progress cursor (JSON or NULL), the batch id, its lease epoch and the
-/// progress the sub-batch started from (JSON or NULL).
-fn fused_with_record(statement: &Statement) -> SqlText {
-    let n = statement.params().len();
-    SqlText::new("WITH changed AS (")
-        .append(statement.text())
-        .push(" RETURNING 1), recorded AS (UPDATE sluice_batches SET progress_cursor = COALESCE(")
-        .param(n + 1)
-        .push("::TEXT, progress_cursor), rows_affected = rows_affected + (SELECT COUNT(*) FROM changed) WHERE id = ")
-        .param(n + 2)
-        .push(" AND lease_epoch = ")
-        .param(n + 3)
-        .push(" AND status = 'running' AND COALESCE(progress_cursor, start_cursor, '') = COALESCE(")
-        .param(n + 4)
-        .push("::TEXT, '') RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)")
-}
-
-/// `UPDATE sluice_batches SET rows_affected = rows_affected + $first WHERE
-/// id = $first+1 AND lease_epoch = $first+2 AND status = 'running'`: a loop
-/// sub-batch's count, fenced by its batch lease.
-fn counted(first: usize) -> SqlText {
-    SqlText::new("UPDATE sluice_batches SET rows_affected = rows_affected + ")
-        .param(first)
-        .push(" WHERE id = ")
-        .param(first + 1)
-        .push(" AND lease_epoch = ")
-        .param(first + 2)
-        .push(" AND status = 'running'")
-}
-
-fn is_division_by_zero(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .is_some_and(|d| d.code().as_deref() == Some("22012"))
 }
