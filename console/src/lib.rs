@@ -52,6 +52,19 @@ use sluice_telemetry::PrometheusReader;
 pub use access::{Access, ListenError, check_listen};
 
 /// The console over one store.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use sluice_console::{Access, Console};
+/// use sluice_store::Store;
+///
+/// let store = Store::connect("sqlite:sluice.sqlite").await?;
+/// // Mounted in the application's own axum router, under /sluice.
+/// let console = axum::Router::new().nest("/sluice", Console::new(store, Access::default()).router());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// axum::serve(listener, console).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Console {
     store: Store,

@@ -278,6 +278,9 @@ impl Operation for DeleteAgedRows {
         let Some(older_than) = stored.get("older_than").and_then(|v| v.as_str()) else {
             return Ok(stored);
         };
+        if stored.get("cutoff").is_some() {
+            return Ok(stored);
+        }
         // Refused, not ignored: an unknown field (a `where`) must not go
         // unnoticed while every aged row is deleted.
         if let Some(unknown) = stored.as_object().and_then(|fields| {

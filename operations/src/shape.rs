@@ -15,6 +15,18 @@ use sluice_store::{
 use crate::error::OperationError;
 
 /// An operation's table, batching strategy and scope.
+///
+/// ```
+/// use sluice_operations::{Filter, Shape, Strategy};
+///
+/// // Ranges of `id`, over the rows of `events` whose status is 'stale'.
+/// let shape = Shape::range("events", "id")?.scope(Filter::new().eq("status", "stale"))?;
+/// assert_eq!(shape.table().name(), "events");
+/// assert!(matches!(shape.strategy(), Strategy::Keyset(columns) if columns.len() == 1));
+/// // A name that is not a plain identifier is refused, not quoted away.
+/// assert!(Shape::range("events; DROP TABLE users", "id").is_err());
+/// # Ok::<(), sluice_operations::OperationError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shape {
     table: Ident,
@@ -53,6 +65,21 @@ pub enum Strategy {
 /// its separator, fraction or offset
 /// ([`Dialect::compares_times_as_text`]), still
 /// walking an index on the column.
+///
+/// ```
+/// use sluice_operations::{Filter, Shape};
+/// use sluice_store::Statement;
+///
+/// let filter = Filter::new().eq("user_id", 7).lt("score", 10).is_not_null("done_at");
+/// let shape = Shape::range("todos", "id")?.scope(filter)?;
+/// // Values are bound parameters, never written into the SQL.
+/// let sql = shape.filter().and_to(Statement::new("SELECT id FROM todos WHERE TRUE"));
+/// assert_eq!(
+///     sql.text().as_str(),
+///     r#"SELECT id FROM todos WHERE TRUE AND "user_id" = $1 AND "score" < $2 AND "done_at" IS NOT NULL"#
+/// );
+/// # Ok::<(), sluice_operations::OperationError>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
     clauses: Vec<Clause>,

@@ -27,6 +27,19 @@ pub use run::run_sub_batch;
 
 /// The rows of one sub-batch, and helpers that change exactly those rows,
 /// inside the sub-batch's transaction.
+///
+/// ```no_run
+/// use sluice_operations::{OperationError, SubBatch};
+/// use sluice_store::{SqlValue, Statement};
+///
+/// // An operation's `run`: mark the sub-batch's rows, then count them.
+/// async fn run(batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {
+///     let archived = batch.update(&[("archived", SqlValue::Bool(true))]).await?;
+///     let marked = batch.rows_where(Statement::new("SELECT COUNT(*) FROM todos"));
+///     batch.fetch_text(&marked).await?;
+///     Ok(archived)
+/// }
+/// ```
 pub struct SubBatch<'a> {
     tx: SubBatchTx<'a>,
     rows: SubBatchRows<'a>,

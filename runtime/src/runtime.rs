@@ -21,6 +21,26 @@ use crate::supervisor::SupervisorMessage;
 /// progress, shut down. Dropping it without [`Runtime::shutdown`] stops the
 /// actors abruptly (in-flight sub-batches roll back; leases lapse and the
 /// work is resumed later, by this or another node).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), sluice_runtime::RuntimeError> {
+/// use std::time::Duration;
+/// use sluice_runtime::{EnqueueOptions, RuntimeBuilder, Selection};
+///
+/// let runtime = RuntimeBuilder::new("sqlite:app.sqlite").start().await?;
+/// let arguments = serde_json::json!({
+///     "table": "events", "column": "created_at", "older_than": "90d",
+/// });
+/// let op = runtime
+///     .enqueue_json("delete-aged-rows", &arguments, &EnqueueOptions::default())
+///     .await?;
+/// runtime.pause(&Selection::One(op.id), "the nightly report runs").await?;
+/// runtime.resume(&Selection::One(op.id)).await?;
+/// let done = runtime.wait(op.id, Duration::from_secs(3_600)).await?;
+/// println!("{} rows deleted", done.state.rows_done);
+/// runtime.shutdown().await?;
+/// # Ok(()) }
+/// ```
 pub struct Runtime {
     pub(crate) context: RuntimeContext,
     pub(crate) supervisor: ActorRef<SupervisorMessage>,

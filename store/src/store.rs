@@ -32,6 +32,19 @@ use crate::spec::OperationSpec;
 /// (operations, events, batches, leases). Cheap to clone; clones share the
 /// connections. How connections are pooled, bounded and kept is
 /// [`crate::connection`]'s.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), sluice_store::StoreError> {
+/// use sluice_store::{OperationSpec, Store};
+///
+/// let store = Store::connect("sqlite:sluice.sqlite").await?; // or postgres://, mysql://
+/// let spec = OperationSpec::new("delete-aged-rows", "events", vec!["id".into()]);
+/// let first = store.enqueue(spec.clone()).await?;
+/// let again = store.enqueue(spec).await?; // the same operation, no new id
+/// assert_eq!((again.id, again.created), (first.id, false));
+/// store.verify(first.id).await?; // its event log replays to what is stored
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Store {
     connections: Connections,

@@ -6,6 +6,7 @@
 pub(crate) mod catalogue;
 pub(crate) mod health;
 pub mod sessions;
+pub(crate) mod statements;
 
 use super::{Dialect, LoopPick, word_after};
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};

@@ -4,6 +4,7 @@
 pub(crate) mod catalogue;
 pub(crate) mod health;
 pub(crate) mod sessions;
+pub(crate) mod statements;
 
 use super::{Dialect, LoopPick, plan_node, word_after};
 use chrono::{DateTime, Utc};

@@ -3,6 +3,7 @@
 
 pub(crate) mod catalogue;
 pub(crate) mod health;
+pub(crate) mod statements;
 
 use super::{Dialect, LoopPick, plan_node, word_after};
 use crate::sql::{Ident, IdentError, Statement};
