@@ -80,57 +80,63 @@ pub enum EnqueueCommand {
 #[derive(Debug, Args)]
 pub struct CommonOptions {
     /// The unique, indexed column that names rows (the ranges walk it).
-    #[arg(long, default_value = "id")]
+    #[arg(long, default_value = "id", help_heading = "Batching")]
     key: String,
     /// Rows per batch (adapted toward the target batch duration as it runs).
-    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=10_000_000), allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=10_000_000), allow_hyphen_values = true, help_heading = "Batching")]
     batch_size: i64,
     /// Rows per sub-batch (one transaction each).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=1_000_000), allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..=1_000_000), allow_hyphen_values = true, help_heading = "Batching")]
     sub_batch_size: i64,
     /// Sleep between sub-batches (e.g. 50ms).
-    #[arg(long, default_value = "0ms", value_parser = crate::parse_pause, allow_hyphen_values = true)]
+    #[arg(long, default_value = "0ms", value_parser = crate::parse_pause, allow_hyphen_values = true, help_heading = "Pace and limits")]
     pause: Duration,
     /// Stop each run after this long and continue later (e.g. 30m).
-    #[arg(long, value_parser = crate::parse_max_runtime, allow_hyphen_values = true)]
+    #[arg(long, value_parser = crate::parse_max_runtime, allow_hyphen_values = true, help_heading = "Pace and limits")]
     max_runtime: Option<Duration>,
-    /// Stop each run after this many rows and continue later: a ceiling
-    /// for the run of the operation, whatever --parallel-batches says (an
-    /// operation with it is run by its owner alone, without helpers).
-    #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_hyphen_values = true)]
+    /// Stop each run after this many rows and continue later (no helpers).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..), allow_hyphen_values = true, help_heading = "Pace and limits")]
     max_rows: Option<i64>,
     /// Higher runs earlier.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_hyphen_values = true,
+        help_heading = "Pace and limits"
+    )]
     priority: i32,
     /// Accept it even though its batch query would scan the whole table.
-    #[arg(long)]
+    #[arg(long, help_heading = "Batching")]
     force: bool,
-    /// Work only in these daily hours (e.g. 00:00-06:00; 22:00-04:00 runs
-    /// overnight): outside them no sub-batch starts, and workers pause the
-    /// operation until the next opening.
-    #[arg(long, value_name = "HH:MM-HH:MM")]
+    /// Work only in these daily hours (e.g. 00:00-06:00, 22:00-04:00).
+    #[arg(long, value_name = "HH:MM-HH:MM", help_heading = "When")]
     window: Option<String>,
-    /// At most this many rows a second (e.g. 5000 or 5000/s), all workers
-    /// together.
-    #[arg(long, value_parser = crate::parse_rate, allow_hyphen_values = true)]
+    /// At most this many rows a second, all workers together (e.g. 5000/s).
+    #[arg(long, value_parser = crate::parse_rate, allow_hyphen_values = true, help_heading = "Pace and limits")]
     max_rate: Option<i64>,
-    /// The foreground latency it may cost, as the p99 of a canary on its
-    /// table (a point read and a one-row write, timed every health poll):
-    /// Sluice goes as fast as that allows. auto (the default): 1.5× the
-    /// p99 measured before it starts, at least 1 ms more; off; or e.g. 5ms.
-    #[arg(long, value_name = "auto|off|DURATION")]
+    /// The foreground p99 latency it may cost: auto (default), off, or e.g. 5ms.
+    #[arg(
+        long,
+        value_name = "auto|off|DURATION",
+        help_heading = "Pace and limits"
+    )]
     latency_budget: Option<LatencyBudget>,
     /// The IANA time zone `--window` is read in.
-    #[arg(long, default_value = "UTC", requires = "window")]
+    #[arg(
+        long,
+        default_value = "UTC",
+        requires = "window",
+        help_heading = "When"
+    )]
     time_zone: String,
     /// Print the operation (or the plan) as JSON.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     json: bool,
     /// Change nothing: print what enqueuing would do (as `sluice plan`).
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     dry_run: bool,
     /// Planning: do not run the first sub-batch (rolled back) to measure it.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     no_probe: bool,
 }
 

@@ -32,25 +32,31 @@ struct Cli {
         long,
         global = true,
         env = "SLUICE_DATABASE_URL",
-        default_value = "sqlite:sluice.sqlite"
+        default_value = "sqlite:sluice.sqlite",
+        help_heading = "Where Sluice's state is"
     )]
     database_url: String,
 
-    /// On PostgreSQL, the schema Sluice's own tables live in (created if
-    /// absent; target tables named without a schema are found as before).
-    #[arg(long, global = true, env = "SLUICE_SCHEMA")]
+    /// On PostgreSQL, the schema Sluice's own tables live in (created if absent).
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_SCHEMA",
+        help_heading = "Where Sluice's state is"
+    )]
     schema: Option<String>,
 
-    /// The zone times without a zone (PostgreSQL `timestamp`, MySQL
-    /// `DATETIME`) are written in, for comparing them with a time (default
-    /// UTC; such a column is refused on a server whose sessions default to
-    /// another zone until this names it).
-    #[arg(long, global = true, env = "SLUICE_DB_TIME_ZONE")]
+    /// The zone a `timestamp`/`DATETIME` without a zone is written in (default UTC).
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_DB_TIME_ZONE",
+        help_heading = "Where Sluice's state is"
+    )]
     db_time_zone: Option<String>,
 
-    /// How log lines on stderr are written: text, or json (with the trace
-    /// and span ids of the operation they belong to).
-    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = parse_log_format)]
+    /// How log lines on stderr are written: text, or json (with trace ids).
+    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", default_value = "text", value_parser = parse_log_format, help_heading = "Where Sluice's state is")]
     log_format: LogFormat,
 
     #[command(subcommand)]
