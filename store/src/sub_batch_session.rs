@@ -436,7 +436,11 @@ impl SessionConnection {
             }
             Held::Sqlite(connection) => {
                 let connection: &mut SqliteConnection = connection;
-                Tx::Sqlite(connection.begin_with("BEGIN IMMEDIATE").await?)
+                Tx::Sqlite(
+                    connection
+                        .begin_with(crate::statements::SQLITE.begin_write)
+                        .await?,
+                )
             }
             Held::MySql(connection) => begin_mysql(connection).await?,
         };

@@ -33,28 +33,30 @@ macro_rules! mysql_columns {
 #[async_trait]
 impl Catalogue for sqlx::MySqlPool {
     async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
-        Ok(crate::positional::query_scalar(concat!(
-            "SELECT CAST(column_name AS CHAR) ",
-            mysql_columns!(),
-            " ORDER BY ordinal_position"
-        ))
-        .bind(table.schema())
-        .bind(table.name())
-        .fetch_all(self)
-        .await?)
+        column_names(
+            self,
+            table,
+            concat!(
+                "SELECT CAST(column_name AS CHAR) ",
+                mysql_columns!(),
+                " ORDER BY ordinal_position"
+            ),
+        )
+        .await
     }
 
     async fn generated_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
-        Ok(crate::positional::query_scalar(concat!(
-            "SELECT CAST(column_name AS CHAR) ",
-            mysql_columns!(),
-            " AND (LOWER(extra) LIKE '%virtual generated%' \
+        column_names(
+            self,
+            table,
+            concat!(
+                "SELECT CAST(column_name AS CHAR) ",
+                mysql_columns!(),
+                " AND (LOWER(extra) LIKE '%virtual generated%' \
                OR LOWER(extra) LIKE '%stored generated%') ORDER BY ordinal_position"
-        ))
-        .bind(table.schema())
-        .bind(table.name())
-        .fetch_all(self)
-        .await?)
+            ),
+        )
+        .await
     }
 
     async fn same_table(&self, a: &Ident, b: &Ident) -> Result<bool, StoreError> {
@@ -472,4 +474,18 @@ async fn redo_position(
     Ok(rows
         .iter()
         .find_map(|row| row.try_get::<String, _>(1).ok()?.parse().ok()))
+}
+
+/// The names `sql` lists for `table` (its first two parameters the table's
+/// schema then its name).
+async fn column_names(
+    pool: &sqlx::MySqlPool,
+    table: &Ident,
+    sql: &'static str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(crate::positional::query_scalar(sql)
+        .bind(table.schema())
+        .bind(table.name())
+        .fetch_all(pool)
+        .await?)
 }

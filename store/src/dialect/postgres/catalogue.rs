@@ -38,28 +38,30 @@ macro_rules! postgres_columns {
 #[async_trait]
 impl Catalogue for sqlx::PgPool {
     async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(concat!(
-            "SELECT a.attname::text ",
-            postgres_columns!(),
-            " ORDER BY a.attnum"
-        ))
-        .bind(table.schema())
-        .bind(table.name())
-        .fetch_all(self)
-        .await?)
+        column_names(
+            self,
+            table,
+            concat!(
+                "SELECT a.attname::text ",
+                postgres_columns!(),
+                " ORDER BY a.attnum"
+            ),
+        )
+        .await
     }
 
     /// Identity columns `GENERATED ALWAYS` too.
     async fn generated_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(concat!(
-            "SELECT a.attname::text ",
-            postgres_columns!(),
-            " AND (a.attgenerated <> '' OR a.attidentity = 'a') ORDER BY a.attnum"
-        ))
-        .bind(table.schema())
-        .bind(table.name())
-        .fetch_all(self)
-        .await?)
+        column_names(
+            self,
+            table,
+            concat!(
+                "SELECT a.attname::text ",
+                postgres_columns!(),
+                " AND (a.attgenerated <> '' OR a.attidentity = 'a') ORDER BY a.attnum"
+            ),
+        )
+        .await
     }
 
     async fn same_table(&self, a: &Ident, b: &Ident) -> Result<bool, StoreError> {
@@ -490,3 +492,17 @@ const SESSIONS: &str = "SELECT o.search_path, to_json(current_schemas(false))::t
        COALESCE((SELECT c.relrowsecurity FROM pg_catalog.pg_class c \
                  WHERE c.oid = to_regclass($2)), false) \
      FROM sluice_operations o WHERE o.id = $1";
+
+/// The names `sql` lists for `table` (its first two parameters the table's
+/// schema then its name).
+async fn column_names(
+    pool: &sqlx::PgPool,
+    table: &Ident,
+    sql: &'static str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(sql)
+        .bind(table.schema())
+        .bind(table.name())
+        .fetch_all(pool)
+        .await?)
+}

@@ -18,25 +18,23 @@ use crate::target_table::{Index, TableKeys};
 impl Catalogue for sqlx::SqlitePool {
     async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
         // `table_xinfo`: `table_info` leaves generated columns out.
-        Ok(sqlx::query_scalar(
+        column_names(
+            self,
+            table,
             "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
              WHERE hidden <> 1 ORDER BY cid",
         )
-        .bind(table.name())
-        .bind(table.schema())
-        .fetch_all(self)
-        .await?)
+        .await
     }
 
     async fn generated_columns(&self, table: &Ident) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(
+        column_names(
+            self,
+            table,
             "SELECT name FROM pragma_table_xinfo($1, COALESCE($2, 'main')) \
              WHERE hidden IN (2, 3) ORDER BY cid",
         )
-        .bind(table.name())
-        .bind(table.schema())
-        .fetch_all(self)
-        .await?)
+        .await
     }
 
     async fn same_table(&self, a: &Ident, b: &Ident) -> Result<bool, StoreError> {
@@ -308,4 +306,18 @@ async fn holds_null(
         .fetch_optional(pool)
         .await?;
     Ok(row.is_some())
+}
+
+/// The names `sql` lists for `table` (its first two parameters the table's
+/// name then its schema).
+async fn column_names(
+    pool: &sqlx::SqlitePool,
+    table: &Ident,
+    sql: &'static str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(sql)
+        .bind(table.name())
+        .bind(table.schema())
+        .fetch_all(pool)
+        .await?)
 }
