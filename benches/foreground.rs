@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig};
 use sluice_store::{Backend, CanaryReading, LatencyBudget, SqlValue, Statement, Store};
 
-use common::{env, fill_aged_events, percentile};
+use common::{alter_autovacuum, env, fill_aged_events, percentile, set_autovacuum};
 
 const CLIENTS: u64 = 4;
 
@@ -271,7 +271,7 @@ async fn canary_p99(store: &Store) -> Duration {
 
 /// `bench_events`: `rows` rows, the first 80 % aged, the rest young
 /// (2037: within MySQL's TIMESTAMP range), indexed on `created_at`;
-/// autovacuum as the server has it.
+/// autovacuum as [`set_autovacuum`] set it.
 async fn fill(store: &Store, rows: i64) {
     fill_aged_events(store, rows).await;
     let young = Statement::new("UPDATE bench_events SET created_at = ")
@@ -281,7 +281,7 @@ async fn fill(store: &Store, rows: i64) {
     store.execute(&young).await.unwrap();
     let settle = match store.backend() {
         Backend::Sqlite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
-        Backend::Postgres(_) => "ALTER TABLE bench_events RESET (autovacuum_enabled)",
+        Backend::Postgres(_) => "ANALYZE bench_events",
         Backend::MySql(_) => "ANALYZE TABLE bench_events",
     };
     store.execute(&Statement::new(settle)).await.unwrap();
@@ -290,38 +290,6 @@ async fn fill(store: &Store, rows: i64) {
             let _ = store.execute(&Statement::new(sql)).await;
         }
     }
-}
-
-/// Sets PostgreSQL's autovacuum as `SLUICE_BENCH_AUTOVACUUM` asks; the
-/// setting it replaced, to restore.
-async fn set_autovacuum(store: &Store) -> Option<String> {
-    let wanted = std::env::var("SLUICE_BENCH_AUTOVACUUM").ok()?;
-    let Backend::Postgres(pool) = store.backend() else {
-        return None;
-    };
-    let previous: String = sqlx::query_scalar("SHOW autovacuum")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    alter_autovacuum(store, &wanted).await;
-    eprintln!("postgres: autovacuum {wanted} for the run (was {previous})");
-    Some(previous)
-}
-
-async fn alter_autovacuum(store: &Store, value: &str) {
-    let Backend::Postgres(pool) = store.backend() else {
-        return;
-    };
-    let set = if value == "on" {
-        "ALTER SYSTEM SET autovacuum = on"
-    } else {
-        "ALTER SYSTEM SET autovacuum = off"
-    };
-    sqlx::query(set).execute(pool).await.unwrap();
-    sqlx::query("SELECT pg_reload_conf()")
-        .execute(pool)
-        .await
-        .unwrap();
 }
 
 fn report(

@@ -42,7 +42,9 @@ use sluice_operations::{DeleteAgedRows, EnqueueOptions};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
 use sluice_store::{Backend, ConnectOptions, SqlValue, Statement, Store};
 
-use common::{env, fill_aged_events as fill, median, postgres_url};
+use common::{
+    alter_autovacuum, env, fill_aged_events as fill, median, postgres_url, set_autovacuum,
+};
 
 /// Rows per sub-batch unless `SLUICE_BENCH_SUB_BATCH` says otherwise.
 const SUB_BATCH: i64 = 1_000;
@@ -79,6 +81,7 @@ async fn main() {
             Backend::Postgres(_) => "postgres",
             Backend::MySql(_) => "mysql",
         };
+        let autovacuum = set_autovacuum(&store).await;
         let (mut by_loop, mut by_pooled, mut by_recorded, mut by_runtime, mut by_one) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for repeat in 0..repeats {
@@ -147,6 +150,9 @@ async fn main() {
             .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
             .await
             .unwrap();
+        if let Some(previous) = autovacuum {
+            alter_autovacuum(&store, &previous).await;
+        }
         store.close().await;
     }
 }

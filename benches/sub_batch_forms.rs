@@ -33,7 +33,7 @@ use sluice_operations::batching::{LoopPick, loop_rows};
 use sluice_operations::{DeleteAgedRows, Operation, Strategy};
 use sluice_store::{BatchLease, ConnectOptions, OperationSpec, Statement, Store};
 
-use common::{env, fill_aged_events as fill, postgres_url};
+use common::{alter_autovacuum, env, fill_aged_events as fill, postgres_url, set_autovacuum};
 
 const SUB_BATCH: i64 = 1_000;
 const KIND: &str = "bench-sub-batch-forms";
@@ -56,6 +56,7 @@ async fn main() {
             return;
         }
     };
+    let autovacuum = set_autovacuum(&store).await;
     println!("rows {rows}, sub-batch {SUB_BATCH}, repeats {repeats}");
     for repeat in 1..=repeats {
         fill(&store, rows).await;
@@ -130,6 +131,9 @@ async fn main() {
         .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
         .await
         .unwrap();
+    if let Some(previous) = autovacuum {
+        alter_autovacuum(&store, &previous).await;
+    }
     store.close().await;
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig, Signal, indicator_fn};
 use sluice_store::{Statement, Store};
 
-use common::{env, fill_aged_events};
+use common::{alter_autovacuum, env, fill_aged_events, set_autovacuum};
 
 /// The levels measured, in order, each round.
 const LEVELS: [u8; 4] = [100, 75, 50, 25];
@@ -63,7 +63,11 @@ async fn main() {
             eprintln!("{backend}: not reachable, skipped");
             continue;
         };
+        let autovacuum = set_autovacuum(&store).await;
         measure(backend, &store, rows, window).await;
+        if let Some(previous) = autovacuum {
+            alter_autovacuum(&store, &previous).await;
+        }
     }
 }
 

@@ -158,9 +158,8 @@ pub async fn drop_schema(url: &str, schema: &str) {
 }
 
 /// `bench_events` with `rows` rows, all aged, indexed on `created_at`,
-/// vacuumed and analysed, the WAL checkpointed; on PostgreSQL autovacuum is
-/// off for it, so no run is slowed (or sped up) by a vacuum that happens to
-/// start during it.
+/// vacuumed and analysed, the WAL checkpointed; autovacuum as the server
+/// has it ([`set_autovacuum`]).
 pub async fn fill_aged_events(store: &Store, rows: i64) {
     store
         .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
@@ -179,8 +178,7 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
              'payload ' || v FROM n",
         ),
         Backend::Postgres(_) => (
-            "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL) \
-             WITH (autovacuum_enabled = false)",
+            "CREATE TABLE bench_events (id BIGINT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL)",
             "INSERT INTO bench_events SELECT g, TIMESTAMPTZ '2020-01-01Z' + (g % 3600) * INTERVAL '1 second', \
              'payload ' || g FROM generate_series(1, ",
             ") g",
@@ -284,4 +282,38 @@ pub fn as_users_run(builder: sluice_runtime::RuntimeBuilder) -> sluice_runtime::
         "off" => builder.without_builtin_indicators(),
         _ => builder,
     }
+}
+
+/// Sets PostgreSQL's autovacuum for the run: `on`, PostgreSQL's default and
+/// what users run, unless `SLUICE_BENCH_AUTOVACUUM=off` asks for the lab
+/// setting; the setting it replaced, to restore with [`alter_autovacuum`].
+pub async fn set_autovacuum(store: &Store) -> Option<String> {
+    let wanted = env("SLUICE_BENCH_AUTOVACUUM", "on".to_owned());
+    let Backend::Postgres(pool) = store.backend() else {
+        return None;
+    };
+    let previous: String = sqlx::query_scalar("SHOW autovacuum")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    alter_autovacuum(store, &wanted).await;
+    eprintln!("postgres: autovacuum {wanted} for the run (was {previous})");
+    Some(previous)
+}
+
+/// Sets the server's `autovacuum` to `value` (`on` or `off`) and reloads.
+pub async fn alter_autovacuum(store: &Store, value: &str) {
+    let Backend::Postgres(pool) = store.backend() else {
+        return;
+    };
+    let set = if value == "on" {
+        "ALTER SYSTEM SET autovacuum = on"
+    } else {
+        "ALTER SYSTEM SET autovacuum = off"
+    };
+    sqlx::query(set).execute(pool).await.unwrap();
+    sqlx::query("SELECT pg_reload_conf()")
+        .execute(pool)
+        .await
+        .unwrap();
 }
