@@ -4,7 +4,7 @@
 //! control poll. The poll stays: a notification sent while a listener is
 //! reconnecting is lost, and MySQL and SQLite have no notifications.
 
-use crate::connection::Backend;
+use sluice_target::connection::Backend;
 use crate::error::StoreError;
 use crate::store::Store;
 

@@ -1,6 +1,6 @@
 //! The store's batch transactions (plan, claim, release, renew, complete,
 //! fail, split, list, prune) over the named statements of
-//! [`crate::statements`], compiled for each backend by [`batch_backend!`]
+//! [`crate::dialect`], compiled for each backend by [`batch_backend!`]
 //! as [`crate::queries`] compiles the operation's. Each one that records an
 //! event appends it through that module's `append_loaded`, in the same
 //! transaction as the batch row it writes; every batch status it writes is
@@ -8,13 +8,13 @@
 
 use crate::batch_machine::{BatchChange, next_status};
 use crate::clock::millis;
-use crate::cursor::Cursor;
+use sluice_target::cursor::Cursor;
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::machine::{self, OperationStatus};
 use crate::queries::{Appended, Expected, holds};
 use crate::record::{Batch, BatchLease, BatchRow, BatchStatus, Lease, NextBatch, OperationRecord};
-use crate::statements::{self, Statements};
+use crate::dialect::{self, Statements};
 
 mod records;
 
@@ -30,7 +30,7 @@ macro_rules! batch_backend {
         pub(crate) mod $module {
             use super::*;
             use crate::queries::$module::{Pool, Tx, append_loaded, begin_write, load_locked};
-            /// sqlx, or on MySQL its `$N`-placeholder front ([`crate::positional`]).
+            /// sqlx, or on MySQL its `$N`-placeholder front ([`sluice_target::positional`]).
             use $sqlx as sqlx;
 
             /// This backend's statements.
@@ -431,6 +431,6 @@ macro_rules! batch_backend {
     };
 }
 
-batch_backend!(sqlite, statements::SQLITE);
-batch_backend!(postgres, statements::POSTGRES);
-batch_backend!(mysql, statements::MYSQL, crate::positional);
+batch_backend!(sqlite, dialect::SQLITE);
+batch_backend!(postgres, dialect::POSTGRES);
+batch_backend!(mysql, dialect::MYSQL, sluice_target::positional);

@@ -2,6 +2,9 @@
 //! can tell a conflict (retry after reloading) from a lost lease (stop) from a
 //! broken database (back off).
 
+use sluice_target::DatabaseError;
+use sluice_target::error::{is_transient, is_unavailable, refused_as_read_only};
+
 use crate::event::DecodeError;
 use crate::machine::IllegalTransition;
 use crate::spec::SpecError;
@@ -9,25 +12,16 @@ use crate::spec::SpecError;
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database URL's scheme is not one Sluice stores state in.
-    #[error("unsupported database URL `{url}`: use sqlite:PATH, postgres://… or mysql://…")]
-    UnsupportedUrl {
-        /// The URL with any password removed.
-        url: String,
-    },
-    /// An SQLite database file cannot be opened or created where the URL
-    /// says (its folder is missing, or not readable or writable).
-    #[error("cannot open the SQLite database `{path}`: {reason}")]
-    CannotOpen {
-        /// The file's path, as the URL gives it.
-        path: String,
-        /// Why, in words.
-        reason: String,
-    },
+    /// A failure the target side names (an unsupported URL, an unopenable
+    /// SQLite file, a setting the database cannot honour, a batching column
+    /// no cursor holds): [`DatabaseError`]'s variants other than
+    /// `Database`, which is [`StoreError::Database`].
+    #[error(transparent)]
+    Target(DatabaseError),
     /// The database could not be reached or a statement failed. Its text
     /// carries the database's error code (PostgreSQL's SQLSTATE as
     /// `database error 23505: …`; MySQL's and SQLite's are in their text).
-    #[error("database error{}: {}", sqlstate(.0), .0)]
+    #[error("database error{}: {}", sluice_target::error::sqlstate(.0), .0)]
     Database(#[from] sqlx::Error),
     /// Applying the schema migrations failed.
     #[error("schema migration failed: {0}")]
@@ -138,33 +132,6 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
-    /// A batching column's values cannot be a cursor (only integers, text
-    /// and PostgreSQL timestamps can).
-    #[error(
-        "column `{column}` has type {type_name}, which cannot order batches: use an integer, text or timestamp column"
-    )]
-    UnsupportedCursorType {
-        /// The column as the query named it.
-        column: String,
-        /// The database's name for its type, and the value's where a row
-        /// holds a value of another type (SQLite).
-        type_name: String,
-    },
-    /// A batching column holds an unsigned integer (MySQL `BIGINT
-    /// UNSIGNED`) above the signed 64-bit range that cursors hold.
-    #[error(
-        "column `{column}` holds {value}, above 9223372036854775807, the largest integer Sluice can batch by: batch by another unique column"
-    )]
-    KeyBeyondRange {
-        /// The column as the query named it.
-        column: String,
-        /// The value found.
-        value: u64,
-    },
-    /// A connection setting that the database cannot honour (an unsafe schema
-    /// name, a setting another backend's).
-    #[error("{0}")]
-    BadSetting(String),
     /// Replaying the event log does not give the stored projection.
     #[error(
         "operation {operation_id}: replaying its {events} events does not reproduce the stored state"
@@ -177,38 +144,42 @@ pub enum StoreError {
     },
 }
 
-/// ` CODE`, PostgreSQL's SQLSTATE, for an error PostgreSQL answered (whose
-/// text does not carry it; MySQL's and SQLite's name their codes), else
-/// nothing.
-fn sqlstate(error: &sqlx::Error) -> String {
-    error
-        .as_database_error()
-        .and_then(|e| e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
-        .map(|pg| format!(" {}", pg.code()))
-        .unwrap_or_default()
+impl From<DatabaseError> for StoreError {
+    /// The target side's failure as the store's: a database error stays a
+    /// database error, so every question below reads it alike.
+    fn from(error: DatabaseError) -> Self {
+        match error {
+            DatabaseError::Database(e) => StoreError::Database(e),
+            other => StoreError::Target(other),
+        }
+    }
 }
 
 impl StoreError {
+    /// A connection setting the database cannot honour
+    /// ([`DatabaseError::BadSetting`]).
+    pub fn bad_setting(reason: impl Into<String>) -> Self {
+        StoreError::Target(DatabaseError::BadSetting(reason.into()))
+    }
+
     /// True when the caller's input is at fault and nothing was changed: an
     /// unknown operation or schedule, a taken schedule name, an unsupported
     /// or malformed database URL, an invalid spec, an event the state machine
     /// refuses, a batching column no cursor can hold. Every layer above (the
     /// operations' and schedules' errors, the CLI's exit code 2) asks this.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            StoreError::NotFound(_)
-                | StoreError::UnknownSchedule(_)
-                | StoreError::ScheduleExists(_)
-                | StoreError::UnsupportedUrl { .. }
-                | StoreError::CannotOpen { .. }
-                | StoreError::Database(sqlx::Error::Configuration(_))
-                | StoreError::InvalidSpec(_)
-                | StoreError::Illegal { .. }
-                | StoreError::UnsupportedCursorType { .. }
-                | StoreError::KeyBeyondRange { .. }
-                | StoreError::BadSetting(_)
-        )
+        match self {
+            StoreError::Target(e) => e.is_bad_input(),
+            StoreError::Database(sqlx::Error::Configuration(_)) => true,
+            _ => matches!(
+                self,
+                StoreError::NotFound(_)
+                    | StoreError::UnknownSchedule(_)
+                    | StoreError::ScheduleExists(_)
+                    | StoreError::InvalidSpec(_)
+                    | StoreError::Illegal { .. }
+            ),
+        }
     }
 
     /// True when the database refused a write because it is read-only (an
@@ -216,17 +187,12 @@ impl StoreError {
     /// transaction or standby, a MySQL server in read-only mode). Nothing
     /// was written.
     pub fn is_read_only(&self) -> bool {
-        let refused = |e: &sqlx::Error| {
-            e.as_database_error().is_some_and(|d| {
-                matches!(d.code().as_deref(), Some("8" | "25006"))
-                    || d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                        .is_some_and(|m| matches!(m.number(), 1290 | 1836))
-            })
-        };
         match self {
-            StoreError::Database(e) => refused(e),
-            StoreError::Migrate(sqlx::migrate::MigrateError::Execute(e)) => refused(e),
-            StoreError::Migrate(sqlx::migrate::MigrateError::ExecuteMigration(e, _)) => refused(e),
+            StoreError::Database(e) => refused_as_read_only(e),
+            StoreError::Migrate(sqlx::migrate::MigrateError::Execute(e)) => refused_as_read_only(e),
+            StoreError::Migrate(sqlx::migrate::MigrateError::ExecuteMigration(e, _)) => {
+                refused_as_read_only(e)
+            }
             _ => false,
         }
     }
@@ -236,15 +202,7 @@ impl StoreError {
     /// could not be written for now): the caller should back off and retry
     /// rather than give up.
     pub fn is_transient(&self) -> bool {
-        self.is_unavailable()
-            || self.database_code().is_some_and(|code| {
-                // SQLite busy/locked; PostgreSQL serialization, deadlock,
-                // lock timeout; MySQL deadlock.
-                matches!(code.as_str(), "40001" | "40P01" | "55P03")
-                    || sqlite_primary(&code).is_some_and(|c| c == 5 || c == 6)
-            })
-            // MySQL's lock wait timeout and NOWAIT refusal (SQLSTATE HY000).
-            || self.mysql_number().is_some_and(|n| matches!(n, 1205 | 3572))
+        matches!(self, StoreError::Database(e) if is_transient(e))
     }
 
     /// True when the database itself cannot serve Sluice for now, whatever
@@ -253,62 +211,6 @@ impl StoreError {
     /// resources. Not the operation's fault: a worker waits it out (backing
     /// off, and logging each time) and never fails an operation for it.
     pub fn is_unavailable(&self) -> bool {
-        let StoreError::Database(e) = self else {
-            return false;
-        };
-        if matches!(
-            e,
-            sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Protocol(_)
-        ) {
-            return true;
-        }
-        self.database_code().is_some_and(|code| {
-            // SQLite (primary codes): READONLY, IOERR, FULL, CANTOPEN.
-            sqlite_primary(&code).is_some_and(|c| matches!(c, 8 | 10 | 13 | 14))
-                // PostgreSQL: connection exceptions, read-only transaction
-                // (a standby, or default_transaction_read_only), insufficient
-                // resources, admin or crash shutdown, cannot connect now.
-                || code.starts_with("08")
-                || code.starts_with("53")
-                || matches!(code.as_str(), "25006" | "57P01" | "57P02" | "57P03")
-        }) || self.mysql_number().is_some_and(|n| {
-            // MySQL (SQLSTATE HY000 or 42000): `--read-only`, MariaDB's
-            // read-only mode, too many connections for the user, out of
-            // memory, disk full.
-            matches!(n, 1290 | 1836 | 1203 | 1037 | 1041 | 1021)
-        })
+        matches!(self, StoreError::Database(e) if is_unavailable(e))
     }
-
-    /// MySQL's own error number, when the database is MySQL or MariaDB.
-    fn mysql_number(&self) -> Option<u16> {
-        let StoreError::Database(e) = self else {
-            return None;
-        };
-        Some(
-            e.as_database_error()?
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()?
-                .number(),
-        )
-    }
-
-    /// The database's own error code (SQLSTATE, or SQLite's number).
-    fn database_code(&self) -> Option<String> {
-        let StoreError::Database(e) = self else {
-            return None;
-        };
-        Some(e.as_database_error()?.code()?.into_owned())
-    }
-}
-
-/// SQLite's primary result code (the low byte of an extended code), when
-/// `code` is a number (PostgreSQL's SQLSTATEs are five characters).
-fn sqlite_primary(code: &str) -> Option<i64> {
-    if code.len() >= 5 {
-        return None;
-    }
-    code.parse::<i64>().ok().map(|c| c & 0xff)
 }

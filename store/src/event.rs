@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cursor::Cursor;
+use sluice_target::cursor::Cursor;
 use crate::spec::OperationSpec;
 
 /// The database health as last recorded for an operation (what a

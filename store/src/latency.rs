@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::connection::on_pool;
+use sluice_target::on_pool;
 use crate::error::StoreError;
 use crate::schedule::{kind_target, operation_target};
 use crate::store::Store;

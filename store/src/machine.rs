@@ -34,7 +34,7 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cursor::Cursor;
+use sluice_target::cursor::Cursor;
 use crate::event::Event;
 pub use crate::event::Health;
 use crate::spec::{Limits, Origin};

@@ -10,7 +10,7 @@
 
 use std::sync::LazyLock;
 
-use crate::cursor::Cursor;
+use sluice_target::cursor::Cursor;
 use crate::error::StoreError;
 use crate::machine::{Health, OperationStatus, Projection};
 use crate::record::{Lease, OperationRecord};
@@ -89,9 +89,9 @@ pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 32] = [
 /// `INSERT` of an operation: `$1` its unique key, then every projection
 /// column in [`PROJECTION_COLUMNS`] order, returning its id where
 /// `returning` (else it is read back:
-/// [`crate::statements::Statements::last_insert_id`]); `on_active` says
+/// [`crate::dialect::Statements::last_insert_id`]); `on_active` says
 /// what happens while an active operation has the same key (the dialect's
-/// [`crate::statements::Statements::on_active_identity`]).
+/// [`crate::dialect::Statements::on_active_identity`]).
 pub(crate) fn insert_operation(on_active: &'static str, returning: bool) -> String {
     static COLUMNS: LazyLock<(String, String)> = LazyLock::new(|| {
         let names: Vec<String> = PROJECTION_COLUMNS

@@ -1,5 +1,5 @@
 //! The store's operation transactions (enqueue, read, append, claim, renew)
-//! over the named statements of [`crate::statements`] (the batches' are
+//! over the named statements of [`crate::dialect`] (the batches' are
 //! [`crate::batch_queries`], built on this module's `append_loaded`),
 //! compiled for each backend (`sqlite`, `postgres`) by the [`backend!`]
 //! macro, so the two cannot drift apart: each backend module differs only
@@ -22,7 +22,7 @@ use crate::machine::{self, Effect, OperationStatus};
 use crate::operation_row::{self, OperationRow, PROJECTION_COLUMNS, bind_columns};
 use crate::record::{BatchStatus, EventRow, Lease, OperationRecord};
 use crate::spec::OperationSpec;
-use crate::statements::{self, Statements};
+use crate::dialect::{self, Statements};
 
 /// What an append expects the log's last sequence number to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,7 @@ macro_rules! backend {
     ($module:ident, $db:ty, $statements:expr, $sqlx:path) => {
         pub(crate) mod $module {
             use super::*;
-            /// sqlx, or on MySQL its `$N`-placeholder front ([`crate::positional`]).
+            /// sqlx, or on MySQL its `$N`-placeholder front ([`sluice_target::positional`]).
             use $sqlx as sqlx;
 
             pub(crate) type Pool = sqlx::Pool<$db>;
@@ -432,9 +432,9 @@ macro_rules! backend {
     };
 }
 
-backend!(sqlite, sqlx::Sqlite, statements::SQLITE);
-backend!(postgres, sqlx::Postgres, statements::POSTGRES);
-backend!(mysql, sqlx::MySql, statements::MYSQL, crate::positional);
+backend!(sqlite, sqlx::Sqlite, dialect::SQLITE);
+backend!(postgres, sqlx::Postgres, dialect::POSTGRES);
+backend!(mysql, sqlx::MySql, dialect::MYSQL, sluice_target::positional);
 
 /// Whether `lease` is the lease `record` is held under.
 pub(crate) fn holds(record: &OperationRecord, lease: &Lease) -> bool {

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::connection::on_pool;
+use sluice_target::on_pool;
 use crate::error::StoreError;
 use crate::schedule::{kind_target, operation_target};
 use crate::store::Store;

@@ -4,7 +4,7 @@
 //! column, never a default.
 
 pub use crate::batch_machine::BatchStatus;
-use crate::cursor::Cursor;
+use sluice_target::cursor::Cursor;
 use crate::error::StoreError;
 use crate::machine::Projection;
 

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::connection::on_pool;
+use sluice_target::on_pool;
 use crate::error::StoreError;
 use crate::store::Store;
 

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::cursor::Cursor;
+use sluice_target::cursor::Cursor;
 
 /// The request to run one operation over one table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

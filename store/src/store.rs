@@ -20,7 +20,8 @@ use sqlx::sqlite::SqlitePool;
 
 use crate::bulk_enqueue;
 use crate::clock::{Clock, SystemClock, millis};
-use crate::connection::{Backend, ConnectOptions, Connections, on_pool};
+use sluice_target::on_pool;
+use sluice_target::{Backend, ConnectOptions, Target};
 use crate::error::StoreError;
 use crate::event::{self, Event, RecordedEvent};
 use crate::machine::{self, OperationStatus, Projection};
@@ -31,7 +32,7 @@ use crate::spec::OperationSpec;
 /// The handle to Sluice's durable state in one database: its domain API
 /// (operations, events, batches, leases). Cheap to clone; clones share the
 /// connections. How connections are pooled, bounded and kept is
-/// [`crate::connection`]'s.
+/// [`sluice_target::connection`]'s.
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), sluice_store::StoreError> {
@@ -47,7 +48,9 @@ use crate::spec::OperationSpec;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Store {
-    connections: Connections,
+    /// The database the store lives in, as a target: Sluice's tables are
+    /// there, beside the tables its operations work on.
+    connections: Target,
     clock: Arc<dyn Clock>,
 }
 
@@ -86,7 +89,7 @@ impl Store {
     /// Connects to `url` (`sqlite:PATH`, `sqlite::memory:`, `postgres://…`),
     /// creating an SQLite file if it does not exist, and migrates the schema.
     ///
-    /// Errors: [`StoreError::UnsupportedUrl`] for any other scheme (nothing is
+    /// Errors: [`sluice_target::DatabaseError::UnsupportedUrl`] for any other scheme (nothing is
     /// touched), [`StoreError::Database`] when the database cannot be reached.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, &ConnectOptions::default()).await
@@ -94,13 +97,13 @@ impl Store {
 
     /// [`Store::connect`] with explicit pool settings.
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Self, StoreError> {
-        let opened = async { Store::migrated(Connections::open(url, options).await?).await };
+        let opened = async { Store::migrated(Target::open(url, options).await?).await };
         opened.await.map_err(|e| no_such_database(e, url))
     }
 
     /// A store in an existing SQLite pool (the host application's), migrated.
     pub async fn sqlite(pool: SqlitePool) -> Result<Self, StoreError> {
-        Store::migrated(Connections::of(Backend::Sqlite(pool))).await
+        Store::migrated(Target::of(Backend::Sqlite(pool))).await
     }
 
     /// A store in an existing PostgreSQL pool (the host application's), migrated.
@@ -110,23 +113,23 @@ impl Store {
     /// options to keep them apart); a path whose first schema does not
     /// exist is refused rather than fall through to the next.
     pub async fn postgres(pool: PgPool) -> Result<Self, StoreError> {
-        crate::connection::check_postgres_search_path(&pool).await?;
-        Store::migrated(Connections::of(Backend::Postgres(pool))).await
+        sluice_target::connection::check_postgres_search_path(&pool).await?;
+        Store::migrated(Target::of(Backend::Postgres(pool))).await
     }
 
     /// A store in an existing MySQL or MariaDB pool (the host application's),
     /// migrated, in the database its URL names. Its sessions must be set as
-    /// [`crate::mysql_sessions`] sets them, else it is refused
-    /// ([`StoreError::BadSetting`]) before anything is written.
+    /// [`sluice_target::mysql_sessions`] sets them, else it is refused
+    /// ([`sluice_target::DatabaseError::BadSetting`]) before anything is written.
     pub async fn mysql(pool: MySqlPool) -> Result<Self, StoreError> {
-        crate::connection::check_mysql_server(&pool).await?;
-        crate::connection::check_mysql_sessions(&pool).await?;
-        Store::migrated(Connections::of(Backend::MySql(pool))).await
+        sluice_target::connection::check_mysql_server(&pool).await?;
+        sluice_target::connection::check_mysql_sessions(&pool).await?;
+        Store::migrated(Target::of(Backend::MySql(pool))).await
     }
 
     /// A store on `connections`, its schema migrated.
-    async fn migrated(connections: Connections) -> Result<Self, StoreError> {
-        connections.backend().migrate().await?;
+    async fn migrated(connections: Target) -> Result<Self, StoreError> {
+        crate::dialect::migrate(connections.backend()).await?;
         missing_tables(&connections).await?;
         Ok(Store {
             connections,
@@ -150,13 +153,28 @@ impl Store {
         self.connections.backend()
     }
 
-    /// What the database's catalogue says about target tables.
-    pub(crate) fn catalogue(&self) -> &dyn crate::dialect::catalogue::Catalogue {
-        self.connections.backend().catalogue()
+    /// The database the store lives in, as a target of operations: what
+    /// Sluice knows and checks about its tables (catalogue, keys, plans,
+    /// probes, estimates, statistics, session defaults), and its
+    /// connections for sub-batches.
+    pub fn target(&self) -> &Target {
+        &self.connections
+    }
+
+    /// What the session that enqueued operation `id` resolved its SQL
+    /// through, as recorded with it (PostgreSQL; empty elsewhere), for
+    /// [`Target::session_mismatch`].
+    ///
+    /// Errors: [`StoreError::NotFound`] for an unknown id, or the database's.
+    pub async fn enqueuing_session(
+        &self,
+        id: i64,
+    ) -> Result<sluice_target::EnqueuingSession, StoreError> {
+        crate::dialect::enqueuing_session(self.backend(), id).await
     }
 
     /// The zone the store was told times without a zone are written in
-    /// ([`crate::ConnectOptions::time_zone`]); `None`: read as UTC.
+    /// ([`sluice_target::ConnectOptions::time_zone`]); `None`: read as UTC.
     pub fn time_zone(&self) -> Option<&str> {
         self.connections.time_zone()
     }
@@ -164,11 +182,6 @@ impl Store {
     /// Closes the pools, waiting for connections in use to be returned.
     pub async fn close(&self) {
         self.connections.close().await;
-    }
-
-    /// The store's connection-pool policy: bounded sessions, kept connections.
-    pub(crate) fn connections(&self) -> &Connections {
-        &self.connections
     }
 
     /// Validates `spec` and records a new pending operation with its `created`
@@ -400,7 +413,7 @@ fn no_such_database(error: StoreError, url: &str) -> StoreError {
     let mysql = code.as_deref() == Some("42000") && e.to_string().contains("1049 (42000)");
     if postgres || mysql {
         return StoreError::UnknownDatabase {
-            url: crate::redact_url(url),
+            url: sluice_target::redact_url(url),
         };
     }
     error
@@ -425,8 +438,8 @@ const STORE_TABLES: &[&str] = &[
 /// Refuses a store whose migrations are recorded as applied but some of
 /// whose tables are gone (dropped by hand, a schema emptied): every
 /// statement would fail on them with the database's raw error.
-async fn missing_tables(connections: &Connections) -> Result<(), StoreError> {
-    let (place, present) = connections.backend().store_tables().await?;
+async fn missing_tables(connections: &Target) -> Result<(), StoreError> {
+    let (place, present) = crate::dialect::store_tables(connections.backend()).await?;
     let missing: Vec<String> = STORE_TABLES
         .iter()
         .filter(|t| !present.iter().any(|p| p == *t))

@@ -4,62 +4,23 @@
 //!
 //! [`SubBatchTx::commit`] advances the batch's progress cursor and row count
 //! conditioned on the batch lease (`WHERE lease_epoch = $n AND status =
-//! 'running'`); if the batch was re-claimed by another node meanwhile, the
-//! whole transaction — data change included — rolls back and the caller gets
-//! [`StoreError::BatchLeaseLost`]. So when the target table lives in the same
-//! database as the store, every sub-batch's change is applied exactly once,
-//! whatever crashes or takeovers happen around it.
+//! 'running'`) and on the progress the sub-batch started from; the record
+//! runs in the target's transaction ([`TargetTx::commit_recorded`]), which
+//! commits the change only if the record was accepted. If the batch was
+//! re-claimed by another node meanwhile, the whole transaction — data change
+//! included — rolls back and the caller gets [`StoreError::BatchLeaseLost`].
+//! So when the target table lives in the same database as the store, every
+//! sub-batch's change is applied exactly once, whatever crashes or takeovers
+//! happen around it.
 
-use sqlx::{MySql, Postgres, Sqlite};
+use sluice_target::on_pool;
+use sluice_target::sql::{SqlText, SqlValue};
+use sluice_target::{Cursor, Ident, ProgressRecord, Recorded, Statement, TargetTx};
 
 use crate::batch_queries::batch_lease_lost;
-use crate::connection::{on_pool, statement_timeout_ms};
-use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::record::BatchLease;
-use crate::sql::{Ident, Statement, bind_values};
 use crate::store::Store;
-use crate::target_table::row_cursor;
-
-/// Records a sub-batch done in transaction `$tx` (moved in; the batch's
-/// progress moves from `$from` to `$progress`, its row count grows by
-/// `$rows`) and commits only if the record was accepted, so the data change
-/// and its record are kept together or not at all. Evaluates to
-/// `Result<(), StoreError>`: [`StoreError::BatchLeaseLost`] when the batch
-/// was re-claimed since, [`StoreError::ProgressMoved`] when its progress is
-/// no longer `$from` (the transaction is then dropped, rolled back).
-macro_rules! record_then_commit {
-    ($tx:expr, $lease:expr, $from:expr, $progress:expr, $rows:expr) => {{
-        let mut tx = $tx;
-        let lease: &BatchLease = $lease;
-        let recorded = sqlx::query(SubBatchTx::RECORD)
-            .bind(lease.batch_id)
-            .bind(lease.epoch)
-            .bind($progress.map(Cursor::to_json))
-            .bind($rows)
-            .bind($from.map(Cursor::to_json))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if recorded == 1 {
-            tx.commit().await?;
-            Ok(())
-        } else {
-            let held: i64 = sqlx::query_scalar(HELD_BATCH)
-                .bind(lease.batch_id)
-                .bind(lease.epoch)
-                .fetch_one(&mut *tx)
-                .await?;
-            // At once, not when the connection is next used: the refused
-            // record may hold the batch row's lock (InnoDB locks the rows an
-            // UPDATE reads), and whoever claims the batch next skips a
-            // locked row. A connection that fails here is closed, which
-            // rolls back as well.
-            let _ = tx.rollback().await;
-            Err(record_refused(lease, held == 1))
-        }
-    }};
-}
 
 /// `1` while batch `$1` is running under epoch `$2`, else `0`.
 pub(crate) const HELD_BATCH: &str = "SELECT COUNT(*) FROM sluice_batches \
@@ -82,19 +43,43 @@ pub(crate) fn record_refused(lease: &BatchLease, held: bool) -> StoreError {
 /// without [`SubBatchTx::commit`] rolls back.
 #[derive(Debug)]
 pub struct SubBatchTx<'c> {
-    tx: Tx<'c>,
+    tx: TargetTx<'c>,
     lease: BatchLease,
     /// Where the batch's progress was when the sub-batch started: its
     /// record is accepted only while it is still there.
     from: Option<Cursor>,
 }
 
-/// The transaction of a sub-batch, on its store's backend.
-#[derive(Debug)]
-pub(crate) enum Tx<'c> {
-    Sqlite(sqlx::Transaction<'c, Sqlite>),
-    Postgres(sqlx::Transaction<'c, Postgres>),
-    MySql(sqlx::Transaction<'c, MySql>),
+/// The record of one sub-batch in its batch's row, fenced by the batch's
+/// lease and by the progress the sub-batch started from.
+struct BatchProgress<'a> {
+    lease: &'a BatchLease,
+    from: Option<&'a Cursor>,
+    progress: Option<&'a Cursor>,
+    rows: i64,
+}
+
+impl ProgressRecord for BatchProgress<'_> {
+    fn record(&self) -> Statement {
+        let json = |cursor: Option<&Cursor>| cursor.map_or(SqlValue::Null, |c| c.to_json().into());
+        Statement::with_text(
+            SqlText::new(SubBatchTx::RECORD),
+            vec![
+                self.lease.batch_id.into(),
+                self.lease.epoch.into(),
+                json(self.progress),
+                self.rows.into(),
+                json(self.from),
+            ],
+        )
+    }
+
+    fn still_held(&self) -> Statement {
+        Statement::with_text(
+            SqlText::new(HELD_BATCH),
+            vec![self.lease.batch_id.into(), self.lease.epoch.into()],
+        )
+    }
 }
 
 impl Store {
@@ -119,7 +104,7 @@ impl Store {
         from: Option<&Cursor>,
         timeout: Option<std::time::Duration>,
     ) -> Result<SubBatchTx<'static>, StoreError> {
-        let tx = self.backend().begin_sub_batch(timeout).await?;
+        let tx = self.target().begin_sub_batch(timeout).await?;
         Ok(SubBatchTx::new(tx, lease, from))
     }
 }
@@ -172,63 +157,9 @@ impl Store {
     }
 }
 
-/// A PostgreSQL transaction whose statements are bounded by `timeout`
-/// (`SET LOCAL statement_timeout`, sent with the `BEGIN` in one round trip;
-/// a statement over it fails with SQLSTATE 57014).
-pub(crate) async fn begin_bounded(
-    pool: &sqlx::PgPool,
-    timeout: std::time::Duration,
-) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
-    Ok(pool
-        .begin_with(sqlx::AssertSqlSafe(bounded_begin(timeout)))
-        .await?)
-}
-
-/// How a MySQL sub-batch transaction starts: in `REPEATABLE READ`, not the
-/// session's `READ COMMITTED`. The change reads rows with locks either way
-/// (the latest committed version, the scope tested on each), so the rows
-/// changed are the same; but a `DELETE … WHERE scope LIMIT n` walks past the
-/// index entries earlier sub-batches deleted and purge has not yet removed,
-/// and under `READ COMMITTED` InnoDB's purge falls behind such a loop: on
-/// MariaDB 10.11 each statement grew about 0.5 ms per sub-batch since the
-/// last purge, against 0.06 ms here (`BENCHMARKS.md`, pt-archiver).
-pub(crate) const MYSQL_BEGIN: &str =
-    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION";
-
-/// A MySQL sub-batch transaction on `connection` ([`MYSQL_BEGIN`]).
-pub(crate) async fn begin_mysql(
-    connection: &mut sqlx::MySqlConnection,
-) -> Result<Tx<'_>, StoreError> {
-    use sqlx::Connection as _;
-    Ok(Tx::MySql(connection.begin_with(MYSQL_BEGIN).await?))
-}
-
-/// `BEGIN; SET LOCAL statement_timeout = <timeout in ms>`: a number this
-/// code formats, not input, so safe to inline.
-pub(crate) fn bounded_begin(timeout: std::time::Duration) -> String {
-    format!(
-        "BEGIN; SET LOCAL statement_timeout = {}",
-        statement_timeout_ms(timeout)
-    )
-}
-
-/// Runs the same sqlx code on whichever transaction the sub-batch has.
-macro_rules! on_tx {
-    ($sub_batch:expr, |$tx:ident| $body:expr) => {
-        match &mut $sub_batch.tx {
-            Tx::Sqlite($tx) => $body,
-            Tx::Postgres($tx) => $body,
-            Tx::MySql($tx) => {
-                use crate::positional as sqlx;
-                $body
-            }
-        }
-    };
-}
-
 impl<'c> SubBatchTx<'c> {
     /// A sub-batch transaction for `lease`, on `tx`, from progress `from`.
-    pub(crate) fn new(tx: Tx<'c>, lease: &BatchLease, from: Option<&Cursor>) -> Self {
+    pub(crate) fn new(tx: TargetTx<'c>, lease: &BatchLease, from: Option<&Cursor>) -> Self {
         SubBatchTx {
             tx,
             lease: lease.clone(),
@@ -243,29 +174,17 @@ impl<'c> SubBatchTx<'c> {
 
     /// Runs a data-changing statement inside the transaction; returns the rows affected.
     pub async fn execute(&mut self, statement: &Statement) -> Result<u64, StoreError> {
-        Ok(on_tx!(self, |tx| bind_values!(
-            sqlx::query(statement.text().to_sqlx()),
-            statement.params()
-        )
-        .execute(&mut **tx)
-        .await?
-        .rows_affected()))
+        Ok(self.tx.execute(statement).await?)
     }
 
-    /// Like [`Store::fetch_cursor`], inside the transaction (so the rows it
-    /// reads are the rows the transaction then changes).
+    /// Like [`sluice_target::Target::fetch_cursor`], inside the transaction
+    /// (so the rows it reads are the rows the transaction then changes).
     pub async fn fetch_cursor(
         &mut self,
         statement: &Statement,
         width: usize,
     ) -> Result<Option<Cursor>, StoreError> {
-        on_tx!(self, |tx| bind_values!(
-            sqlx::query(statement.text().to_sqlx()),
-            statement.params()
-        )
-        .fetch_optional(&mut **tx)
-        .await?
-        .map_or(Ok(None), |r| row_cursor(&r, width)))
+        Ok(self.tx.fetch_cursor(statement, width).await?)
     }
 
     /// The first column of the first row `statement` returns, as text
@@ -274,46 +193,13 @@ impl<'c> SubBatchTx<'c> {
         &mut self,
         statement: &Statement,
     ) -> Result<Option<String>, StoreError> {
-        use sqlx::Row as _;
-        on_tx!(self, |tx| {
-            let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                .fetch_optional(&mut **tx)
-                .await?;
-            Ok(match row {
-                Some(row) => row.try_get::<Option<String>, _>(0)?,
-                None => None,
-            })
-        })
+        Ok(self.tx.fetch_text(statement).await?)
     }
 
-    /// The name that reaches each row of `table` by its SQLite rowid — the
-    /// first of `rowid`, `_rowid_` and `oid` that no column of the table
-    /// takes — or `None`: a `WITHOUT ROWID` table, a view, a table with
-    /// columns of all three names, or a store that is not SQLite. Read
-    /// inside the transaction, whose write lock keeps the schema as read
-    /// until it ends, so a rowid picked in it names the same row to its
-    /// last statement.
+    /// The name that reaches each row of `table` by its SQLite rowid
+    /// ([`TargetTx::rowid_name`]), or `None`.
     pub async fn rowid_name(&mut self, table: &Ident) -> Result<Option<&'static str>, StoreError> {
-        /// `$1` the table, `$2` its schema (`NULL`: as a statement finds
-        /// it): how many tables of that name have a rowid, how many
-        /// objects of that name have none, and which rowid names its
-        /// columns take, lower-cased and space-separated.
-        const ROWID_NAMES: &str = "SELECT              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND type = 'table' AND wr = 0),              (SELECT COUNT(*) FROM pragma_table_list($1) WHERE ($2 IS NULL OR schema = $2)               AND (type <> 'table' OR wr <> 0)),              (SELECT group_concat(lower(name), ' ') FROM pragma_table_xinfo($1, $2)               WHERE lower(name) IN ('rowid', '_rowid_', 'oid'))";
-        let Tx::Sqlite(tx) = &mut self.tx else {
-            return Ok(None);
-        };
-        let (with_rowid, without, taken): (i64, i64, Option<String>) = sqlx::query_as(ROWID_NAMES)
-            .bind(table.name())
-            .bind(table.schema())
-            .fetch_one(&mut **tx)
-            .await?;
-        if with_rowid == 0 || without > 0 {
-            return Ok(None);
-        }
-        let taken = taken.unwrap_or_default();
-        Ok(["rowid", "_rowid_", "oid"]
-            .into_iter()
-            .find(|name| !taken.split(' ').any(|t| t == *name)))
+        Ok(self.tx.rowid_name(table).await?)
     }
 
     /// The statement [`SubBatchTx::commit`] records the sub-batch with
@@ -330,14 +216,15 @@ impl<'c> SubBatchTx<'c> {
     /// where this sub-batch started (a sub-batch from there committed
     /// already); then nothing of the transaction is kept.
     pub async fn commit(self, progress: Option<&Cursor>, rows: i64) -> Result<(), StoreError> {
-        let from = self.from.as_ref();
-        match self.tx {
-            Tx::Sqlite(tx) => record_then_commit!(tx, &self.lease, from, progress, rows),
-            Tx::Postgres(tx) => record_then_commit!(tx, &self.lease, from, progress, rows),
-            Tx::MySql(tx) => {
-                use crate::positional as sqlx;
-                record_then_commit!(tx, &self.lease, from, progress, rows)
-            }
+        let record = BatchProgress {
+            lease: &self.lease,
+            from: self.from.as_ref(),
+            progress,
+            rows,
+        };
+        match self.tx.commit_recorded(&record).await? {
+            Recorded::Committed => Ok(()),
+            Recorded::Refused { held } => Err(record_refused(&self.lease, held)),
         }
     }
 }

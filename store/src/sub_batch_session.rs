@@ -5,19 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::Connection as _;
-use sqlx::pool::PoolConnection;
-use sqlx::{MySql, PgConnection, Postgres, Sqlite, SqliteConnection};
+use sluice_target::sql::{SqlText, SqlValue};
+use sluice_target::{Cursor, KeptPlace, Statement, TargetConnection};
 
 use crate::batch_queries::batch_lease_lost;
-use crate::connection::{Backend, KeptPlace};
-use crate::cursor::Cursor;
 use crate::error::StoreError;
 use crate::record::BatchLease;
-use crate::sql::{SqlText, Statement, bind_values};
 use crate::store::Store;
-use crate::sub_batch::{SubBatchTx, Tx, begin_bounded, begin_mysql, bounded_begin, record_refused};
-use crate::target_table::row_cursor;
+use crate::sub_batch::{SubBatchTx, record_refused};
 
 mod one_statement;
 
@@ -25,7 +20,7 @@ use one_statement::{fused_with_record, is_division_by_zero, loop_statement, writ
 
 /// A pool worker's way to the connections its one-statement sub-batches run
 /// on: PostgreSQL's sessions bounded by `statement_timeout` (see
-/// [`crate::ConnectOptions::sub_batch_timeout`]), or an SQLite store's pool,
+/// [`sluice_target::ConnectOptions::sub_batch_timeout`]), or an SQLite store's pool,
 /// where each sub-batch is a write transaction.
 ///
 /// One that keeps its connection ([`Store::sub_batch_session`] with `keep`)
@@ -41,7 +36,7 @@ use one_statement::{fused_with_record, is_division_by_zero, loop_statement, writ
 /// connection the server closed while a worker idled is replaced by a
 /// tested one before a sub-batch meets it; and once it has been kept as
 /// long as its pool lets a connection live
-/// ([`crate::ConnectOptions::max_lifetime`]), so a busy worker's connection
+/// ([`sluice_target::ConnectOptions::max_lifetime`]), so a busy worker's connection
 /// is renewed like any other.
 ///
 /// All the sessions of a store (and of its clones) keep at most all but one
@@ -63,21 +58,13 @@ pub struct SubBatchSession {
 
 #[derive(Debug)]
 struct HeldConnection {
-    connection: Held,
+    connection: TargetConnection,
     /// When the session took it from the pool.
     taken: Instant,
     used: Instant,
     /// Its place among the store's kept connections: kept after a
     /// statement only with one.
     place: Option<KeptPlace>,
-}
-
-/// A session's connection, from its store's one backend.
-#[derive(Debug)]
-enum Held {
-    Postgres(PoolConnection<Postgres>),
-    Sqlite(PoolConnection<Sqlite>),
-    MySql(PoolConnection<MySql>),
 }
 
 impl Store {
@@ -137,7 +124,7 @@ impl SubBatchSession {
     /// the same all-or-nothing as a [`SubBatchTx`] holding that statement,
     /// in fewer round trips:
     /// - PostgreSQL, on a store with sessions bounded by `statement_timeout`
-    ///   (see [`crate::ConnectOptions::sub_batch_timeout`]): one statement,
+    ///   (see [`sluice_target::ConnectOptions::sub_batch_timeout`]): one statement,
     ///   the change and the fenced progress record in one `WITH`, whose last
     ///   step divides by the number of batch rows recorded, so a lost lease
     ///   aborts the whole statement (nothing is kept);
@@ -157,40 +144,24 @@ impl SubBatchSession {
         progress: Option<&Cursor>,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
-        let fused = fused_with_record(statement);
-        let query = || {
-            bind_values!(
-                sqlx::query_as::<_, (i64, i64)>(fused.to_sqlx()),
-                statement.params()
-            )
-            .bind(progress.map(Cursor::to_json))
-            .bind(lease.batch_id)
-            .bind(lease.epoch)
-            .bind(from.map(Cursor::to_json))
-        };
+        let fused = fused_with_record(statement, lease, from, progress);
         let Some(mut connection) = self.lend(timeout).await? else {
-            let Backend::Postgres(pool) = self.store.backend() else {
-                unreachable!("an SQLite session always lends a connection")
-            };
-            let mut tx = begin_bounded(pool, timeout).await?;
-            let done = query().fetch_one(&mut *tx).await;
+            // PostgreSQL without bounded sessions: the fused statement in a
+            // bounded transaction.
+            let mut tx = self.store.target().begin_sub_batch(Some(timeout)).await?;
+            let done = tx.fetch_pair(&fused).await;
             if done.is_ok() {
-                tx.commit().await?;
+                tx.commit_fused().await?;
             }
             return self.fused_outcome(lease, from, done).await;
         };
-        let done = match &mut connection.connection {
-            Held::Postgres(postgres) => {
-                let done = query().fetch_one(&mut **postgres).await;
-                self.fused_outcome(lease, from, done).await
-            }
-            Held::Sqlite(sqlite) => {
-                let tx = sqlite.begin_with("BEGIN IMMEDIATE").await?;
-                write_in(Tx::Sqlite(tx), lease, statement, from, progress).await
-            }
-            Held::MySql(mysql) => {
-                let tx = begin_mysql(mysql).await?;
-                write_in(tx, lease, statement, from, progress).await
+        let done = if connection.connection.fuses_statements() {
+            let done = connection.connection.fetch_pair(&fused).await;
+            self.fused_outcome(lease, from, done).await
+        } else {
+            match connection.connection.begin_sub_batch(timeout).await {
+                Ok(tx) => write_in(tx, lease, statement, from, progress).await,
+                Err(error) => Err(error.into()),
             }
         };
         self.settle(connection, done.is_ok());
@@ -267,15 +238,12 @@ impl SubBatchSession {
                 .sub_batch_in_transaction(lease, statement, from, None, timeout)
                 .await;
         };
-        let counted = match &mut connection.connection {
-            Held::Postgres(postgres) => loop_statement(postgres, lease, statement, limit).await,
-            Held::Sqlite(sqlite) => {
-                let tx = sqlite.begin_with("BEGIN IMMEDIATE").await?;
-                write_in(Tx::Sqlite(tx), lease, statement, from, None).await
-            }
-            Held::MySql(mysql) => {
-                let tx = begin_mysql(mysql).await?;
-                write_in(tx, lease, statement, from, None).await
+        let counted = if connection.connection.fuses_statements() {
+            loop_statement(&mut connection.connection, lease, statement, limit).await
+        } else {
+            match connection.connection.begin_sub_batch(timeout).await {
+                Ok(tx) => write_in(tx, lease, statement, from, None).await,
+                Err(error) => Err(error.into()),
             }
         };
         self.settle(connection, counted.is_ok());
@@ -294,60 +262,40 @@ impl SubBatchSession {
         timeout: Duration,
     ) -> Result<Option<Cursor>, StoreError> {
         let Some(mut connection) = self.lend(timeout).await? else {
-            return self.store.fetch_cursor(statement, width).await;
+            return Ok(self.store.target().fetch_cursor(statement, width).await?);
         };
-        let found = match &mut connection.connection {
-            Held::Postgres(postgres) => read_cursor!(sqlx, &mut **postgres, statement, width),
-            Held::Sqlite(sqlite) => read_cursor!(sqlx, &mut **sqlite, statement, width),
-            Held::MySql(mysql) => read_cursor!(crate::positional, &mut **mysql, statement, width),
-        };
+        let found = connection
+            .connection
+            .fetch_cursor(statement, width)
+            .await
+            .map_err(StoreError::from);
         self.settle(connection, found.is_ok());
         found
     }
 
     /// The connection for a sub-batch from the pool this session keeps its
-    /// connection from: an SQLite store's pool, or PostgreSQL's sessions
-    /// bounded within `timeout` ([`SubBatchSession::take`]). `None` on a
+    /// connection from: an SQLite or MySQL store's pool, or PostgreSQL's
+    /// sessions bounded within `timeout`
+    /// ([`sluice_target::Target::lends_sub_batch_connections`]). `None` on a
     /// PostgreSQL store without such sessions, whose sub-batches open a
     /// bounded transaction on a connection of the store's pool instead.
-    async fn lend(&mut self, timeout: Duration) -> Result<Option<HeldConnection>, StoreError> {
-        Ok(Some(match self.store.backend() {
-            Backend::Sqlite(pool) => {
-                let pool = pool.clone();
-                self.take(async { Ok(Held::Sqlite(pool.acquire().await?)) })
-                    .await?
-            }
-            Backend::MySql(pool) => {
-                let pool = pool.clone();
-                self.take(async { Ok(Held::MySql(pool.acquire().await?)) })
-                    .await?
-            }
-            Backend::Postgres(_) => {
-                let Some(bounded) = self.store.connections().bounded_sessions(timeout).cloned()
-                else {
-                    return Ok(None);
-                };
-                self.take(async { Ok(Held::Postgres(bounded.acquire().await?)) })
-                    .await?
-            }
-        }))
-    }
-
-    /// The connection for one statement: the kept one, if it was used
-    /// within [`SubBatchSession::KEPT_IDLE`] and has not been kept as long
-    /// as its pool lets a connection live, else a fresh one from `acquire`
-    /// (tested by the pool as it hands it out; a stale or old kept one goes
-    /// back to the pool, which closes it if over age). It is out of the session until
+    ///
+    /// The kept connection is used if it was used within
+    /// [`SubBatchSession::KEPT_IDLE`] and has not been kept as long as its
+    /// pool lets a connection live, else a fresh one (tested by the pool as
+    /// it hands it out; a stale or old kept one goes back to the pool,
+    /// which closes it if over age). It is out of the session until
     /// [`SubBatchSession::settle`] puts it back, so a statement cancelled
     /// midway (its future dropped by a timer or a stopping worker) gives
     /// its connection back to the pool, never to the session; sqlx then
     /// ends what the statement left open (it rolls back a dropped
     /// transaction, and on SQLite a `BEGIN` answered after its future was
     /// gone).
-    async fn take(
-        &mut self,
-        acquire: impl Future<Output = Result<Held, sqlx::Error>>,
-    ) -> Result<HeldConnection, StoreError> {
+    async fn lend(&mut self, timeout: Duration) -> Result<Option<HeldConnection>, StoreError> {
+        let target = self.store.target();
+        if !target.lends_sub_batch_connections(timeout) {
+            return Ok(None);
+        }
         let kept = self.held.take().filter(|held| {
             held.used.elapsed() <= Self::KEPT_IDLE
                 && held.place.as_ref().is_some_and(|place| {
@@ -356,15 +304,12 @@ impl SubBatchSession {
                         .is_none_or(|most| held.taken.elapsed() < most)
                 })
         });
-        Ok(match kept {
-            Some(held) => held,
-            None => HeldConnection::fresh(
-                acquire.await?,
-                self.keeps
-                    .then(|| self.store.connections().keep_place())
-                    .flatten(),
-            ),
-        })
+        if let Some(held) = kept {
+            return Ok(Some(held));
+        }
+        let connection = target.sub_batch_connection(timeout).await?;
+        let place = self.keeps.then(|| target.keep_place()).flatten();
+        Ok(Some(HeldConnection::fresh(connection, place)))
     }
 
     /// After a statement: the connection is kept if the statement succeeded
@@ -386,14 +331,13 @@ impl SubBatchSession {
     /// cancelled) goes back to the pool, where sqlx ends the transaction it
     /// was in.
     pub async fn connection(&mut self, timeout: Duration) -> Result<SessionConnection, StoreError> {
-        let held = match (self.lend(timeout).await?, self.store.backend()) {
-            (Some(held), _) => held,
-            (None, Backend::Postgres(pool)) => {
-                HeldConnection::fresh(Held::Postgres(pool.acquire().await?), None)
-            }
-            (None, Backend::Sqlite(_) | Backend::MySql(_)) => {
-                unreachable!("an SQLite or MySQL session always lends a connection")
-            }
+        let held = match self.lend(timeout).await? {
+            Some(held) => held,
+            // Never kept: it is of the store's pool, not the bounded sessions.
+            None => HeldConnection::fresh(
+                self.store.target().sub_batch_connection(timeout).await?,
+                None,
+            ),
         };
         Ok(SessionConnection { held })
     }
@@ -425,50 +369,15 @@ impl SessionConnection {
         from: Option<&Cursor>,
         timeout: Duration,
     ) -> Result<SubBatchTx<'_>, StoreError> {
-        let tx = match &mut self.held.connection {
-            Held::Postgres(connection) => {
-                let connection: &mut PgConnection = connection;
-                Tx::Postgres(
-                    connection
-                        .begin_with(sqlx::AssertSqlSafe(bounded_begin(timeout)))
-                        .await?,
-                )
-            }
-            Held::Sqlite(connection) => {
-                let connection: &mut SqliteConnection = connection;
-                Tx::Sqlite(
-                    connection
-                        .begin_with(crate::statements::SQLITE.begin_write)
-                        .await?,
-                )
-            }
-            Held::MySql(connection) => begin_mysql(connection).await?,
-        };
+        let tx = self.held.connection.begin_sub_batch(timeout).await?;
         Ok(SubBatchTx::new(tx, lease, from))
     }
 }
 
-/// `statement`'s first row as a cursor of `width` columns, read on
-/// `connection` through `$sqlx` (sqlx, or MySQL's `$N` front).
-macro_rules! read_cursor {
-    ($sqlx:path, $connection:expr, $statement:expr, $width:expr) => {{
-        use $sqlx as sqlx;
-        let statement: &Statement = $statement;
-        async {
-            let row = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
-                .fetch_optional($connection)
-                .await?;
-            row.map_or(Ok(None), |r| row_cursor(&r, $width))
-        }
-        .await
-    }};
-}
-use read_cursor;
-
 impl HeldConnection {
     /// A connection just taken from its pool, kept after its statement only
     /// with a `place`.
-    fn fresh(connection: Held, place: Option<KeptPlace>) -> Self {
+    fn fresh(connection: TargetConnection, place: Option<KeptPlace>) -> Self {
         let now = Instant::now();
         HeldConnection {
             connection,

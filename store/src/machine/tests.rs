@@ -2,7 +2,7 @@
 //! histories replayed to the projection.
 
 use super::*;
-use crate::cursor::CursorValue;
+use sluice_target::cursor::CursorValue;
 use crate::operation_row::PROJECTION_COLUMNS;
 use crate::spec::OperationSpec;
 use proptest::prelude::*;

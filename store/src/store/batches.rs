@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use crate::batch_queries::{self, BatchDone};
 use crate::clock::millis;
-use crate::cursor::Cursor;
-use crate::dialect::{dispatch, on_pool};
+use sluice_target::cursor::Cursor;
+use sluice_target::on_pool;
+
+use crate::dialect::dispatch;
 use crate::error::StoreError;
 use crate::queries::Appended;
 use crate::record::{Batch, BatchLease, Lease, NextBatch};

@@ -8,7 +8,7 @@ use super::*;
 /// The body of [`SubBatchSession::run_loop_sub_batch_statement`] on a
 /// bounded session's `connection`.
 pub(super) async fn loop_statement(
-    connection: &mut PgConnection,
+    connection: &mut TargetConnection,
     lease: &BatchLease,
     statement: &Statement,
     limit: i64,
@@ -22,13 +22,11 @@ pub(super) async fn loop_statement(
         Some(guarded) => head.append(&guarded),
         None => head.append(statement.text()).push(" AND ").push(FENCE),
     };
-    let changed = bind_values!(sqlx::query(fused.to_sqlx()), statement.params())
-        .bind(limit)
-        .bind(lease.batch_id)
-        .bind(lease.epoch)
-        .execute(&mut *connection)
-        .await?
-        .rows_affected();
+    let mut params = statement.params().to_vec();
+    params.extend([limit.into(), lease.batch_id.into(), lease.epoch.into()]);
+    let changed = connection
+        .execute(&Statement::with_text(fused, params))
+        .await?;
     let difference = i64::try_from(changed).unwrap_or(i64::MAX) - limit;
     if difference == 0 {
         return Ok(changed);
@@ -36,13 +34,11 @@ pub(super) async fn loop_statement(
     // The record counted `limit` rows; set it to what changed. Nothing
     // changed and no batch row to set right: the lease was lost before the
     // statement, which then kept nothing.
-    let corrected = sqlx::query(counted(1).to_sqlx())
-        .bind(difference)
-        .bind(lease.batch_id)
-        .bind(lease.epoch)
-        .execute(&mut *connection)
-        .await?
-        .rows_affected();
+    let correction = Statement::with_text(
+        counted(1),
+        vec![difference.into(), lease.batch_id.into(), lease.epoch.into()],
+    );
+    let corrected = connection.execute(&correction).await?;
     if corrected == 0 && changed == 0 {
         return Err(batch_lease_lost(lease));
     }
@@ -52,7 +48,7 @@ pub(super) async fn loop_statement(
 /// `statement` and its record in the sub-batch transaction `tx`, from
 /// progress `from`: both are kept, or neither.
 pub(super) async fn write_in(
-    tx: Tx<'_>,
+    tx: sluice_target::TargetTx<'_>,
     lease: &BatchLease,
     statement: &Statement,
     from: Option<&Cursor>,
@@ -72,9 +68,22 @@ pub(super) async fn write_in(
 /// batch row. The four parameters after the statement's own are the
 /// progress cursor (JSON or NULL), the batch id, its lease epoch and the
 /// progress the sub-batch started from (JSON or NULL).
-pub(super) fn fused_with_record(statement: &Statement) -> SqlText {
+pub(super) fn fused_with_record(
+    statement: &Statement,
+    lease: &BatchLease,
+    from: Option<&Cursor>,
+    progress: Option<&Cursor>,
+) -> Statement {
     let n = statement.params().len();
-    SqlText::new("WITH changed AS (")
+    let json = |cursor: Option<&Cursor>| cursor.map_or(SqlValue::Null, |c| c.to_json().into());
+    let mut params = statement.params().to_vec();
+    params.extend([
+        json(progress),
+        lease.batch_id.into(),
+        lease.epoch.into(),
+        json(from),
+    ]);
+    let text = SqlText::new("WITH changed AS (")
         .append(statement.text())
         .push(" RETURNING 1), recorded AS (UPDATE sluice_batches SET progress_cursor = COALESCE(")
         .param(n + 1)
@@ -84,7 +93,8 @@ pub(super) fn fused_with_record(statement: &Statement) -> SqlText {
         .param(n + 3)
         .push(" AND status = 'running' AND COALESCE(progress_cursor, start_cursor, '') = COALESCE(")
         .param(n + 4)
-        .push("::TEXT, '') RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)")
+        .push("::TEXT, '') RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)");
+    Statement::with_text(text, params)
 }
 
 /// `UPDATE sluice_batches SET rows_affected = rows_affected + $first WHERE

@@ -1,0 +1,104 @@
+//! MySQL and MariaDB (InnoDB): `?` placeholders taken in order (written
+//! `$N` and rewritten by `positional`), `ANSI_QUOTES` sessions,
+//! `ON DUPLICATE KEY UPDATE`, limited `DELETE`/`UPDATE`, and `EXPLAIN`
+//! rows read as `table T access A possible_keys P key K …` lines.
+
+pub(crate) mod catalogue;
+pub(crate) mod health;
+pub mod sessions;
+
+use super::{Dialect, LoopPick, word_after};
+use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
+use crate::sql::{Ident, Statement};
+
+/// MySQL's and MariaDB's dialect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MySql;
+
+impl Dialect for MySql {
+    fn name(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn display_name(&self) -> &'static str {
+        "MySQL"
+    }
+
+    fn speaks_url(&self, url: &str) -> bool {
+        url.starts_with("mysql://") || url.starts_with("mariadb://")
+    }
+
+    fn log_name(&self) -> Option<&'static str> {
+        Some("redo log")
+    }
+
+    fn loop_pick(&self) -> LoopPick {
+        LoopPick::Limit
+    }
+
+    fn has_unsigned_integers(&self) -> bool {
+        true
+    }
+
+    fn is_zoneless(&self, declared: &str) -> bool {
+        declared == "datetime" || declared == "date"
+    }
+
+    fn clock_zone_remedy(&self, _zone_named: bool) -> Option<&'static str> {
+        Some("write the time out instead, or compare a column holding UTC with UTC_TIMESTAMP()")
+    }
+
+    fn regexp_operators(&self) -> Option<(&'static str, &'static str)> {
+        Some((" REGEXP ", " NOT REGEXP "))
+    }
+
+    fn upsert<'s>(&self, _on_conflict: &'s str, on_duplicate_key: &'s str) -> &'s str {
+        on_duplicate_key
+    }
+
+    /// InnoDB whatever the server's default engine: the copy's inserts
+    /// must roll back with their sub-batch.
+    fn create_table_like(&self, into: &Ident, table: &Ident) -> Option<Statement> {
+        Some(
+            Statement::new("CREATE TABLE ")
+                .ident(into)
+                .push(" ENGINE = InnoDB AS SELECT * FROM ")
+                .ident(table)
+                .push(" WHERE 1 = 0"),
+        )
+    }
+
+    fn column_list(&self, table: &Ident) -> Statement {
+        let head = Statement::new(
+            "SELECT GROUP_CONCAT(column_name SEPARATOR ',') FROM information_schema.columns \
+             WHERE table_schema = ",
+        );
+        let within = match table.schema() {
+            Some(schema) => head.value(schema.into()),
+            None => head.push("DATABASE()"),
+        };
+        within.push(" AND table_name = ").value(table.name().into())
+    }
+
+    /// Sluice's sessions quote with `"` (`ANSI_QUOTES`) where the
+    /// operator's may not.
+    fn read_alike(&self, condition: &Condition) -> Result<(), OperatorSqlError> {
+        condition.check_for_mysql()
+    }
+
+    fn read_alike_set(&self, set: &Assignments) -> Result<(), OperatorSqlError> {
+        set.check_for_mysql()
+    }
+
+    /// `key NAME`.
+    fn index_in_plan_line(&self, line: &str) -> Option<String> {
+        word_after(line, " key ").filter(|key| key != "NULL")
+    }
+
+    /// Access type `ALL` on the table with no index it could use. A scan
+    /// beside a usable index is the optimizer's choice for a small table.
+    fn full_scan_line(&self, plan: &[String], table: &str) -> Option<String> {
+        let full = format!("table {table} access ALL possible_keys NULL ");
+        plan.iter().find(|l| l.starts_with(&full)).cloned()
+    }
+}
