@@ -13,7 +13,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use sluice_operations::{Registry, enqueue_many};
-use sluice_store::{Statement, Store};
+use sluice_store::Store;
+use sluice_target::Statement;
 
 use common::{drop_schema, env, fresh_schema, median, postgres_url};
 
@@ -78,6 +79,7 @@ async fn enqueue_once(store: &Store, n: usize) -> Duration {
     let took = started.elapsed();
     assert_eq!(enqueued.iter().filter(|e| e.created).count(), n);
     let events = store
+        .target()
         .fetch_int(&Statement::new(
             "SELECT COUNT(*) FROM sluice_events WHERE kind = 'created'",
         ))

@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig};
-use sluice_store::{Backend, CanaryReading, LatencyBudget, SqlValue, Statement, Store};
+use sluice_store::{CanaryReading, LatencyBudget, Store};
+use sluice_target::{Backend, SqlValue, Statement};
 
 use common::{alter_autovacuum, env, fill_aged_events, percentile, set_autovacuum};
 
@@ -57,7 +58,7 @@ async fn main() {
                         continue;
                     };
                     let create = Statement::new("CREATE DATABASE IF NOT EXISTS sluice_bench");
-                    admin.execute(&create).await.unwrap();
+                    admin.target().execute(&create).await.unwrap();
                     format!("{server}/sluice_bench")
                 }
                 Err(_) => continue,
@@ -111,7 +112,7 @@ async fn measure(backend: &str, store: &Store, load: &Store, rows: i64) {
     let (took, latencies) = timed(load, rows, async {
         let statement = Statement::new("DELETE FROM bench_events WHERE created_at < ")
             .value(SqlValue::Timestamp(cutoff()));
-        store.execute(&statement).await.unwrap();
+        store.target().execute(&statement).await.unwrap();
     })
     .await;
     report(
@@ -215,7 +216,7 @@ async fn client_loop(store: &Store) {
         let statement = Statement::new(head)
             .value(SqlValue::Timestamp(cutoff()))
             .push(tail);
-        if store.execute(&statement).await.unwrap() < 1_000 {
+        if store.target().execute(&statement).await.unwrap() < 1_000 {
             return;
         }
     }
@@ -233,14 +234,14 @@ async fn under_load(load: &Store, rows: i64, purge: impl Future<Output = ()>) ->
             let id = young_from + (seed % (rows - young_from + 1) as u64) as i64;
             let read = Statement::new("SELECT payload FROM bench_events WHERE id = ")
                 .value(SqlValue::Int(id));
-            load.fetch_cursor(&read, 1).await.unwrap();
+            load.target().fetch_cursor(&read, 1).await.unwrap();
             let insert =
                 Statement::new("INSERT INTO bench_events (id, created_at, payload) VALUES (")
                     .value(SqlValue::Int(next_id.fetch_add(1, Ordering::SeqCst)))
                     .push(", ")
                     .value(SqlValue::Timestamp(young()))
                     .push(", 'foreground')");
-            load.execute(&insert).await.unwrap();
+            load.target().execute(&insert).await.unwrap();
         }
     };
     common::under_load(CLIENTS, query, purge).await
@@ -253,7 +254,7 @@ async fn canary_p99(store: &Store) -> Duration {
     let mut trips = Vec::with_capacity(200);
     for _ in 0..200 {
         let started = Instant::now();
-        store.fetch_cursor(&read, 1).await.unwrap();
+        store.target().fetch_cursor(&read, 1).await.unwrap();
         store
             .record_canary(&CanaryReading {
                 table_name: "bench_idle".into(),
@@ -278,16 +279,20 @@ async fn fill(store: &Store, rows: i64) {
         .value(SqlValue::Timestamp(young()))
         .push(" WHERE id > ")
         .value(SqlValue::Int(rows * 4 / 5));
-    store.execute(&young).await.unwrap();
+    store.target().execute(&young).await.unwrap();
     let settle = match store.backend() {
         Backend::Sqlite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
         Backend::Postgres(_) => "ANALYZE bench_events",
         Backend::MySql(_) => "ANALYZE TABLE bench_events",
     };
-    store.execute(&Statement::new(settle)).await.unwrap();
+    store
+        .target()
+        .execute(&Statement::new(settle))
+        .await
+        .unwrap();
     if let Backend::Postgres(_) = store.backend() {
         for sql in ["VACUUM ANALYZE bench_events", "CHECKPOINT"] {
-            let _ = store.execute(&Statement::new(sql)).await;
+            let _ = store.target().execute(&Statement::new(sql)).await;
         }
     }
 }

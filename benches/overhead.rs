@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 
 use sluice_operations::{DeleteAgedRows, EnqueueOptions};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
-use sluice_store::{Backend, ConnectOptions, SqlValue, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{Backend, ConnectOptions, SqlValue, Statement};
 
 use common::{
     alter_autovacuum, env, fill_aged_events as fill, median, postgres_url, set_autovacuum,
@@ -72,7 +73,7 @@ async fn main() {
         let store = match Store::connect_with(&url, &options).await {
             Ok(store) => store,
             Err(e) => {
-                println!("{}: skipped ({e})", sluice_store::redact_url(&url));
+                println!("{}: skipped ({e})", sluice_target::redact_url(&url));
                 continue;
             }
         };
@@ -147,6 +148,7 @@ async fn main() {
             r.as_secs_f64() / median(&by_one).as_secs_f64(),
         );
         store
+            .target()
             .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
             .await
             .unwrap();
@@ -200,7 +202,7 @@ async fn one_delete(store: &Store, rows: i64) -> Duration {
     let started = Instant::now();
     let statement =
         Statement::new("DELETE FROM bench_events WHERE created_at < ").value(cutoff(store));
-    let deleted = store.execute(&statement).await.unwrap() as i64;
+    let deleted = store.target().execute(&statement).await.unwrap() as i64;
     assert_eq!(deleted, rows);
     started.elapsed()
 }

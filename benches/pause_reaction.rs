@@ -23,7 +23,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sluice_operations::{EnqueueOptions, Operation, OperationError, Shape, SubBatch};
 use sluice_runtime::{Action, RuntimeBuilder, RuntimeConfig, Selection, Signal, indicator_fn};
-use sluice_store::{ConnectOptions, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{ConnectOptions, Statement};
 
 mod common;
 
@@ -100,12 +101,13 @@ async fn measure(poll: Duration) -> (Vec<Duration>, Duration) {
     .await
     .unwrap();
     store
-        .execute(&Statement::new(
+        .target().execute(&Statement::new(
             "CREATE TABLE reaction_items (id INTEGER PRIMARY KEY, counter INTEGER NOT NULL DEFAULT 0)",
         ))
         .await
         .unwrap();
     store
+        .target()
         .execute(&Statement::new(
             "WITH RECURSIVE g(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM g WHERE v < 4000000) \
              INSERT INTO reaction_items (id) SELECT v FROM g",
@@ -219,7 +221,7 @@ async fn operator_pause(announced: bool) -> Vec<Duration> {
         "INSERT INTO reaction_items (id) SELECT g FROM generate_series(1, 2000000) AS g",
         "ANALYZE reaction_items",
     ] {
-        store.execute(&Statement::new(sql)).await.unwrap();
+        store.target().execute(&Statement::new(sql)).await.unwrap();
     }
     let options = ConnectOptions {
         schema: Some(schema.to_owned()),

@@ -15,7 +15,8 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_store::{SqlValue, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{SqlValue, Statement};
 
 use common::{env, postgres_or_skip, postgres_url, sluice};
 
@@ -34,13 +35,14 @@ async fn main() {
         "DROP TABLE IF EXISTS rate_items",
         "CREATE TABLE rate_items (id BIGINT PRIMARY KEY, counter INTEGER NOT NULL DEFAULT 0)",
     ] {
-        store.execute(&Statement::new(sql)).await.unwrap();
+        store.target().execute(&Statement::new(sql)).await.unwrap();
     }
     let insert = Statement::new("INSERT INTO rate_items (id) SELECT g FROM generate_series(1, ")
         .value(SqlValue::Int(rows))
         .push(") g");
-    store.execute(&insert).await.unwrap();
+    store.target().execute(&insert).await.unwrap();
     store
+        .target()
         .execute(&Statement::new("VACUUM ANALYZE rate_items"))
         .await
         .unwrap();
@@ -86,6 +88,7 @@ async fn main() {
         .collect();
     let changed = || async {
         store
+            .target()
             .fetch_int(&Statement::new(
                 "SELECT COUNT(*) FROM rate_items WHERE counter = 1",
             ))

@@ -18,7 +18,8 @@ use sluice_operations::{
     EnqueueOptions, Filter, NewOperation, Operation, OperationError, Shape, SubBatch, SubBatchRows,
 };
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
-use sluice_store::{OperationStatus, Statement, Store};
+use sluice_store::{OperationStatus, Store};
+use sluice_target::Statement;
 
 use common::{drop_schema, env, fresh_schema, postgres_or_skip, postgres_url};
 
@@ -72,15 +73,16 @@ async fn main() {
         "CREATE TABLE scale_items (id BIGINT PRIMARY KEY, tenant BIGINT NOT NULL, touched BIGINT NOT NULL DEFAULT 0)",
         "CREATE INDEX scale_items_tenant ON scale_items (tenant, id)",
     ] {
-        store.execute(&Statement::new(sql)).await.unwrap();
+        store.target().execute(&Statement::new(sql)).await.unwrap();
     }
     let fill = Statement::new("INSERT INTO scale_items (id, tenant) SELECT g, g % ")
         .value(operations.into())
         .push(" FROM generate_series(1, ")
         .value((operations * 20).into())
         .push(") g");
-    store.execute(&fill).await.unwrap();
+    store.target().execute(&fill).await.unwrap();
     store
+        .target()
         .execute(&Statement::new("ANALYZE scale_items"))
         .await
         .unwrap();
@@ -172,6 +174,7 @@ async fn count(store: &Store, status: OperationStatus) -> i64 {
 
 async fn events(store: &Store) -> i64 {
     store
+        .target()
         .fetch_int(&Statement::new("SELECT COUNT(*) FROM sluice_events"))
         .await
         .unwrap()
@@ -180,6 +183,7 @@ async fn events(store: &Store) -> i64 {
 
 async fn event_table(store: &Store) -> (i64, i64) {
     let bytes = store
+        .target()
         .fetch_int(&Statement::new(
             "SELECT pg_total_relation_size('sluice_events')",
         ))

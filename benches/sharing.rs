@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use sluice_store::{SqlValue, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{SqlValue, Statement};
 
 use common::{env, postgres_or_skip, postgres_url, sluice};
 
@@ -69,16 +70,16 @@ async fn measure(store: &Store, url: &str, rows: i64, workers: u32) -> f64 {
         "CREATE TABLE share_items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, counter INTEGER NOT NULL DEFAULT 0)",
     ];
     for sql in plain {
-        store.execute(&Statement::new(sql)).await.unwrap();
+        store.target().execute(&Statement::new(sql)).await.unwrap();
     }
     let insert = Statement::new(
         "INSERT INTO share_items (id, grp) SELECT g, g % 2 FROM generate_series(1, ",
     )
     .value(SqlValue::Int(rows))
     .push(") g");
-    store.execute(&insert).await.unwrap();
+    store.target().execute(&insert).await.unwrap();
     for sql in ["VACUUM ANALYZE share_items", "CHECKPOINT"] {
-        store.execute(&Statement::new(sql)).await.unwrap();
+        store.target().execute(&Statement::new(sql)).await.unwrap();
     }
     let enqueued = sluice(
         url,

@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use sluice_operations::batching::{LoopPick, loop_rows};
 use sluice_operations::{DeleteAgedRows, Operation, Strategy};
-use sluice_store::{BatchLease, ConnectOptions, OperationSpec, Statement, Store};
+use sluice_store::{BatchLease, OperationSpec, Store};
+use sluice_target::{ConnectOptions, Statement};
 
 use common::{alter_autovacuum, env, fill_aged_events as fill, postgres_url, set_autovacuum};
 
@@ -52,7 +53,7 @@ async fn main() {
     let store = match Store::connect_with(&url, &options).await {
         Ok(store) => store,
         Err(e) => {
-            println!("{}: skipped ({e})", sluice_store::redact_url(&url));
+            println!("{}: skipped ({e})", sluice_target::redact_url(&url));
             return;
         }
     };
@@ -71,7 +72,7 @@ async fn main() {
             let form = turn % FORMS.len();
             let started = Instant::now();
             let n = match form {
-                0 => store.execute(&delete).await.unwrap(),
+                0 => store.target().execute(&delete).await.unwrap(),
                 1 => {
                     let mut tx = store
                         .begin_sub_batch_within(&lease, None, Some(timeout))
@@ -128,6 +129,7 @@ async fn main() {
         );
     }
     store
+        .target()
         .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
         .await
         .unwrap();
@@ -151,7 +153,7 @@ async fn aged_rows(store: &Store) -> Statement {
         &shape,
         key,
         SUB_BATCH,
-        LoopPick::for_store(store),
+        LoopPick::for_target(store.target()),
         None,
         head,
     )

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig, Signal, indicator_fn};
-use sluice_store::{Statement, Store};
+use sluice_store::Store;
+use sluice_target::Statement;
 
 use common::{alter_autovacuum, env, fill_aged_events, set_autovacuum};
 
@@ -53,6 +54,7 @@ async fn main() {
                 continue;
             };
             admin
+                .target()
                 .execute(&Statement::new(
                     "CREATE DATABASE IF NOT EXISTS sluice_bench",
                 ))
@@ -113,6 +115,7 @@ async fn measure(backend: &str, store: &Store, rows: i64, window: Duration) {
         .unwrap();
     let remaining = || async {
         store
+            .target()
             .fetch_int(&Statement::new("SELECT COUNT(*) FROM bench_events"))
             .await
             .unwrap()

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use sluice_operations::{DeleteAgedRows, EnqueueOptions};
 use sluice_runtime::{RuntimeBuilder, Signal, indicator_fn};
-use sluice_store::{Backend, Event, Health, OperationStatus, SqlValue, Statement, Store};
+use sluice_store::{Event, Health, OperationStatus, Store};
+use sluice_target::{Backend, SqlValue, Statement};
 
 use crate::failure::Failure;
 use crate::progress::ProgressDisplay;
@@ -119,9 +120,11 @@ pub async fn run(store: &Store, args: DemoArgs) -> Result<(), Failure> {
 
 async fn create_table(store: &Store, rows: i64) -> Result<(), Failure> {
     store
+        .target()
         .execute(&Statement::new("DROP TABLE IF EXISTS demo_events"))
         .await?;
     store
+        .target()
         .execute(&Statement::new(
             "CREATE TABLE demo_events (id INTEGER PRIMARY KEY, account_id INTEGER NOT NULL, \
              kind TEXT NOT NULL, created_at TEXT NOT NULL, payload TEXT NOT NULL)",
@@ -145,8 +148,9 @@ async fn create_table(store: &Store, rows: i64) -> Result<(), Failure> {
          ELSE 91 * 86400 + (v * 7919) % (639 * 86400) END, 'unixepoch'), \
          'event payload ' || v FROM n",
     );
-    store.execute(&fill).await?;
+    store.target().execute(&fill).await?;
     store
+        .target()
         .execute(&Statement::new(
             "CREATE INDEX demo_events_created_at_idx ON demo_events (created_at)",
         ))
@@ -201,7 +205,7 @@ async fn summarise(
         return Err(Failure::Runtime(anyhow::anyhow!("unexpected cutoff form")));
     };
     let count = |statement: Statement| async move {
-        Ok::<i64, Failure>(store.fetch_int(&statement).await?.unwrap_or(0))
+        Ok::<i64, Failure>(store.target().fetch_int(&statement).await?.unwrap_or(0))
     };
     let aged_left = count(
         Statement::new("SELECT COUNT(*) FROM demo_events WHERE julianday(created_at) < julianday(")

@@ -32,6 +32,12 @@ impl Failure {
     }
 }
 
+impl From<sluice_target::DatabaseError> for Failure {
+    fn from(error: sluice_target::DatabaseError) -> Self {
+        StoreError::from(error).into()
+    }
+}
+
 impl From<StoreError> for Failure {
     fn from(error: StoreError) -> Self {
         match error {

@@ -18,7 +18,8 @@ mod serve;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use sluice_store::{ConnectOptions, OperationStatus, PACE_WINDOW_MS, RecentPace, Store};
+use sluice_store::{OperationStatus, PACE_WINDOW_MS, RecentPace, Store};
+use sluice_target::ConnectOptions;
 use sluice_telemetry::export::{LogFormat, Telemetry, TelemetryConfig, TelemetryError};
 
 use crate::failure::Failure;
@@ -224,7 +225,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         .map_err(|e| match e {
             e if e.is_transient() => Failure::Runtime(anyhow::anyhow!(
                 "cannot reach the database at {}: {e}",
-                sluice_store::redact_url(&cli.database_url)
+                sluice_target::redact_url(&cli.database_url)
             )),
             other => other.into(),
         })?;

@@ -7,9 +7,10 @@ use serde::Serialize;
 use serde_json::json;
 use sluice_operations::{Plan, RowCount};
 use sluice_store::{
-    CanaryReading, Cursor, Event, Health, LatencyBudget, OperationRecord, RateLimit, RecentPace,
+    CanaryReading, Event, Health, LatencyBudget, OperationRecord, RateLimit, RecentPace,
     RecordedEvent, binding_limit,
 };
+use sluice_target::Cursor;
 
 use crate::failure::Failure;
 

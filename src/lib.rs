@@ -25,6 +25,7 @@ pub use sluice_console as console;
 pub use sluice_operations as operations;
 pub use sluice_runtime as runtime;
 pub use sluice_store as store;
+pub use sluice_target as target;
 pub use sqlx;
 
 /// Everything an operation and an embedding need, in one `use`.
@@ -44,7 +45,6 @@ pub mod prelude {
         Idle, Left, Progress, Runtime, RuntimeBuilder, RuntimeConfig, RuntimeError, ScheduleSpec,
         Selection,
     };
-    pub use sluice_store::{
-        ConnectOptions, Ident, Limits, OperationRecord, OperationStatus, SqlValue, Statement, Store,
-    };
+    pub use sluice_store::{Limits, OperationRecord, OperationStatus, Store};
+    pub use sluice_target::{ConnectOptions, Ident, SqlValue, Statement};
 }

@@ -12,6 +12,7 @@ use common::{TestDb, sluice, sluice_on, succeeded};
 use sluice_operations::{EnqueueOptions, NewOperation, OperationError};
 use sluice_runtime::{RuntimeBuilder, RuntimeError, ScheduleError, ScheduleSpec, Selection};
 use sluice_store::{Store, StoreError};
+use sluice_target::DatabaseError;
 
 for_each_backend!(
     the_command_line_refuses_bad_input_and_changes_nothing,
@@ -969,7 +970,7 @@ async fn the_embedding_api_refuses_bad_input_and_changes_nothing(db: &TestDb) {
     assert!(
         matches!(
             &error,
-            RuntimeError::Store(StoreError::UnsupportedUrl { .. })
+            RuntimeError::Store(StoreError::Target(DatabaseError::UnsupportedUrl { .. }))
         ),
         "{error:?}"
     );

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{TestDb, json, sluice};
 use serde_json::Value;
-use sluice_store::{Cursor, Event, Expected, OperationSpec, OperationStatus, StoreError};
+use sluice_store::{Event, Expected, OperationSpec, OperationStatus, StoreError};
+use sluice_target::Cursor;
 
 for_each_backend!(
     reads_show_progress_as_tables_and_json,

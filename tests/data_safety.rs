@@ -15,7 +15,7 @@ use serde_json::json;
 use sluice_operations::batching::{LoopPick, loop_rows};
 use sluice_operations::{EnqueueOptions, Filter, Registry, Shape, Strategy as Walk};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig, Selection};
-use sluice_store::Statement;
+use sluice_target::Statement;
 
 for_each_backend!(
     generated_operations_change_exactly_the_rows_in_scope_each_once,
@@ -932,15 +932,15 @@ async fn create_trial_table(db: &TestDb, table: &str, trial: &Trial) {
 async fn rows_by_tag(db: &TestDb, table: &str) -> Vec<(i64, i64)> {
     let sql = format!("SELECT tag, hits FROM {table} ORDER BY tag");
     match db.store.backend() {
-        sluice_store::Backend::Sqlite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        sluice_target::Backend::Sqlite(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .fetch_all(pool)
             .await
             .unwrap(),
-        sluice_store::Backend::Postgres(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        sluice_target::Backend::Postgres(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .fetch_all(pool)
             .await
             .unwrap(),
-        sluice_store::Backend::MySql(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        sluice_target::Backend::MySql(pool) => sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .fetch_all(pool)
             .await
             .unwrap(),
@@ -1304,7 +1304,7 @@ async fn a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared
     let Walk::Loop { key } = shape.strategy() else {
         unreachable!()
     };
-    let pick = LoopPick::for_store(&db.store);
+    let pick = LoopPick::for_target(db.store.target());
     let delete = loop_rows(
         &shape,
         key,
@@ -1313,7 +1313,7 @@ async fn a_loop_statement_never_reaches_a_row_outside_its_scope_through_a_shared
         None,
         Statement::new("DELETE FROM ").ident(shape.table()),
     );
-    assert_eq!(db.store.execute(&delete).await.unwrap(), 10);
+    assert_eq!(db.store.target().execute(&delete).await.unwrap(), 10);
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM shared WHERE age = 1").await,
         10
@@ -1455,7 +1455,7 @@ async fn a_store_that_refuses_writes_is_waited_out_and_the_operation_finishes(db
 async fn lock_waits_are_seen_on_mixed_case_and_schema_qualified_tables(db: &TestDb) {
     use sluice_runtime::HealthIndicator;
     use sluice_runtime::health::{HealthContext, Scope};
-    let sluice_store::Backend::Postgres(pool) = db.store.backend() else {
+    let sluice_target::Backend::Postgres(pool) = db.store.backend() else {
         unreachable!("a PostgreSQL test")
     };
     let schema: String = sqlx::query_scalar("SELECT current_schema()::text")

@@ -80,7 +80,7 @@ async fn restart_mysql(db: &TestDb) -> Result<(), String> {
     if Command::new("setsid").arg("--version").output().is_err() {
         return Err("no setsid to start the server again".into());
     }
-    let sluice_store::Backend::MySql(pool) = db.store.backend() else {
+    let sluice_target::Backend::MySql(pool) = db.store.backend() else {
         unreachable!("MariaDB only")
     };
     // The statement ends the server; its answer may not come.
@@ -246,7 +246,7 @@ async fn server_started_at(db: &TestDb) -> i64 {
 /// (the worker's, and the test store's idle ones, which its pool replaces);
 /// returns how many.
 async fn kill_other_sessions(db: &TestDb) -> i64 {
-    let sluice_store::Backend::MySql(pool) = db.store.backend() else {
+    let sluice_target::Backend::MySql(pool) = db.store.backend() else {
         unreachable!("MariaDB only")
     };
     let mut asking = pool.acquire().await.unwrap();

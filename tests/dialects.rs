@@ -8,8 +8,8 @@
 mod common;
 
 use common::TestDb;
-use sluice_store::dialect::{self, Dialect, LoopPick, index_in_plan};
-use sluice_store::{Ident, SqlValue, Statement};
+use sluice_target::dialect::{self, Dialect, LoopPick, index_in_plan};
+use sluice_target::{Ident, SqlValue, Statement};
 
 for_each_backend!(
     the_store_speaks_its_own_dialect,
@@ -96,7 +96,7 @@ async fn the_store_speaks_its_own_dialect(db: &TestDb) {
             db.url
         );
     }
-    assert_eq!(LoopPick::for_store(&db.store), dialect.loop_pick());
+    assert_eq!(LoopPick::for_target(db.store.target()), dialect.loop_pick());
 }
 
 async fn quoted_names_reach_the_columns_they_name(db: &TestDb) {
@@ -115,7 +115,7 @@ async fn quoted_names_reach_the_columns_they_name(db: &TestDb) {
         .ident(&ident("order"))
         .push(" = ")
         .value(SqlValue::Int(3));
-    assert_eq!(db.store.fetch_int(&read).await.unwrap(), Some(7));
+    assert_eq!(db.store.target().fetch_int(&read).await.unwrap(), Some(7));
 }
 
 async fn the_statement_forms_run_and_do_what_they_say(db: &TestDb) {
@@ -126,6 +126,7 @@ async fn the_statement_forms_run_and_do_what_they_say(db: &TestDb) {
     // The columns as the catalogue lists them now.
     let listed = db
         .store
+        .target()
         .fetch_cursor(&dialect.column_list(&table), 1)
         .await
         .unwrap()
@@ -138,17 +139,18 @@ async fn the_statement_forms_run_and_do_what_they_say(db: &TestDb) {
     // A copy with plain columns (the generated one becomes a plain one),
     // where the database writes it in one statement.
     if let Some(create) = dialect.create_table_like(&copy, &table) {
-        db.store.execute(&create).await.unwrap();
+        db.store.target().execute(&create).await.unwrap();
         assert_eq!(
-            db.store.generated_columns(&copy).await.unwrap(),
+            db.store.target().generated_columns(&copy).await.unwrap(),
             Vec::<String>::new()
         );
         if let Some(unique) = dialect.add_unique(&copy, &ident("id")).unwrap() {
             db.store
+                .target()
                 .execute(&unique.ident(&ident("id")).push(")"))
                 .await
                 .unwrap();
-            let keys = db.store.table_keys(&copy).await.unwrap();
+            let keys = db.store.target().table_keys(&copy).await.unwrap();
             assert!(
                 keys.indexes.iter().any(|i| i.unique && i.columns == ["id"]),
                 "{keys:?}"
@@ -163,15 +165,27 @@ async fn the_statement_forms_run_and_do_what_they_say(db: &TestDb) {
                 .push(operator)
                 .value(SqlValue::Text("^c[12]$".into()))
         };
-        assert_eq!(db.store.fetch_int(&count(matches)).await.unwrap(), Some(2));
-        assert_eq!(db.store.fetch_int(&count(differs)).await.unwrap(), Some(2));
+        assert_eq!(
+            db.store.target().fetch_int(&count(matches)).await.unwrap(),
+            Some(2)
+        );
+        assert_eq!(
+            db.store.target().fetch_int(&count(differs)).await.unwrap(),
+            Some(2)
+        );
     }
 
     // The start of a day is at or before the instant, less than a day back.
     let at = chrono::Utc::now();
     if let Some(start) = dialect.start_of_day(at) {
-        let cursor = db.store.fetch_cursor(&start, 1).await.unwrap().unwrap();
-        let sluice_store::CursorValue::Timestamp(start) = cursor.0[0].clone() else {
+        let cursor = db
+            .store
+            .target()
+            .fetch_cursor(&start, 1)
+            .await
+            .unwrap()
+            .unwrap();
+        let sluice_target::CursorValue::Timestamp(start) = cursor.0[0].clone() else {
             panic!("not a time: {cursor:?}");
         };
         assert!(start <= at && at - start < chrono::Duration::days(1));
@@ -185,7 +199,7 @@ async fn the_dialect_reads_its_own_planner(db: &TestDb) {
     let dialect = db.store.backend().dialect();
     let by_note =
         Statement::new("SELECT id FROM fixture WHERE note = ").value(SqlValue::Text("n3".into()));
-    let plan = db.store.explain(&by_note).await.unwrap();
+    let plan = db.store.target().explain(&by_note).await.unwrap();
     assert_eq!(
         index_in_plan(&plan, dialect).as_deref(),
         Some("fixture_note"),
@@ -193,7 +207,7 @@ async fn the_dialect_reads_its_own_planner(db: &TestDb) {
     );
     assert_eq!(dialect.full_scan_line(&plan, "fixture"), None, "{plan:?}");
     let scan = Statement::new("SELECT id FROM unindexed WHERE n = ").value(SqlValue::Int(3));
-    let plan = db.store.explain(&scan).await.unwrap();
+    let plan = db.store.target().explain(&scan).await.unwrap();
     assert!(
         dialect.full_scan_line(&plan, "unindexed").is_some(),
         "{plan:?}"
@@ -205,47 +219,67 @@ async fn the_catalogue_describes_the_fixture_table(db: &TestDb) {
     let store = &db.store;
     let table = ident("fixture");
     // SQLite lists no generated column among a table's columns.
-    let columns = store.table_columns(&table).await.unwrap();
+    let columns = store.target().table_columns(&table).await.unwrap();
     assert_eq!(&columns[..3], ["id", "code", "note"]);
-    assert_eq!(store.generated_columns(&table).await.unwrap(), ["doubled"]);
+    assert_eq!(
+        store.target().generated_columns(&table).await.unwrap(),
+        ["doubled"]
+    );
     assert!(
         store
+            .target()
             .table_columns(&ident("absent"))
             .await
             .unwrap()
             .is_empty()
     );
 
-    let keys = store.table_keys(&table).await.unwrap();
+    let keys = store.target().table_keys(&table).await.unwrap();
     assert!(keys.proves_distinct(&["id"]), "{keys:?}");
     assert!(keys.proves_distinct(&["code"]), "{keys:?}");
     assert!(!keys.proves_distinct(&["note"]), "{keys:?}");
 
-    let id_type = store.column_type(&table, "id").await.unwrap().unwrap();
+    let id_type = store
+        .target()
+        .column_type(&table, "id")
+        .await
+        .unwrap()
+        .unwrap();
     assert!(id_type.to_lowercase().contains("int"), "{id_type}");
-    assert_eq!(store.column_type(&table, "absent").await.unwrap(), None);
-    let definitions = store.column_definitions(&table).await.unwrap();
+    assert_eq!(
+        store.target().column_type(&table, "absent").await.unwrap(),
+        None
+    );
+    let definitions = store.target().column_definitions(&table).await.unwrap();
     let code = definitions.iter().find(|d| d.name == "code").unwrap();
     assert!(code.full_type.to_lowercase().contains("20"), "{code:?}");
 
-    assert!(store.same_table(&table, &table).await.unwrap());
+    assert!(store.target().same_table(&table, &table).await.unwrap());
     assert!(
         !store
+            .target()
             .same_table(&table, &ident("fixture_child"))
             .await
             .unwrap()
     );
-    assert!(store.is_base_table(&table).await.unwrap());
-    assert!(!store.is_base_table(&ident("fixture_view")).await.unwrap());
+    assert!(store.target().is_base_table(&table).await.unwrap());
+    assert!(
+        !store
+            .target()
+            .is_base_table(&ident("fixture_view"))
+            .await
+            .unwrap()
+    );
 
-    let actions = store.delete_actions(&table).await.unwrap();
+    let actions = store.target().delete_actions(&table).await.unwrap();
     assert_eq!(actions.len(), 1, "{actions:?}");
     assert_eq!(actions[0].table, "fixture_child");
     assert!(actions[0].action.contains("CASCADE"), "{actions:?}");
 
-    assert!(store.triggers(&table).await.unwrap().is_empty());
+    assert!(store.target().triggers(&table).await.unwrap().is_empty());
     assert!(
         store
+            .target()
             .non_transactional_writes(&table)
             .await
             .unwrap()
@@ -253,12 +287,13 @@ async fn the_catalogue_describes_the_fixture_table(db: &TestDb) {
     );
     assert!(
         store
+            .target()
             .functions_that_may_write(&["lower".to_owned()])
             .await
             .unwrap()
             .is_empty()
     );
-    let now = store.database_now().await.unwrap();
+    let now = store.target().database_now().await.unwrap();
     assert!((chrono::Utc::now() - now).num_seconds().abs() < 60);
 }
 

@@ -376,7 +376,7 @@ async fn a_store_on_the_applications_mysql_pool_needs_sluices_sessions(db: &Test
     };
     let refused = refused.to_string();
     assert!(refused.contains("mysql_sessions"), "{refused}");
-    let pool = sluice::store::mysql_sessions(MySqlPoolOptions::new())
+    let pool = sluice::target::mysql_sessions(MySqlPoolOptions::new())
         .max_connections(4)
         .connect_with(connect.pipes_as_concat(false))
         .await

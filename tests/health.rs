@@ -168,7 +168,7 @@ async fn the_latency_canary_holds_a_table_to_its_strictest_budget(db: &TestDb) {
 /// `information_schema.innodb_trx` for frequent readers, and still sees the
 /// wait begin and end.
 async fn innodb_lock_waits_and_long_transactions_are_read_as_they_happen(db: &TestDb) {
-    let sluice_store::Backend::MySql(pool) = db.store.backend() else {
+    let sluice_target::Backend::MySql(pool) = db.store.backend() else {
         unreachable!("a MySQL test")
     };
     db.execute("CREATE TABLE \"rp_LockMe\" (id BIGINT PRIMARY KEY, v INT)")

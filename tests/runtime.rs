@@ -297,7 +297,7 @@ async fn update_in_batches_changes_each_matching_row_once_despite_gaps_and_inser
         .clone()
         .expect("a range operation has a cursor");
     let last = match cursor.0[0] {
-        sluice_store::CursorValue::Int(v) => v,
+        sluice_target::CursorValue::Int(v) => v,
         _ => unreachable!(),
     };
     assert_eq!(
@@ -424,7 +424,7 @@ async fn keyset_walks_timestamp_columns_and_int4_ids(db: &TestDb) {
     let record = mark_readings(&runtime, db, "taken_at", "2026-01-02T06:00:00Z").await; // instants 0..29 of 40
     assert!(matches!(
         record.state.cursor.as_ref().unwrap().0[0],
-        sluice_store::CursorValue::Timestamp(_)
+        sluice_target::CursorValue::Timestamp(_)
     ));
     let in_scope = "taken_at < '2026-01-02 06:00:00+00'";
     assert_eq!(
@@ -550,7 +550,9 @@ async fn keyset_batches_cover_duplicate_timestamps_exactly_once(db: &TestDb) {
     assert_eq!(record.state.status, OperationStatus::Finished);
     let cursor = record.state.cursor.clone().unwrap();
     let (last_day, last_id) = match (&cursor.0[0], &cursor.0[1]) {
-        (sluice_store::CursorValue::Text(d), sluice_store::CursorValue::Int(i)) => (d.clone(), *i),
+        (sluice_target::CursorValue::Text(d), sluice_target::CursorValue::Int(i)) => {
+            (d.clone(), *i)
+        }
         other => panic!("unexpected cursor {other:?}"),
     };
     assert_eq!(
@@ -1179,7 +1181,7 @@ impl Operation for SlowAroundOneRow {
         batch: &mut SubBatch<'_>,
     ) -> Result<u64, OperationError> {
         let marked = batch.update_expression("seen = seen + 1").await?;
-        let slow = batch.rows_where(sluice_store::Statement::new(
+        let slow = batch.rows_where(sluice_target::Statement::new(
             "UPDATE items SET slow = slow WHERE slow = 1 AND id IN (SELECT id FROM items",
         ));
         let slow = batch.execute(&slow.push(")")).await?;
@@ -1672,7 +1674,7 @@ async fn a_restarted_node_finishes_the_batch_it_held_without_waiting_out_its_lea
     let node = quick().node;
     let lease = common::claim_lease(&db.store, &node, Duration::from_millis(1)).await;
     db.store
-        .plan_batch(&lease, Some(sluice_store::Cursor::int(40)), 40)
+        .plan_batch(&lease, Some(sluice_target::Cursor::int(40)), 40)
         .await
         .unwrap();
     let held = db
@@ -1809,7 +1811,7 @@ async fn shutdown_leaves_no_pooled_connection_inside_a_transaction(db: &TestDb) 
         health_interval: Duration::from_millis(1),
         ..fixed_batches(50)
     };
-    let sluice_store::Backend::Postgres(pool) = db.store.backend() else {
+    let sluice_target::Backend::Postgres(pool) = db.store.backend() else {
         unreachable!("PostgreSQL only")
     };
     for round in 0..10 {

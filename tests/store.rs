@@ -9,10 +9,10 @@ use std::time::Duration;
 use common::TestDb;
 use serde_json::json;
 use sluice_store::{
-    Appended, BatchStatus, Cursor, Event, Expected, Health, IllegalTransition, ListFilter,
-    ManualClock, NextBatch, OperationSpec, OperationStatus, RateLimit, Store, StoreError,
-    binding_limit,
+    Appended, BatchStatus, Event, Expected, Health, IllegalTransition, ListFilter, ManualClock,
+    NextBatch, OperationSpec, OperationStatus, RateLimit, Store, StoreError, binding_limit,
 };
+use sluice_target::Cursor;
 
 for_each_backend!(
     enqueue_round_trips_and_logs_created,
@@ -806,7 +806,7 @@ async fn claims_prefer_user_operations_then_priority(db: &TestDb) {
 }
 
 async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) {
-    use sluice_store::{Ident, SqlValue, Statement};
+    use sluice_target::{Ident, SqlValue, Statement};
     db.execute("CREATE TABLE items (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)")
         .await;
     db.execute("INSERT INTO items (id, n) SELECT v, 0 FROM (SELECT 1 AS v UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4) s").await;
@@ -894,15 +894,18 @@ async fn sub_batch_change_and_record_commit_together_or_not_at_all(db: &TestDb) 
             .push(" ORDER BY id LIMIT 1")
     };
     assert_eq!(
-        store.fetch_cursor(&next_key(2), 1).await.unwrap(),
+        store.target().fetch_cursor(&next_key(2), 1).await.unwrap(),
         Some(Cursor::int(3))
     );
-    assert_eq!(store.fetch_cursor(&next_key(4), 1).await.unwrap(), None);
+    assert_eq!(
+        store.target().fetch_cursor(&next_key(4), 1).await.unwrap(),
+        None
+    );
     let reset = Statement::new("UPDATE ")
         .ident(&table)
         .push(" SET n = ")
         .value(SqlValue::Int(0));
-    assert_eq!(store.execute(&reset).await.unwrap(), 4);
+    assert_eq!(store.target().execute(&reset).await.unwrap(), 4);
     assert_eq!(store.operation(id).await.unwrap().state.rows_done, 4);
 }
 
@@ -996,7 +999,7 @@ async fn bulk_enqueue_writes_chunks_keeps_uniqueness_and_replays(db: &TestDb) {
 /// and a statement that fails by itself both keep nothing; the holder's
 /// statements commit with their progress record.
 async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &TestDb) {
-    use sluice_store::{Ident, SqlValue, Statement};
+    use sluice_target::{Ident, SqlValue, Statement};
     let clock = ManualClock::new(1_700_000_000_000);
     let stores = sub_batch_stores(db, &clock).await;
     let timeout = Duration::from_secs(1);
@@ -1150,14 +1153,14 @@ async fn one_statement_sub_batches_keep_the_change_and_its_record_together(db: &
 /// nothing; a stalled holder's late statement deletes nothing and is told
 /// its lease is lost.
 async fn loop_sub_batches_record_their_exact_count_without_returning(db: &TestDb) {
-    use sluice_store::Ident;
+    use sluice_target::Ident;
     let clock = ManualClock::new(1_700_000_000_000);
     let stores = sub_batch_stores(db, &clock).await;
     let timeout = Duration::from_secs(1);
     let forms = stores.iter().flat_map(|(name, store)| {
         let guards: &[bool] = match store.backend() {
-            sluice_store::Backend::Postgres(_) => &[false, true],
-            sluice_store::Backend::Sqlite(_) | sluice_store::Backend::MySql(_) => &[false],
+            sluice_target::Backend::Postgres(_) => &[false, true],
+            sluice_target::Backend::Sqlite(_) | sluice_target::Backend::MySql(_) => &[false],
         };
         guards.iter().map(move |guarded| (*name, store, *guarded))
     });
@@ -1325,7 +1328,7 @@ async fn a_kept_sub_batch_connection_is_let_go_when_the_server_closes_it(db: &Te
 /// sub-batches: once the server closes it, the session's next sub-batch
 /// meets it closed, and the one after runs on a new one.
 async fn transaction_sub_batches_run_on_a_connection_their_session_lends(db: &TestDb) {
-    use sluice_store::{Ident, SqlValue, Statement};
+    use sluice_target::{Ident, SqlValue, Statement};
     let clock = ManualClock::new(1_700_000_000_000);
     let stores = sub_batch_stores(db, &clock).await;
     let (name, store) = stores.last().expect("a store");
@@ -1415,10 +1418,10 @@ async fn transaction_sub_batches_run_on_a_connection_their_session_lends(db: &Te
 /// that served the first sub-batch ends while the sub-batches go on, each
 /// counted once.
 async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) {
-    let options = sluice_store::ConnectOptions {
+    let options = sluice_target::ConnectOptions {
         sub_batch_timeout: Some(Duration::from_secs(1)),
         max_lifetime: Some(Duration::from_millis(300)),
-        ..sluice_store::ConnectOptions::default()
+        ..sluice_target::ConnectOptions::default()
     };
     let clock = ManualClock::new(1_700_000_000_000);
     let store = Store::connect_with(&db.url, &options)
@@ -1481,9 +1484,9 @@ async fn a_busy_session_renews_its_connection_at_the_pool_lifetime(db: &TestDb) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_memory_store_outlives_the_connection_lifetime() {
     let lifetime = Duration::from_millis(50);
-    let options = sluice_store::ConnectOptions {
+    let options = sluice_target::ConnectOptions {
         max_lifetime: Some(lifetime),
-        ..sluice_store::ConnectOptions::default()
+        ..sluice_target::ConnectOptions::default()
     };
     let store = Store::connect_with("sqlite::memory:", &options)
         .await
@@ -1520,12 +1523,12 @@ async fn an_in_memory_store_outlives_the_connection_lifetime() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_sqlite_sub_batch_leaves_no_connection_inside_its_transaction() {
     let db = TestDb::sqlite().await;
-    let options = sluice_store::ConnectOptions {
+    let options = sluice_target::ConnectOptions {
         busy_timeout: Duration::from_secs(2),
-        ..sluice_store::ConnectOptions::default()
+        ..sluice_target::ConnectOptions::default()
     };
     let store = Store::connect_with(&db.url, &options).await.unwrap();
-    let sluice_store::Backend::Sqlite(pool) = store.backend().clone() else {
+    let sluice_target::Backend::Sqlite(pool) = store.backend().clone() else {
         unreachable!("an SQLite store")
     };
     db.execute("CREATE TABLE cancelled (id INTEGER PRIMARY KEY)")
@@ -1536,7 +1539,7 @@ async fn a_cancelled_sqlite_sub_batch_leaves_no_connection_inside_its_transactio
           SELECT value FROM n)",
     )
     .await;
-    let table = sluice_store::Ident::parse("cancelled").unwrap();
+    let table = sluice_target::Ident::parse("cancelled").unwrap();
     let delete = loop_delete(&table, " WHERE id > 0 LIMIT ", 2);
     let (id, lease) = batch_held_by_a(&store, loop_spec("cancelled"), None, 100).await;
     let timeout = Duration::from_secs(5);
@@ -1598,11 +1601,11 @@ async fn a_cancelled_sqlite_sub_batch_leaves_no_connection_inside_its_transactio
 /// three, four keeping sessions and a one-off sub-batch all run, none
 /// waiting out the pool's acquire timeout for a connection another keeps.
 async fn sessions_keep_all_but_one_connection_between_them(db: &TestDb) {
-    let options = sluice_store::ConnectOptions {
+    let options = sluice_target::ConnectOptions {
         max_connections: 3,
         acquire_timeout: Duration::from_secs(2),
         sub_batch_timeout: Some(Duration::from_secs(1)),
-        ..sluice_store::ConnectOptions::default()
+        ..sluice_target::ConnectOptions::default()
     };
     let store = Store::connect_with(&db.url, &options).await.unwrap();
     let table = ids_table(db, "kept_by_four", 100).await;
@@ -1637,7 +1640,7 @@ async fn sessions_keep_all_but_one_connection_between_them(db: &TestDb) {
 /// failed and retried, likewise; succeeded, the batch keeps the total its
 /// holder reports, not that plus what its sub-batches counted.
 async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestDb) {
-    use sluice_store::Ident;
+    use sluice_target::Ident;
     let clock = ManualClock::new(1_700_000_000_000);
     let stores = sub_batch_stores(db, &clock).await;
     let timeout = Duration::from_secs(1);
@@ -1724,7 +1727,7 @@ async fn a_loop_batch_keeps_its_count_when_given_back_retried_or_done(db: &TestD
 /// holds the batch row first makes the late sub-batch, waiting for it, change
 /// nothing and hear that its lease is lost. Every row goes once.
 async fn a_late_loop_sub_batch_and_a_takeover_are_ordered_by_the_batch_row(db: &TestDb) {
-    use sluice_store::{Backend, Ident};
+    use sluice_target::{Backend, Ident};
     let Backend::Postgres(pool) = db.store.backend() else {
         unreachable!("a PostgreSQL test")
     };
@@ -1839,9 +1842,9 @@ async fn sub_batch_stores(db: &TestDb, clock: &ManualClock) -> Vec<(&'static str
         db.store.clone().with_clock(Arc::new(clock.clone())),
     )];
     if db.backend == "postgres" {
-        let options = sluice_store::ConnectOptions {
+        let options = sluice_target::ConnectOptions {
             sub_batch_timeout: Some(Duration::from_secs(1)),
-            ..sluice_store::ConnectOptions::default()
+            ..sluice_target::ConnectOptions::default()
         };
         let bounded = Store::connect_with(&db.url, &options).await.unwrap();
         stores.push(("bounded", bounded.with_clock(Arc::new(clock.clone()))));
@@ -1850,8 +1853,8 @@ async fn sub_batch_stores(db: &TestDb, clock: &ManualClock) -> Vec<(&'static str
 }
 
 /// A PostgreSQL table `name` of ids 1 to `rows` (a loop sub-batch's target).
-async fn ids_table(db: &TestDb, name: &str, rows: i64) -> sluice_store::Ident {
-    let table = sluice_store::Ident::parse(name).unwrap();
+async fn ids_table(db: &TestDb, name: &str, rows: i64) -> sluice_target::Ident {
+    let table = sluice_target::Ident::parse(name).unwrap();
     db.execute(&format!(
         "CREATE TABLE {} AS SELECT g::BIGINT AS id FROM generate_series(1, {rows}) g",
         table.quoted()
@@ -1877,10 +1880,10 @@ async fn close_server_process(db: &TestDb, pid: i64) {
 
 /// `DELETE FROM table WHERE id IN (SELECT id FROM table <scope> $1)`.
 fn loop_delete(
-    table: &sluice_store::Ident,
+    table: &sluice_target::Ident,
     scope_then_limit: &'static str,
     limit: i64,
-) -> sluice_store::Statement {
+) -> sluice_target::Statement {
     loop_delete_in(table, scope_then_limit, limit, false)
 }
 
@@ -1888,12 +1891,12 @@ fn loop_delete(
 /// ANY (CASE WHEN <guard> THEN ARRAY(SELECT id …) END)`, whose guard a
 /// fenced one-statement sub-batch puts its fence in.
 fn loop_delete_in(
-    table: &sluice_store::Ident,
+    table: &sluice_target::Ident,
     scope_then_limit: &'static str,
     limit: i64,
     guarded: bool,
-) -> sluice_store::Statement {
-    let head = sluice_store::Statement::new("DELETE FROM ").ident(table);
+) -> sluice_target::Statement {
+    let head = sluice_target::Statement::new("DELETE FROM ").ident(table);
     let (head, close) = if guarded {
         let pick = head.push(" WHERE id = ANY (CASE WHEN ").guard();
         (pick.push(" THEN ARRAY(SELECT id FROM "), ") END)")
@@ -1906,7 +1909,7 @@ fn loop_delete_in(
     };
     head.ident(table)
         .push(scope_then_limit)
-        .value(sluice_store::SqlValue::Int(limit))
+        .value(sluice_target::SqlValue::Int(limit))
         .push(close)
 }
 

@@ -6,7 +6,8 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use sluice_store::{Cursor, Event, Expected, OperationSpec, OperationStatus, Store};
+use sluice_store::{Event, Expected, OperationSpec, OperationStatus, Store};
+use sluice_target::Cursor;
 
 const CHILD_ENV: &str = "SLUICE_TEST_CHILD_DB";
 

@@ -12,8 +12,9 @@ use std::time::Duration;
 use common::TestDb;
 use proptest::prelude::*;
 use sluice_store::{
-    BatchStatus, Cursor, Event, Expected, Health, ManualClock, OperationSpec, Store, StoreError,
+    BatchStatus, Event, Expected, Health, ManualClock, OperationSpec, Store, StoreError,
 };
+use sluice_target::Cursor;
 
 #[derive(Debug, Clone)]
 enum Action {
@@ -100,7 +101,7 @@ async fn run_history(
                             store.operation(id).await.unwrap().state.cursor.map_or(
                                 0,
                                 |c| match c.0[0] {
-                                    sluice_store::CursorValue::Int(v) => v,
+                                    sluice_target::CursorValue::Int(v) => v,
                                     _ => 0,
                                 },
                             );

@@ -10,7 +10,7 @@ use sluice_operations::{
     COUNT_EXACTLY_UP_TO, EnqueueOptions, Filter, Registry, Shape, Strategy, TargetError,
     check_index, check_target, enqueue,
 };
-use sluice_store::{Backend, Ident, SqlValue, Statement};
+use sluice_target::{Backend, Ident, SqlValue, Statement};
 
 for_each_backend!(
     unknown_names_are_refused_by_name,
@@ -81,7 +81,7 @@ async fn create_events(db: &TestDb) {
 /// its own and in the current one, with a dropped column left out; and a
 /// view lists its columns as a table does.
 async fn the_catalogue_reads_agree_with_information_schema(db: &TestDb) {
-    let sluice_store::Backend::Postgres(pool) = db.store.backend() else {
+    let sluice_target::Backend::Postgres(pool) = db.store.backend() else {
         unreachable!("PostgreSQL only")
     };
     // A second schema beside the test's own, named after it (so it is this
@@ -127,7 +127,7 @@ async fn the_catalogue_reads_agree_with_information_schema(db: &TestDb) {
         let ident = Ident::parse(&name).unwrap();
         let names: Vec<String> = said.iter().map(|(n, _)| n.clone()).collect();
         assert_eq!(
-            db.store.table_columns(&ident).await.unwrap(),
+            db.store.target().table_columns(&ident).await.unwrap(),
             names,
             "{name}"
         );
@@ -137,15 +137,30 @@ async fn the_catalogue_reads_agree_with_information_schema(db: &TestDb) {
         );
         for (column, data_type) in &said {
             assert_eq!(
-                db.store.column_type(&ident, column).await.unwrap().as_ref(),
+                db.store
+                    .target()
+                    .column_type(&ident, column)
+                    .await
+                    .unwrap()
+                    .as_ref(),
                 Some(data_type),
                 "{name}.{column}"
             );
         }
-        assert_eq!(db.store.column_type(&ident, "gone").await.unwrap(), None);
+        assert_eq!(
+            db.store.target().column_type(&ident, "gone").await.unwrap(),
+            None
+        );
     }
     let missing = Ident::parse(&format!("{other}.none_such")).unwrap();
-    assert!(db.store.table_columns(&missing).await.unwrap().is_empty());
+    assert!(
+        db.store
+            .target()
+            .table_columns(&missing)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     db.execute(&format!("DROP SCHEMA {other} CASCADE")).await;
 }
 
@@ -361,7 +376,7 @@ async fn a_loop_sub_batch_finds_its_rows_by_key_at_any_size(db: &TestDb) {
             query.fetch_all(pool).await.unwrap().join("\n")
         }
     };
-    assert_eq!(LoopPick::for_store(&db.store), LoopPick::KeyArray);
+    assert_eq!(LoopPick::for_target(db.store.target()), LoopPick::KeyArray);
     for limit in [1_000, 5_000, 20_000] {
         let by_key = plan(LoopPick::KeyArray, limit).await;
         assert!(

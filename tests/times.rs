@@ -16,7 +16,8 @@ use common::TestDb;
 use serde_json::json;
 use sluice_operations::{EnqueueOptions, Filter, Operation, OperationError, Registry, Shape};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
-use sluice_store::{ConnectOptions, Store};
+use sluice_store::Store;
+use sluice_target::ConnectOptions;
 
 for_each_backend!(
     a_time_bound_deletes_exactly_the_older_rows_in_every_format,
@@ -445,7 +446,7 @@ async fn on_sqlite_every_format_and_operator_selects_exactly_the_rows_in_relatio
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
-    use sluice_store::Statement;
+    use sluice_target::Statement;
 
     let db = TestDb::sqlite().await;
     db.execute("CREATE TABLE stamps (id INTEGER PRIMARY KEY, at TEXT NOT NULL)")
@@ -498,12 +499,12 @@ async fn on_sqlite_every_format_and_operator_selects_exactly_the_rows_in_relatio
                 .unwrap()
                 .scope(filter(Filter::new(), bound))
                 .unwrap()
-                .for_dialect(&sluice_store::dialect::SQLITE)
+                .for_dialect(&sluice_target::dialect::SQLITE)
                 .unwrap();
             let count = shape
                 .filter()
                 .and_to(Statement::new("SELECT COUNT(*) FROM stamps WHERE 1 = 1"));
-            let selected = db.store.fetch_int(&count).await.unwrap().unwrap();
+            let selected = db.store.target().fetch_int(&count).await.unwrap().unwrap();
             let expected = instants.iter().filter(|a| holds(a, &bound)).count() as i64;
             assert_eq!(selected, expected, "{name} {bound}: {rows:?}");
         }

@@ -7,7 +7,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sluice_store::{Backend, SqlValue, Statement, Store, StoreError};
+use sluice_store::{Store, StoreError};
+use sluice_target::{Backend, SqlValue, Statement};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 #[path = "../../tests/common/aged_rows.rs"]
@@ -162,13 +163,18 @@ pub async fn drop_schema(url: &str, schema: &str) {
 /// has it ([`set_autovacuum`]).
 pub async fn fill_aged_events(store: &Store, rows: i64) {
     store
+        .target()
         .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
         .await
         .unwrap();
     if let Backend::Sqlite(_) = store.backend() {
         // The dropped table's pages back in the file's order, so each fill
         // lays the table out as the first one did.
-        store.execute(&Statement::new("VACUUM")).await.unwrap();
+        store
+            .target()
+            .execute(&Statement::new("VACUUM"))
+            .await
+            .unwrap();
     }
     let (create, head, tail) = match store.backend() {
         Backend::Sqlite(_) => (
@@ -191,10 +197,15 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
             ") SELECT v, TIMESTAMP '2020-01-01 00:00:00' + INTERVAL (v % 3600) SECOND, CONCAT('payload ', v) FROM n",
         ),
     };
-    store.execute(&Statement::new(create)).await.unwrap();
-    let insert = Statement::new(head).value(SqlValue::Int(rows)).push(tail);
-    store.execute(&insert).await.unwrap();
     store
+        .target()
+        .execute(&Statement::new(create))
+        .await
+        .unwrap();
+    let insert = Statement::new(head).value(SqlValue::Int(rows)).push(tail);
+    store.target().execute(&insert).await.unwrap();
+    store
+        .target()
         .execute(&Statement::new(
             "CREATE INDEX IF NOT EXISTS bench_events_created_at_idx ON bench_events (created_at)",
         ))
@@ -205,12 +216,16 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
         Backend::Postgres(_) => "VACUUM ANALYZE bench_events",
         Backend::MySql(_) => "ANALYZE TABLE bench_events",
     };
-    store.execute(&Statement::new(settle)).await.unwrap();
+    store
+        .target()
+        .execute(&Statement::new(settle))
+        .await
+        .unwrap();
     if let Backend::Postgres(_) = store.backend() {
         // Start each run with the fill's WAL written out, so a checkpoint
         // does not land inside one run and not another (needs a superuser;
         // skipped otherwise).
-        let _ = store.execute(&Statement::new("CHECKPOINT")).await;
+        let _ = store.target().execute(&Statement::new("CHECKPOINT")).await;
     }
 }
 
@@ -232,8 +247,16 @@ pub async fn aged_operations(store: &Store, n: usize) -> Vec<sluice_operations::
             "CREATE INDEX bench_bulk_created_at ON bench_bulk (created_at)",
         ),
     };
-    store.execute(&Statement::new(create)).await.unwrap();
-    store.execute(&Statement::new(index)).await.unwrap();
+    store
+        .target()
+        .execute(&Statement::new(create))
+        .await
+        .unwrap();
+    store
+        .target()
+        .execute(&Statement::new(index))
+        .await
+        .unwrap();
     let typed = matches!(store.backend(), Backend::Postgres(_) | Backend::MySql(_));
     (0..n)
         .map(|i| {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use operation::{DeleteAllDoneTodos, DoneTodos};
 use sluice::prelude::*;
-use sluice::store::Backend;
+use sluice::target::Backend;
 
 /// Creates a `todos` table in the database at `url`: 30,000 todos of users
 /// 5, 6 and 7, every other one done, completed at times across 2025 and
@@ -56,10 +56,11 @@ pub async fn run(url: &str) -> Result<(i64, i64), Box<dyn std::error::Error>> {
         ),
     };
     store
+        .target()
         .execute(&Statement::new("DROP TABLE IF EXISTS todos"))
         .await?;
-    store.execute(&Statement::new(create)).await?;
-    store.execute(&Statement::new(fill)).await?;
+    store.target().execute(&Statement::new(create)).await?;
+    store.target().execute(&Statement::new(fill)).await?;
     let before = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")?.with_timezone(&Utc);
     let arguments = DoneTodos { user_id: 7, before };
     let options = EnqueueOptions {
@@ -72,6 +73,7 @@ pub async fn run(url: &str) -> Result<(i64, i64), Box<dyn std::error::Error>> {
         .await?;
     let finished = runtime.wait(operation.id, Duration::from_secs(60)).await?;
     let left = store
+        .target()
         .fetch_int(&Statement::new("SELECT COUNT(*) FROM todos"))
         .await?
         .unwrap_or(0);

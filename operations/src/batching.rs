@@ -9,8 +9,9 @@
 //! processed) or in one already run (and is out of scope for this operation,
 //! provably: its key is at or below the cursor).
 
-pub use sluice_store::LoopPick;
-use sluice_store::{Cursor, Ident, Statement, Store, StoreError};
+use sluice_store::{Store, StoreError};
+pub use sluice_target::LoopPick;
+use sluice_target::{Cursor, Ident, Statement};
 
 use crate::error::OperationError;
 use crate::shape::{Shape, Strategy};
@@ -26,12 +27,14 @@ pub async fn next_batch_end(
     let columns = keyset_columns(shape)?;
     let width = columns.len();
     if let Some(end) = store
+        .target()
         .fetch_cursor(&nth_after(shape, columns, after, None, size), width)
         .await?
     {
         return Ok(Some(end));
     }
     Ok(store
+        .target()
         .fetch_cursor(&last_after(shape, columns, after), width)
         .await?)
 }
@@ -68,13 +71,13 @@ pub async fn explain_batch_query(
                 .push(" FROM ")
                 .ident(shape.table())
                 .push(" LIMIT 1");
-            store.fetch_cursor(&any_row, columns.len()).await?
+            store.target().fetch_cursor(&any_row, columns.len()).await?
         }
         _ => None,
     };
     let from = cursor.or(first.as_ref());
     let query = probe(shape, from, size);
-    let plan = store.explain(&query).await?;
+    let plan = store.target().explain(&query).await?;
     let nothing_to_scan = from.is_none() && matches!(shape.strategy(), Strategy::Keyset(_));
     let full_scan = store
         .backend()

@@ -16,7 +16,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sluice_store::{CursorValue, Ident, SqlValue, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{CursorValue, Ident, SqlValue, Statement};
 
 use crate::error::OperationError;
 use crate::operation::Operation;
@@ -142,7 +143,7 @@ impl DeleteAgedRows {
         // a clock running ahead of the one that wrote the rows (a machine
         // whose clock drifted, a VM restored from a snapshot) would count
         // young rows as aged. One behind deletes fewer rows, left for later.
-        let database_now = store.database_now().await?;
+        let database_now = store.target().database_now().await?;
         if now - database_now > chrono::Duration::minutes(1) {
             tracing::warn!(
                 ahead = %(now - database_now),
@@ -158,6 +159,7 @@ impl DeleteAgedRows {
         crate::target::check_target(store, table, &[column, key]).await?;
         refuse_reaching_itself(store, &table_ident).await?;
         let declared = store
+            .target()
             .column_type(&table_ident, column)
             .await?
             .unwrap_or_default()
@@ -183,7 +185,7 @@ impl DeleteAgedRows {
                 .push(" WHERE ")
                 .ident(&column_ident)
                 .push(" IS NOT NULL LIMIT 1");
-            let first = store.fetch_cursor(&sample, 1).await?;
+            let first = store.target().fetch_cursor(&sample, 1).await?;
             match first.and_then(|c| c.0.into_iter().next()) {
                 Some(CursorValue::Int(_)) => Cutoff::EpochSeconds(at.timestamp()),
                 // A date names a whole day: older only when all of it is,
@@ -333,7 +335,7 @@ impl Operation for UpdateInBatches {
     }
 
     fn columns_written(&self, arguments: &Self::Arguments) -> Vec<String> {
-        sluice_store::Assignments::parse(&arguments.set)
+        sluice_target::Assignments::parse(&arguments.set)
             .map(|set| set.columns().to_vec())
             .unwrap_or_default()
     }
@@ -345,11 +347,11 @@ impl Operation for UpdateInBatches {
 /// lose their link, whatever their age. (Keys from other tables act as
 /// their schema says: the rows deleted here are all in scope.)
 async fn refuse_reaching_itself(store: &Store, table: &Ident) -> Result<(), OperationError> {
-    for action in store.delete_actions(table).await? {
+    for action in store.target().delete_actions(table).await? {
         let Ok(from) = Ident::parse(&action.table) else {
             continue;
         };
-        if store.same_table(&from, table).await? {
+        if store.target().same_table(&from, table).await? {
             return Err(OperationError::Arguments(format!(
                 "delete-aged-rows would change rows outside its scope: deleting a row of \
                  `{table}` also deletes or changes the rows of `{table}` that refer to it, \

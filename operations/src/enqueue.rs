@@ -14,9 +14,10 @@ use std::time::Duration;
 use tracing::{Instrument, Span};
 
 use sluice_store::{
-    Cursor, Enqueued, LatencyBudget, Limits, OperationSpec, Origin, Statement, Store, StoreError,
-    operation_target, spec::canonical_json,
+    Enqueued, LatencyBudget, Limits, OperationSpec, Origin, Store, StoreError, operation_target,
+    spec::canonical_json,
 };
+use sluice_target::{Cursor, Statement};
 
 use crate::batching::{BatchQueryPlan, LoopPick, explain_batch_query, next_batch_end, probe};
 use crate::error::OperationError;
@@ -318,7 +319,11 @@ pub(crate) async fn checked_spec(
             .statements
             .insert(statement.text().as_str().to_owned())
     {
-        store.explain(statement).await.map_err(refused_sql)?;
+        store
+            .target()
+            .explain(statement)
+            .await
+            .map_err(refused_sql)?;
     }
     let run: Vec<&Statement> = std::iter::once(&query).chain(&sub_batch).collect();
     check_session_dependent_sql(store, &run).await?;
@@ -366,13 +371,13 @@ pub(crate) async fn checked_spec(
 /// sub-batch would "succeed" having changed nothing.
 async fn refuse_generated_writes(
     store: &Store,
-    table: &sluice_store::Ident,
+    table: &sluice_target::Ident,
     written: &[String],
 ) -> Result<(), OperationError> {
     if written.is_empty() {
         return Ok(());
     }
-    let generated = store.generated_columns(table).await?;
+    let generated = store.target().generated_columns(table).await?;
     match written
         .iter()
         .find(|w| generated.iter().any(|g| g.eq_ignore_ascii_case(w)))
@@ -407,7 +412,11 @@ fn first_sub_batch_statement(
         },
         (Strategy::Keyset(_), None) => return Ok(None),
     };
-    let rows = SubBatchRows::new(operation.shape(), bounds, LoopPick::for_store(store));
+    let rows = SubBatchRows::new(
+        operation.shape(),
+        bounds,
+        LoopPick::for_target(store.target()),
+    );
     operation.sub_batch_statement(&rows)
 }
 
@@ -443,6 +452,7 @@ pub(crate) async fn count_rows(
     scope: &ScopeRows,
 ) -> Result<RowCount, OperationError> {
     let estimate = store
+        .target()
         .estimate_rows(&scope.select)
         .await
         .map_err(refused_sql)?;
@@ -453,7 +463,11 @@ pub(crate) async fn count_rows(
         });
     }
     Ok(RowCount {
-        rows: store.fetch_int(&scope.count).await.map_err(refused_sql)?,
+        rows: store
+            .target()
+            .fetch_int(&scope.count)
+            .await
+            .map_err(refused_sql)?,
         estimated: false,
     })
 }
@@ -461,7 +475,8 @@ pub(crate) async fn count_rows(
 /// A database error while explaining or counting is the operator's SQL at
 /// fault (a syntax error, an unknown function) unless the database itself is
 /// unreachable.
-pub(crate) fn refused_sql(error: StoreError) -> OperationError {
+pub(crate) fn refused_sql(error: impl Into<StoreError>) -> OperationError {
+    let error: StoreError = error.into();
     match &error {
         StoreError::Database(sqlx::Error::Database(db)) if !error.is_transient() => {
             OperationError::InvalidSql(db.message().to_owned())

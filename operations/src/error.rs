@@ -1,6 +1,7 @@
 //! Why an operation could not be accepted or a sub-batch could not run.
 
-use sluice_store::{IdentError, OperatorSqlError, SpecError, StoreError};
+use sluice_store::{SpecError, StoreError};
+use sluice_target::{IdentError, OperatorSqlError};
 
 use crate::target::TargetError;
 
@@ -53,6 +54,14 @@ pub enum OperationError {
         /// Why it was refused.
         source: Box<OperationError>,
     },
+}
+
+impl From<sluice_target::DatabaseError> for OperationError {
+    /// The target's failure, read as the store reads it (a database error
+    /// stays one, so it is judged transient or unavailable alike).
+    fn from(error: sluice_target::DatabaseError) -> Self {
+        OperationError::Store(error.into())
+    }
 }
 
 impl OperationError {

@@ -54,7 +54,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sluice_store::{Dialect, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{Dialect, Statement};
 
 use crate::error::OperationError;
 use crate::shape::Shape;
@@ -180,7 +181,7 @@ pub trait PreparedOperation: Send + Sync {
     /// Every table a sub-batch writes: the shape's, then
     /// [`Operation::other_tables_written`] (those that are not plain
     /// identifiers are left out; the operation's shape refuses them).
-    fn tables_written(&self) -> Vec<sluice_store::Ident>;
+    fn tables_written(&self) -> Vec<sluice_target::Ident>;
 
     /// The columns of the shape's table a sub-batch sets
     /// ([`Operation::columns_written`]).
@@ -222,7 +223,7 @@ impl Registry {
     }
 
     /// Binds the kind named `kind` to `arguments` (JSON), its shape writing
-    /// SQL for `dialect` (the store's: [`sluice_store::Backend::dialect`]).
+    /// SQL for `dialect` (the store's: [`sluice_target::Backend::dialect`]).
     ///
     /// Errors: [`OperationError::UnknownKind`], or
     /// [`OperationError::Arguments`] when the JSON does not fit the kind.
@@ -350,13 +351,13 @@ impl<O: Operation> PreparedOperation for Prepared<O> {
         self.operation.columns_written(&self.arguments)
     }
 
-    fn tables_written(&self) -> Vec<sluice_store::Ident> {
+    fn tables_written(&self) -> Vec<sluice_target::Ident> {
         let others = self.operation.other_tables_written(&self.arguments);
         std::iter::once(self.shape.table().clone())
             .chain(
                 others
                     .iter()
-                    .filter_map(|t| sluice_store::Ident::parse(t).ok()),
+                    .filter_map(|t| sluice_target::Ident::parse(t).ok()),
             )
             .collect()
     }

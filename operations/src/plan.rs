@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_store::{Probe, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{Probe, Statement};
 
 use crate::batching::BatchQueryPlan;
 use crate::enqueue::{
@@ -142,6 +143,7 @@ pub async fn plan(
     let writing = match &sub_batch {
         Some(statement) => {
             store
+                .target()
                 .functions_that_may_write(&statement.functions_called())
                 .await?
         }
@@ -178,6 +180,7 @@ pub async fn plan(
         (Some(statement), true) => (
             Some(
                 store
+                    .target()
                     .probe_rolled_back(statement, PROBE_RUNS)
                     .await
                     .map_err(refused_sql)?,
@@ -201,7 +204,7 @@ pub async fn plan(
         rows_in_scope,
         table_rows,
         batch_query: batch_query.text().as_str().to_owned(),
-        index: sluice_store::dialect::index_in_plan(&query_plan, dialect),
+        index: sluice_target::dialect::index_in_plan(&query_plan, dialect),
         query_plan,
         refusal,
         batches,
@@ -241,6 +244,7 @@ async fn refuse_writing_scope(
             .push(" WHERE 1 = 1"),
     );
     let writing = store
+        .target()
         .functions_that_may_write(&scope.functions_called())
         .await?;
     if writing.is_empty() {
@@ -258,11 +262,11 @@ async fn refuse_writing_scope(
 /// The triggers that fire when the rows of `table` change: its own, and
 /// those of the tables its foreign keys delete or change rows of.
 async fn triggers_fired(store: &Store, table: &str) -> Result<Vec<String>, OperationError> {
-    let table = sluice_store::Ident::parse(table)?;
-    let mut fired = store.triggers(&table).await?;
-    for action in store.delete_actions(&table).await? {
-        if let Ok(other) = sluice_store::Ident::parse(&action.table) {
-            fired.extend(store.triggers(&other).await?);
+    let table = sluice_target::Ident::parse(table)?;
+    let mut fired = store.target().triggers(&table).await?;
+    for action in store.target().delete_actions(&table).await? {
+        if let Ok(other) = sluice_target::Ident::parse(&action.table) {
+            fired.extend(store.target().triggers(&other).await?);
         }
     }
     Ok(fired.iter().map(ToString::to_string).collect())

@@ -8,7 +8,7 @@
 //! parsed as exactly one expression ([`Condition`]) and parenthesised.
 
 use crate::sqlite_time::sqlite_time_compare;
-use sluice_store::{
+use sluice_target::{
     Assignments, Condition, Dialect, Ident, IdentError, OperatorSqlError, SqlValue, Statement,
 };
 
@@ -60,7 +60,7 @@ pub enum Strategy {
 /// A time (`chrono::DateTime<Utc>`) is compared in the column's own type:
 /// on PostgreSQL by the server (a `timestamp` without time zone is read in
 /// the session's `TimeZone`, UTC unless the store's
-/// [`sluice_store::ConnectOptions::time_zone`] says otherwise); on SQLite,
+/// [`sluice_target::ConnectOptions::time_zone`] says otherwise); on SQLite,
 /// whose time columns hold text, as the instant the text names, whatever
 /// its separator, fraction or offset
 /// ([`Dialect::compares_times_as_text`]), still
@@ -68,7 +68,7 @@ pub enum Strategy {
 ///
 /// ```
 /// use sluice_operations::{Filter, Shape};
-/// use sluice_store::Statement;
+/// use sluice_target::Statement;
 ///
 /// let filter = Filter::new().eq("user_id", 7).lt("score", 10).is_not_null("done_at");
 /// let shape = Shape::range("todos", "id")?.scope(filter)?;

@@ -2,7 +2,7 @@
 //! in formats whose text order is not time order ([`crate::Filter`]).
 
 use chrono::{DateTime, Days, Duration, Utc};
-use sluice_store::{Ident, Statement};
+use sluice_target::{Ident, Statement};
 
 use crate::shape::Comparison;
 

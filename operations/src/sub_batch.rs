@@ -9,9 +9,8 @@
 
 use std::time::Duration;
 
-use sluice_store::{
-    BatchLease, Cursor, Dialect, Ident, SqlValue, Statement, SubBatchSession, SubBatchTx,
-};
+use sluice_store::{BatchLease, SubBatchSession, SubBatchTx};
+use sluice_target::{Cursor, Dialect, Ident, SqlValue, Statement};
 use tracing::{Instrument, Span};
 
 use crate::batching::{

@@ -5,7 +5,8 @@
 //! Every refusal is a [`TargetError`] whose message names the table, the
 //! column and what to do; nothing is written by any check here.
 
-use sluice_store::{CursorValue, Ident, IdentError, Statement, Store, StoreError};
+use sluice_store::{Store, StoreError};
+use sluice_target::{CursorValue, Ident, IdentError, Statement};
 
 mod session_sql;
 mod time_column;
@@ -171,6 +172,14 @@ pub enum TargetError {
     Store(#[from] StoreError),
 }
 
+impl From<sluice_target::DatabaseError> for TargetError {
+    /// The target's failure, read as the store reads it (a database error
+    /// stays one, so it is judged transient or unavailable alike).
+    fn from(error: sluice_target::DatabaseError) -> Self {
+        TargetError::Store(error.into())
+    }
+}
+
 /// What [`TargetError::NotTransactional`] found, in words.
 fn not_transactional(table: &str, engine: &str, via: &Option<String>) -> String {
     match via {
@@ -206,14 +215,14 @@ pub async fn check_target(
         .iter()
         .map(|c| Ident::parse(c))
         .collect::<Result<Vec<_>, _>>()?;
-    let available = store.table_columns(&table_ident).await?;
+    let available = store.target().table_columns(&table_ident).await?;
     if available.is_empty() {
         return Err(TargetError::UnknownTable {
             table: table.to_owned(),
         });
     }
     check_transactional(store, &table_ident).await?;
-    if store.logs_statements().await? {
+    if store.target().logs_statements().await? {
         return Err(TargetError::StatementBinlog);
     }
     for column in &column_idents {
@@ -238,6 +247,7 @@ pub async fn check_target(
 /// TABLE … ENGINE =` or a new trigger can come in between.
 pub async fn check_transactional(store: &Store, table: &Ident) -> Result<(), TargetError> {
     match store
+        .target()
         .non_transactional_writes(table)
         .await?
         .into_iter()
@@ -259,7 +269,7 @@ pub async fn check_transactional(store: &Store, table: &Ident) -> Result<(), Tar
 /// and none a column the database writes itself on UPDATE (generated, or
 /// `ON UPDATE`), which would carry an updated row into a range not yet run.
 pub async fn check_key(store: &Store, table: &Ident, key: &[Ident]) -> Result<(), TargetError> {
-    let keys = store.table_keys(table).await?;
+    let keys = store.target().table_keys(table).await?;
     let names: Vec<&str> = key.iter().map(Ident::name).collect();
     let moved = keys
         .written_by_database
@@ -342,6 +352,7 @@ pub async fn check_key_values(
     let ends = end(Statement::new("SELECT "), "").push(" || char(10) || ");
     let ends = end(ends, " DESC");
     let Some(CursorValue::Text(ends)) = store
+        .target()
         .fetch_cursor(&ends, 1)
         .await?
         .and_then(|c| c.0.into_iter().next())
@@ -388,7 +399,7 @@ pub async fn check_key_range(
         .ident(column)
         .push(" FROM ")
         .ident(table);
-    store.fetch_cursor(&largest, 1).await?;
+    store.target().fetch_cursor(&largest, 1).await?;
     Ok(())
 }
 
@@ -400,7 +411,7 @@ pub async fn check_index(
     column: &Ident,
     probe: &Statement,
 ) -> Result<(), TargetError> {
-    let plan = store.explain(probe).await?;
+    let plan = store.target().explain(probe).await?;
     refuse_full_scan(store, table, column, &plan)
 }
 

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use ractor::ActorRef;
-use sluice_store::{Announced, Backend, CONTROL_CHANNEL, Store};
+use sluice_store::{Announced, CONTROL_CHANNEL, Store};
+use sluice_target::Backend;
 use sqlx::postgres::PgListener;
 use tokio::task::JoinHandle;
 

@@ -5,7 +5,8 @@ use std::sync::{Arc, RwLock};
 
 use ractor::{Actor, OutputPort};
 use sluice_operations::{Operation, Registry};
-use sluice_store::{ConnectOptions, Store, StoreError};
+use sluice_store::{Store, StoreError};
+use sluice_target::ConnectOptions;
 use tokio::sync::broadcast;
 
 use crate::config::RuntimeConfig;
@@ -253,14 +254,14 @@ async fn builtin_indicators(
 /// runtime given a store: they would be ignored silently.
 fn refuse_url_settings(connect: &ConnectOptions) -> Result<(), StoreError> {
     if let Some(schema) = &connect.schema {
-        return Err(StoreError::BadSetting(format!(
+        return Err(StoreError::bad_setting(format!(
             "schema `{schema}` is set when a runtime opens its own store (RuntimeBuilder::new); \
              a store on your pool keeps its tables in the sessions' current schema: put \
              `{schema}` first on the pool's search_path"
         )));
     }
     if let Some(zone) = &connect.time_zone {
-        return Err(StoreError::BadSetting(format!(
+        return Err(StoreError::bad_setting(format!(
             "time zone `{zone}` is set when a runtime opens its own store (RuntimeBuilder::new); \
              open the store with Store::connect_with and ConnectOptions::time_zone"
         )));

@@ -14,9 +14,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sluice_store::dialect::health::InnodbReport;
-pub use sluice_store::dialect::health::Measure;
-use sluice_store::{Ident, Store};
+use sluice_store::Store;
+use sluice_target::Ident;
+use sluice_target::dialect::health::InnodbReport;
+pub use sluice_target::dialect::health::Measure;
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
 use crate::innodb_status::InnodbTransactions;

@@ -22,10 +22,8 @@ use tokio::sync::Mutex;
 
 use async_trait::async_trait;
 use sluice_store::latency::millis;
-use sluice_store::{
-    CanaryReading, Cursor, CursorValue, Ident, LatencyBudget, SqlValue, Statement, Store,
-    budget_for,
-};
+use sluice_store::{CanaryReading, LatencyBudget, Store, budget_for};
+use sluice_target::{Cursor, CursorValue, Ident, SqlValue, Statement};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal};
 
@@ -212,6 +210,7 @@ impl TableCanary {
         let started = Instant::now();
         if let Some(probe) = &self.probe {
             store
+                .target()
                 .fetch_cursor(probe, 1)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -324,7 +323,7 @@ async fn point_read(
     let Ok(ident) = Ident::parse(table) else {
         return Ok(None);
     };
-    let keys = store.table_keys(&ident).await?;
+    let keys = store.target().table_keys(&ident).await?;
     let Some(column) = keys
         .indexes
         .iter()
@@ -340,7 +339,7 @@ async fn point_read(
         .push(" ORDER BY ")
         .ident(&column)
         .push(" DESC LIMIT 1");
-    let Some(Cursor(values)) = store.fetch_cursor(&highest, 1).await? else {
+    let Some(Cursor(values)) = store.target().fetch_cursor(&highest, 1).await? else {
         return Ok(None);
     };
     let value = match values.into_iter().next() {

@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_store::{Backend, SqlValue, Statement, Store, redact_url};
+use sluice_store::Store;
+use sluice_target::{Backend, SqlValue, Statement, redact_url};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
 
@@ -145,7 +146,11 @@ impl ReplicaLag {
         let write = Statement::new("UPDATE sluice_heartbeat SET beat_ms = ")
             .value(SqlValue::Int(now))
             .push(" WHERE id = 1");
-        store.execute(&write).await.map_err(|e| e.to_string())?;
+        store
+            .target()
+            .execute(&write)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut beats = self.beats.lock().expect("heartbeat lock");
         beats.push_back(now);
         while beats.front().is_some_and(|b| *b < now - 3_600_000) {

@@ -4,9 +4,9 @@
 //! control poll. The poll stays: a notification sent while a listener is
 //! reconnecting is lost, and MySQL and SQLite have no notifications.
 
-use sluice_target::connection::Backend;
 use crate::error::StoreError;
 use crate::store::Store;
+use sluice_target::connection::Backend;
 
 /// The PostgreSQL channel controls are announced on.
 pub const CONTROL_CHANNEL: &str = "sluice_control";

@@ -8,13 +8,13 @@
 
 use crate::batch_machine::{BatchChange, next_status};
 use crate::clock::millis;
-use sluice_target::cursor::Cursor;
+use crate::dialect::{self, Statements};
 use crate::error::StoreError;
 use crate::event::Event;
 use crate::machine::{self, OperationStatus};
 use crate::queries::{Appended, Expected, holds};
 use crate::record::{Batch, BatchLease, BatchRow, BatchStatus, Lease, NextBatch, OperationRecord};
-use crate::dialect::{self, Statements};
+use sluice_target::cursor::Cursor;
 
 mod records;
 

@@ -11,8 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use sluice_target::cursor::Cursor;
 use crate::spec::OperationSpec;
+use sluice_target::cursor::Cursor;
 
 /// The database health as last recorded for an operation (what a
 /// `throttled` event records).

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use sluice_target::on_pool;
 use crate::error::StoreError;
 use crate::schedule::{kind_target, operation_target};
 use crate::store::Store;
+use sluice_target::on_pool;
 
 /// The foreground latency an operation may cost, as the canary's p99.
 /// Written `auto`, `off`, or a whole number and a unit: `us`, `ms` or `s`

@@ -34,10 +34,10 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use sluice_target::cursor::Cursor;
 use crate::event::Event;
 pub use crate::event::Health;
 use crate::spec::{Limits, Origin};
+use sluice_target::cursor::Cursor;
 
 mod batches;
 mod status;

@@ -10,11 +10,11 @@
 
 use std::sync::LazyLock;
 
-use sluice_target::cursor::Cursor;
 use crate::error::StoreError;
 use crate::machine::{Health, OperationStatus, Projection};
 use crate::record::{Lease, OperationRecord};
 use crate::spec::{Limits, Origin};
+use sluice_target::cursor::Cursor;
 
 /// One column of `sluice_operations` that holds part of the projection.
 #[derive(Debug, Clone, Copy)]

@@ -16,13 +16,13 @@
 use sqlx::{AssertSqlSafe, Row as _};
 
 use crate::batch_machine::{BatchChange, next_status};
+use crate::dialect::{self, Statements};
 use crate::error::StoreError;
 use crate::event::{self, Event, FORMAT_VERSION};
 use crate::machine::{self, Effect, OperationStatus};
 use crate::operation_row::{self, OperationRow, PROJECTION_COLUMNS, bind_columns};
 use crate::record::{BatchStatus, EventRow, Lease, OperationRecord};
 use crate::spec::OperationSpec;
-use crate::dialect::{self, Statements};
 
 /// What an append expects the log's last sequence number to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,7 +434,12 @@ macro_rules! backend {
 
 backend!(sqlite, sqlx::Sqlite, dialect::SQLITE);
 backend!(postgres, sqlx::Postgres, dialect::POSTGRES);
-backend!(mysql, sqlx::MySql, dialect::MYSQL, sluice_target::positional);
+backend!(
+    mysql,
+    sqlx::MySql,
+    dialect::MYSQL,
+    sluice_target::positional
+);
 
 /// Whether `lease` is the lease `record` is held under.
 pub(crate) fn holds(record: &OperationRecord, lease: &Lease) -> bool {

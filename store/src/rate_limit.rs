@@ -6,10 +6,10 @@
 
 use serde::Serialize;
 
-use sluice_target::on_pool;
 use crate::error::StoreError;
 use crate::schedule::{kind_target, operation_target};
 use crate::store::Store;
+use sluice_target::on_pool;
 
 /// A rate limit as stored: `target` (`operation:<id>`, `kind:<kind>` or
 /// `*`) may change at most `rows_per_second` rows a second, all workers

@@ -4,9 +4,9 @@
 //! column, never a default.
 
 pub use crate::batch_machine::BatchStatus;
-use sluice_target::cursor::Cursor;
 use crate::error::StoreError;
 use crate::machine::Projection;
+use sluice_target::cursor::Cursor;
 
 /// An operation as stored: its id, its projection, and who holds it.
 #[derive(Debug, Clone, PartialEq)]

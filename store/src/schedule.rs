@@ -14,9 +14,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use sluice_target::on_pool;
 use crate::error::StoreError;
 use crate::store::Store;
+use sluice_target::on_pool;
 
 /// A recurring operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]

@@ -20,14 +20,14 @@ use sqlx::sqlite::SqlitePool;
 
 use crate::bulk_enqueue;
 use crate::clock::{Clock, SystemClock, millis};
-use sluice_target::on_pool;
-use sluice_target::{Backend, ConnectOptions, Target};
 use crate::error::StoreError;
 use crate::event::{self, Event, RecordedEvent};
 use crate::machine::{self, OperationStatus, Projection};
 use crate::queries::{self, Appended, Expected};
 use crate::record::{EventRow, Lease, OperationRecord};
 use crate::spec::OperationSpec;
+use sluice_target::on_pool;
+use sluice_target::{Backend, ConnectOptions, Target};
 
 /// The handle to Sluice's durable state in one database: its domain API
 /// (operations, events, batches, leases). Cheap to clone; clones share the

@@ -90,10 +90,10 @@ impl Default for ConnectOptions {
     }
 }
 
-pub use crate::dialect::mysql::sessions::{check_mysql_server, check_mysql_sessions};
 use crate::dialect::mysql::sessions::open_mysql;
-pub use crate::dialect::postgres::sessions::check_postgres_search_path;
+pub use crate::dialect::mysql::sessions::{check_mysql_server, check_mysql_sessions};
 use crate::dialect::postgres::sessions::SessionSettings;
+pub use crate::dialect::postgres::sessions::check_postgres_search_path;
 
 /// A database Sluice works on: its pool, the PostgreSQL sessions bounded
 /// for sub-batches, how many connections pool workers keep, and the zone

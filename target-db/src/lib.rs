@@ -31,9 +31,7 @@ pub mod target_table;
 pub use connection::{Backend, ConnectOptions, KeptPlace, Target, redact_url};
 pub use cursor::{Cursor, CursorValue};
 pub use dialect::mysql::sessions::mysql_sessions;
-pub use dialect::{
-    Dialect, LoopPick, ProgressRecord, Recorded, TargetConnection, TargetTx,
-};
+pub use dialect::{Dialect, LoopPick, ProgressRecord, Recorded, TargetConnection, TargetTx};
 pub use enqueuing_session::{EnqueuingSession, SessionMismatch};
 pub use error::DatabaseError;
 pub use operator_sql::{Assignments, Condition, OperatorSqlError};

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use crate::connection::Target;
 use crate::error::DatabaseError;
 use crate::sql::Statement;
-use crate::connection::Target;
 
 /// What running a statement (and rolling it back) measured.
 #[derive(Debug, Clone, PartialEq, Eq)]

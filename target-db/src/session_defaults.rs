@@ -16,8 +16,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::error::DatabaseError;
 use crate::connection::Target;
+use crate::error::DatabaseError;
 
 /// The zone a database's own sessions write zoneless times in, with its
 /// offset from UTC at the instants asked about.

@@ -371,7 +371,6 @@ macro_rules! bind_values {
 
 pub(crate) use bind_values;
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

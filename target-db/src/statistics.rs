@@ -3,9 +3,9 @@
 //! reports, so the plan-drift guard can look at the batch query's plan
 //! again as soon as the planner may choose another one.
 
+use crate::connection::Target;
 use crate::error::DatabaseError;
 use crate::sql::Ident;
-use crate::connection::Target;
 
 impl Target {
     /// A version of `table`'s planner statistics, or `None` when the

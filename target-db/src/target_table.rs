@@ -5,11 +5,11 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use crate::on_pool;
+use crate::connection::Target;
 use crate::cursor::{Cursor, CursorValue};
 use crate::error::DatabaseError;
+use crate::on_pool;
 use crate::sql::{Ident, Statement, bind_values};
-use crate::connection::Target;
 
 pub(crate) mod definitions;
 pub(crate) mod keys;

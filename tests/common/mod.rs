@@ -158,19 +158,21 @@ impl TestDb {
     /// Runs raw SQL against the test database (to corrupt rows, inspect tables).
     pub async fn execute(&self, sql: &str) -> u64 {
         match self.store.backend() {
-            sluice_store::Backend::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .expect(sql)
-                .rows_affected(),
-            sluice_store::Backend::Postgres(pool) => {
+            sluice_target::Backend::Sqlite(pool) => {
                 sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
                     .execute(pool)
                     .await
                     .expect(sql)
                     .rows_affected()
             }
-            sluice_store::Backend::MySql(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            sluice_target::Backend::Postgres(pool) => {
+                sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .execute(pool)
+                    .await
+                    .expect(sql)
+                    .rows_affected()
+            }
+            sluice_target::Backend::MySql(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
                 .execute(pool)
                 .await
                 .expect(sql)
@@ -181,17 +183,19 @@ impl TestDb {
     /// Like [`TestDb::execute`] but returns the error instead of panicking.
     pub async fn try_execute(&self, sql: &str) -> Result<u64, sqlx::Error> {
         match self.store.backend() {
-            sluice_store::Backend::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
-                .execute(pool)
-                .await
-                .map(|r| r.rows_affected()),
-            sluice_store::Backend::Postgres(pool) => {
+            sluice_target::Backend::Sqlite(pool) => {
                 sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
                     .execute(pool)
                     .await
                     .map(|r| r.rows_affected())
             }
-            sluice_store::Backend::MySql(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+            sluice_target::Backend::Postgres(pool) => {
+                sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .execute(pool)
+                    .await
+                    .map(|r| r.rows_affected())
+            }
+            sluice_target::Backend::MySql(pool) => sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
                 .execute(pool)
                 .await
                 .map(|r| r.rows_affected()),
@@ -429,9 +433,9 @@ impl TestDb {
     pub async fn text(&self, sql: &str) -> String {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match self.store.backend() {
-            sluice_store::Backend::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
-            sluice_store::Backend::MySql(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
-            sluice_store::Backend::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            sluice_target::Backend::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            sluice_target::Backend::MySql(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            sluice_target::Backend::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
         }
         .expect("a string")
     }
@@ -440,9 +444,9 @@ impl TestDb {
     pub async fn texts(&self, sql: &str) -> Vec<String> {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match self.store.backend() {
-            sluice_store::Backend::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
-            sluice_store::Backend::MySql(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
-            sluice_store::Backend::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+            sluice_target::Backend::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+            sluice_target::Backend::MySql(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+            sluice_target::Backend::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
         }
         .expect("texts")
     }
@@ -450,13 +454,13 @@ impl TestDb {
     /// A single integer from a query.
     pub async fn scalar(&self, sql: &str) -> i64 {
         match self.store.backend() {
-            sluice_store::Backend::Sqlite(pool) => {
+            sluice_target::Backend::Sqlite(pool) => {
                 sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
                     .fetch_one(pool)
                     .await
                     .expect(sql)
             }
-            sluice_store::Backend::Postgres(pool) => {
+            sluice_target::Backend::Postgres(pool) => {
                 sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
                     .fetch_one(pool)
                     .await
@@ -464,13 +468,15 @@ impl TestDb {
             }
             // Wrapped so that any integer (a SUM is a DECIMAL) reads as one;
             // MySQL spells the other dialects' cast to BIGINT `AS SIGNED`.
-            sluice_store::Backend::MySql(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT CAST(({}) AS SIGNED)",
-                sql.replace("AS BIGINT)", "AS SIGNED)")
-            )))
-            .fetch_one(pool)
-            .await
-            .expect(sql),
+            sluice_target::Backend::MySql(pool) => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT CAST(({}) AS SIGNED)",
+                    sql.replace("AS BIGINT)", "AS SIGNED)")
+                )))
+                .fetch_one(pool)
+                .await
+                .expect(sql)
+            }
         }
     }
 
@@ -627,10 +633,10 @@ pub fn sluice_on(url: &str, args: &[&str]) -> Output {
 /// the fixtures write them: a server whose own sessions default to another
 /// zone would otherwise (rightly) have those columns refused
 /// (`tests/session_defaults.rs`).
-pub fn fixtures_write_utc() -> sluice_store::ConnectOptions {
-    sluice_store::ConnectOptions {
+pub fn fixtures_write_utc() -> sluice_target::ConnectOptions {
+    sluice_target::ConnectOptions {
         time_zone: Some("UTC".into()),
-        ..sluice_store::ConnectOptions::default()
+        ..sluice_target::ConnectOptions::default()
     }
 }
 

@@ -1,4 +1,4 @@
-use sluice_store::{CursorValue, SqlValue};
+use sluice_target::{CursorValue, SqlValue};
 
 use super::*;
 use crate::shape::Filter;

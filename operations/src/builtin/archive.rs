@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sluice_store::{Ident, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{Ident, Statement};
 
 use super::{Cutoff, DeleteAgedRows};
 use crate::batching::range_predicate;
@@ -222,9 +223,9 @@ impl Operation for ArchiveRows {
         // schema of Sluice's own tables, which may come first in the path
         // (dropping that schema must not drop archived rows).
         if into.schema().is_none()
-            && let Some(schema) = match store.schema_of(&into).await? {
+            && let Some(schema) = match store.target().schema_of(&into).await? {
                 Some(schema) => Some(schema),
-                None => store.schema_of(&table).await?,
+                None => store.target().schema_of(&table).await?,
             }
         {
             into = Ident::parse(&format!("{schema}.{}", into.name())).map_err(|_| {
@@ -255,7 +256,7 @@ impl Operation for ArchiveRows {
             .await?;
             arguments.cutoff = Some(aged.cutoff);
         }
-        let columns = store.table_columns(&table).await?;
+        let columns = store.target().table_columns(&table).await?;
         if columns.is_empty() {
             return Err(crate::target::TargetError::UnknownTable {
                 table: arguments.table.clone(),
@@ -307,6 +308,7 @@ impl ArchiveRows {
         if enqueued.is_err() && created {
             let into = Ident::parse(&parsed.into)?;
             store
+                .target()
                 .execute(&Statement::new("DROP TABLE ").ident(&into))
                 .await?;
         }
@@ -346,7 +348,7 @@ async fn refuse_new_columns(
 /// other rows as its rows are deleted (`ON DELETE CASCADE`, `SET NULL`,
 /// `SET DEFAULT`): those rows would be lost or changed, not archived.
 async fn refuse_delete_actions(store: &Store, table: &Ident) -> Result<(), OperationError> {
-    let actions = store.delete_actions(table).await?;
+    let actions = store.target().delete_actions(table).await?;
     if actions.is_empty() {
         return Ok(());
     }

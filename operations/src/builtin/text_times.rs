@@ -61,7 +61,7 @@ pub(super) async fn refuse_other_units(
     };
     let ends = end(Statement::new("SELECT "), "MIN").push(", ");
     let ends = end(ends, "MAX").push(" FROM ").ident(table);
-    let Some(ends) = store.fetch_cursor(&ends, 2).await? else {
+    let Some(ends) = store.target().fetch_cursor(&ends, 2).await? else {
         return Ok(()); // an empty table
     };
     let [smallest, largest] = [&ends.0[0], &ends.0[1]].map(|end| match end {
@@ -127,6 +127,7 @@ pub(super) async fn refuse_mixed_formats(
         .push(differs)
         .push("'[+-]00:?00$')) LIMIT 1");
     match store
+        .target()
         .fetch_cursor(&other, 1)
         .await?
         .and_then(|c| c.0.into_iter().next())

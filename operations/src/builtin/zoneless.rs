@@ -15,7 +15,8 @@
 //! date column's cutoff is the start of the cutoff's own day (in that zone).
 
 use chrono::{DateTime, Utc};
-use sluice_store::{CursorValue, Store};
+use sluice_store::Store;
+use sluice_target::CursorValue;
 
 use super::Cutoff;
 use crate::error::OperationError;
@@ -55,6 +56,7 @@ pub(super) async fn cutoff(
 async fn start_of_day(store: &Store, at: DateTime<Utc>) -> Result<DateTime<Utc>, OperationError> {
     if let Some(truncated) = store.backend().dialect().start_of_day(at)
         && let Some(CursorValue::Timestamp(start)) = store
+            .target()
             .fetch_cursor(&truncated, 1)
             .await?
             .and_then(|c| c.0.into_iter().next())
@@ -91,7 +93,7 @@ async fn instant_or_wall_time(
             }
         };
     }
-    let Some(sessions) = store.sessions_zone(&[now, at]).await? else {
+    let Some(sessions) = store.target().sessions_zone(&[now, at]).await? else {
         return Ok(Cutoff::Timestamp(at));
     };
     if sessions.is_utc() {

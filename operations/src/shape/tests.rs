@@ -1,6 +1,6 @@
 use super::*;
 use chrono::{DateTime, Utc};
-use sluice_store::dialect;
+use sluice_target::dialect;
 
 #[test]
 fn filters_bind_values_and_quote_columns() {

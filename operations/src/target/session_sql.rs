@@ -6,7 +6,8 @@
 //! PostgreSQL, it holds a date like `'01/12/2025'` where those sessions read
 //! dates day first (`DateStyle`) and Sluice's month first.
 
-use sluice_store::{Statement, Store};
+use sluice_store::Store;
+use sluice_target::Statement;
 
 use super::TargetError;
 
@@ -37,7 +38,7 @@ async fn check_ambiguous_dates(
     let Some(date) = statements.iter().find_map(|s| s.ambiguous_date()) else {
         return Ok(());
     };
-    let Some(style) = store.sessions_setting("DateStyle").await? else {
+    let Some(style) = store.target().sessions_setting("DateStyle").await? else {
         return Ok(());
     };
     let upper = style.to_ascii_uppercase();
@@ -64,7 +65,7 @@ async fn check_clock_reads(store: &Store, statements: &[&Statement]) -> Result<(
     let Some(remedy) = dialect.clock_zone_remedy(store.time_zone().is_some()) else {
         return Ok(());
     };
-    let Some(sessions) = store.sessions_zone(&[chrono::Utc::now()]).await? else {
+    let Some(sessions) = store.target().sessions_zone(&[chrono::Utc::now()]).await? else {
         return Ok(());
     };
     if sessions.is_utc() {

@@ -1,7 +1,8 @@
 //! On SQLite, which keeps times as text: whether a column compared with a
 //! time holds text in one format Sluice compares exactly.
 
-use sluice_store::{CursorValue, Ident, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{CursorValue, Ident, Statement};
 
 use super::TargetError;
 
@@ -83,6 +84,7 @@ pub async fn check_time_column(
         .fold(examples, |s, digit| s.push(digit))
         .push(" LIMIT 8)");
     let Some(CursorValue::Text(examples)) = store
+        .target()
         .fetch_cursor(&examples, 1)
         .await?
         .and_then(|c| c.0.into_iter().next())

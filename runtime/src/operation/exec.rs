@@ -11,7 +11,8 @@ use sluice_operations::{
     OperationError,
     batching::{explain_batch_query, keyset_columns, next_batch_end, nth_after},
 };
-use sluice_store::{Batch, Cursor, Effect, Expected, NextBatch, OperationStatus};
+use sluice_store::{Batch, Effect, Expected, NextBatch, OperationStatus};
+use sluice_target::Cursor;
 
 use super::driver::Now;
 use super::phase::ActiveBatch;
@@ -251,7 +252,7 @@ impl OperationState {
         let statistics = match statistics {
             true => {
                 let table = self.operation.shape().table();
-                store.statistics_version(table).await?
+                store.target().statistics_version(table).await?
             }
             false => None,
         };
@@ -330,6 +331,7 @@ impl OperationState {
         let at = self
             .context
             .store
+            .target()
             .fetch_cursor(&middle, columns.len())
             .await?;
         Ok(at.filter(|at| at < end))

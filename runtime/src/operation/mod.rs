@@ -371,8 +371,10 @@ async fn refusal_here(
     operation: &dyn PreparedOperation,
     id: i64,
 ) -> Result<Option<String>, ActorProcessingErr> {
+    let enqueued = store.enqueuing_session(id).await?;
     if let Some(mismatch) = store
-        .session_mismatch(id, operation.shape().table())
+        .target()
+        .session_mismatch(&enqueued, operation.shape().table())
         .await?
     {
         return Ok(Some(mismatch.to_string()));

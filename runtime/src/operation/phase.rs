@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use sluice_operations::OperationError;
-use sluice_store::{Batch, BatchLease, Cursor, Lease};
+use sluice_store::{Batch, BatchLease, Lease};
+use sluice_target::Cursor;
 
 /// The actor's mode. Exactly one batch at a time is this actor's, and it
 /// lives inside the phase that works on it, so no batch can be open while

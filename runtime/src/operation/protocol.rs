@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use sluice_operations::{OperationError, SubBatchOutcome, SubBatchRequest};
-use sluice_store::{BatchLease, Cursor, Event, Lease, Projection, RowsTaken};
+use sluice_store::{BatchLease, Event, Lease, Projection, RowsTaken};
+use sluice_target::Cursor;
 
 use super::phase::ActiveBatch;
 use super::trace::Note;

@@ -2,10 +2,10 @@
 //! histories replayed to the projection.
 
 use super::*;
-use sluice_target::cursor::CursorValue;
 use crate::operation_row::PROJECTION_COLUMNS;
 use crate::spec::OperationSpec;
 use proptest::prelude::*;
+use sluice_target::cursor::CursorValue;
 
 /// One step of a random history: which event to try, and numbers to build it from.
 /// Most steps build a plausible event from the current state, so deep states are

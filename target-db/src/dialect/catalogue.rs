@@ -44,7 +44,11 @@ pub(crate) trait Catalogue: Send + Sync {
     /// a domain's base type, `ARRAY` or `USER-DEFINED`; MySQL: its
     /// `data_type`, such as `datetime` or `bigint`), or `None` when
     /// there is no such column.
-    async fn column_type(&self, table: &Ident, column: &str) -> Result<Option<String>, DatabaseError>;
+    async fn column_type(
+        &self,
+        table: &Ident,
+        column: &str,
+    ) -> Result<Option<String>, DatabaseError>;
 
     /// The planner's plan for `statement`, one line per row: `EXPLAIN QUERY PLAN`
     /// details on SQLite, `EXPLAIN` text on PostgreSQL. On PostgreSQL the plan is
@@ -194,7 +198,10 @@ pub(crate) trait Catalogue: Send + Sync {
     /// SQLite, whose SQL cannot define a function.
     ///
     /// Errors: the database's, on reading its catalogue.
-    async fn functions_that_may_write(&self, called: &[String]) -> Result<Vec<String>, DatabaseError> {
+    async fn functions_that_may_write(
+        &self,
+        called: &[String],
+    ) -> Result<Vec<String>, DatabaseError> {
         let _ = called;
         Ok(Vec::new())
     }

@@ -6,9 +6,9 @@ use sqlparser::ast::{ColumnOption, CreateTable, Statement as Parsed};
 use sqlparser::dialect::SQLiteDialect;
 use sqlparser::parser::Parser;
 
+use crate::connection::Target;
 use crate::error::DatabaseError;
 use crate::sql::Ident;
-use crate::connection::Target;
 
 /// One column of a table, as the catalogue defines it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,9 +2,9 @@
 //! unique indexes, its NOT NULL columns and the columns the database writes
 //! itself on UPDATE ([`Target::table_keys`]).
 
+use crate::connection::Target;
 use crate::error::DatabaseError;
 use crate::sql::Ident;
-use crate::connection::Target;
 
 /// What the catalogue says makes a table's rows distinct
 /// ([`Target::table_keys`]).

@@ -3,9 +3,9 @@
 //! of the table then deletes or changes rows elsewhere — in other tables,
 //! or in the same table when the key refers to it ([`Target::delete_actions`]).
 
+use crate::connection::Target;
 use crate::error::DatabaseError;
 use crate::sql::Ident;
-use crate::connection::Target;
 
 /// A foreign key that changes other rows when a row it refers to is deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,9 +7,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::connection::Target;
 use crate::error::DatabaseError;
 use crate::sql::Ident;
-use crate::connection::Target;
 
 /// A trigger (PostgreSQL: or a rewrite rule) that fires when rows of a
 /// table are changed, as the catalogue shows it.

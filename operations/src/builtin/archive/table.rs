@@ -3,7 +3,8 @@
 //! collation, a base table, transactional, computing nothing itself), and
 //! how Sluice creates one beside its live table when it is missing.
 
-use sluice_store::{Ident, Statement, Store};
+use sluice_store::Store;
+use sluice_target::{Ident, Statement};
 
 use super::{ArchiveRows, ArchiveRowsArguments};
 use crate::error::OperationError;
@@ -25,7 +26,7 @@ impl ArchiveRows {
         let table = Ident::parse(&arguments.table)?;
         let into = Ident::parse(&arguments.into)?;
         let key = Ident::parse(&arguments.key)?;
-        if !store.table_columns(&into).await?.is_empty() {
+        if !store.target().table_columns(&into).await?.is_empty() {
             return Ok(false);
         }
         // Plain columns of the same types: a generated column of the live
@@ -41,10 +42,13 @@ impl ArchiveRows {
                 sqlite_columns_of(store, &table, create).await?
             }
         };
-        store.execute(&create).await?;
+        store.target().execute(&create).await?;
         let unique = dialect.add_unique(&into, &key)?;
         if let Some(unique) = unique {
-            store.execute(&unique.ident(&key).push(")")).await?;
+            store
+                .target()
+                .execute(&unique.ident(&key).push(")"))
+                .await?;
         }
         Ok(true)
     }
@@ -65,22 +69,22 @@ pub(super) async fn check_archive(
             "archive-rows needs another table to move rows into than `{table}`"
         )));
     }
-    if store.table_columns(into).await?.is_empty() {
+    if store.target().table_columns(into).await?.is_empty() {
         return Ok(());
     }
-    if store.same_table(table, into).await? {
+    if store.target().same_table(table, into).await? {
         return Err(OperationError::Arguments(format!(
             "archive-rows needs another table to move rows into than `{table}`: `{into}` is \
              `{table}` itself"
         )));
     }
-    if !store.is_base_table(into).await? {
+    if !store.target().is_base_table(into).await? {
         return Err(OperationError::Arguments(format!(
             "`{into}` is a view (or another kind of relation), not a table: rows moved into it \
              would land in the tables it shows, perhaps `{table}` itself; archive into a table"
         )));
     }
-    let generated = store.generated_columns(into).await?;
+    let generated = store.target().generated_columns(into).await?;
     if let Some(column) = columns.iter().find(|c| generated.contains(c)) {
         return Err(OperationError::Arguments(format!(
             "archive table `{into}` computes its column `{column}` itself (generated, or an \
@@ -89,8 +93,8 @@ pub(super) async fn check_archive(
              a plain column"
         )));
     }
-    let live = store.column_definitions(table).await?;
-    let archived = store.column_definitions(into).await?;
+    let live = store.target().column_definitions(table).await?;
+    let archived = store.target().column_definitions(into).await?;
     let sqlite = !store.backend().dialect().has_column_types();
     for column in columns {
         let Some(live) = live.iter().find(|d| d.name == *column) else {
@@ -117,7 +121,7 @@ pub(super) async fn check_archive(
                 archived.full_type, live.full_type
             )));
         }
-        let collation = |d: &sluice_store::ColumnDefinition| {
+        let collation = |d: &sluice_target::ColumnDefinition| {
             d.collation.clone().unwrap_or_else(|| "none".into())
         };
         if !collation(archived).eq_ignore_ascii_case(&collation(live)) {
@@ -144,7 +148,13 @@ async fn sqlite_columns_of(
     head: Statement,
 ) -> Result<Statement, OperationError> {
     let mut create = head;
-    for (i, column) in store.column_definitions(table).await?.iter().enumerate() {
+    for (i, column) in store
+        .target()
+        .column_definitions(table)
+        .await?
+        .iter()
+        .enumerate()
+    {
         if i > 0 {
             create = create.push(", ");
         }

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use sluice_operations::{OperationError, SubBatchOutcome};
 use sluice_store::{
-    BatchLease, Cursor, Event, Health, Lease, OperationSpec, OperationStatus, Projection,
-    StoreError, machine::replay,
+    BatchLease, Event, Health, Lease, OperationSpec, OperationStatus, Projection, StoreError,
+    machine::replay,
 };
+use sluice_target::Cursor;
 
 use super::phase::{ActiveBatch, Phase, Role, Stopping};
 use super::{Answer, Command, Driver, Input, Now, Settings};

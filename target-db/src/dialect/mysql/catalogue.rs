@@ -92,7 +92,11 @@ impl Catalogue for sqlx::MySqlPool {
         })
     }
 
-    async fn column_type(&self, table: &Ident, column: &str) -> Result<Option<String>, DatabaseError> {
+    async fn column_type(
+        &self,
+        table: &Ident,
+        column: &str,
+    ) -> Result<Option<String>, DatabaseError> {
         let pool = self;
         Ok({
             crate::positional::query_scalar(concat!(
@@ -395,7 +399,10 @@ impl Catalogue for sqlx::MySqlPool {
         Ok(found)
     }
 
-    async fn functions_that_may_write(&self, called: &[String]) -> Result<Vec<String>, DatabaseError> {
+    async fn functions_that_may_write(
+        &self,
+        called: &[String],
+    ) -> Result<Vec<String>, DatabaseError> {
         let pool = self;
         let builtin: &[&str] = &["nextval", "setval", "get_lock"];
         let user: Vec<String> = {

@@ -89,7 +89,11 @@ impl Catalogue for sqlx::PgPool {
         })
     }
 
-    async fn column_type(&self, table: &Ident, column: &str) -> Result<Option<String>, DatabaseError> {
+    async fn column_type(
+        &self,
+        table: &Ident,
+        column: &str,
+    ) -> Result<Option<String>, DatabaseError> {
         let pool = self;
         Ok({
             sqlx::query_scalar(concat!(
@@ -356,13 +360,16 @@ impl Catalogue for sqlx::PgPool {
         table: &Ident,
     ) -> Result<Option<SessionMismatch>, DatabaseError> {
         let pool = self;
-        let (path_here, role_here, row_security): (String, String, bool) =
-            sqlx::query_as(SESSIONS)
-                .bind(table.quoted())
-                .fetch_one(pool)
-                .await?;
+        let (path_here, role_here, row_security): (String, String, bool) = sqlx::query_as(SESSIONS)
+            .bind(table.quoted())
+            .fetch_one(pool)
+            .await?;
         let enqueued_by = enqueued.role.clone();
-        if let Some(path) = enqueued.search_path.clone().filter(|path| *path != path_here) {
+        if let Some(path) = enqueued
+            .search_path
+            .clone()
+            .filter(|path| *path != path_here)
+        {
             let schemas =
                 |json: &str| serde_json::from_str::<Vec<String>>(json).unwrap_or_default();
             return Ok(Some(SessionMismatch::SearchPath {
@@ -386,7 +393,10 @@ impl Catalogue for sqlx::PgPool {
         self.foreign_table(table).await
     }
 
-    async fn functions_that_may_write(&self, called: &[String]) -> Result<Vec<String>, DatabaseError> {
+    async fn functions_that_may_write(
+        &self,
+        called: &[String],
+    ) -> Result<Vec<String>, DatabaseError> {
         let pool = self;
         let builtin: &[&str] = &[
             "nextval",

@@ -64,7 +64,10 @@ impl SessionSettings {
     /// still use one made for it; two processes creating it at once both go
     /// on), then applies the settings, so a zone the server does not know
     /// fails here, naming it, rather than as a pool that never connects.
-    pub(crate) async fn prepare(&mut self, connect: &PgConnectOptions) -> Result<(), DatabaseError> {
+    pub(crate) async fn prepare(
+        &mut self,
+        connect: &PgConnectOptions,
+    ) -> Result<(), DatabaseError> {
         use sqlx::{ConnectOptions as _, Connection as _};
         if self.schema.is_none() && self.time_zone.is_none() {
             return Ok(());

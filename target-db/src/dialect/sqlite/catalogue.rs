@@ -59,7 +59,11 @@ impl Catalogue for sqlx::SqlitePool {
         })
     }
 
-    async fn column_type(&self, table: &Ident, column: &str) -> Result<Option<String>, DatabaseError> {
+    async fn column_type(
+        &self,
+        table: &Ident,
+        column: &str,
+    ) -> Result<Option<String>, DatabaseError> {
         let pool = self;
         Ok({
             sqlx::query_scalar(
