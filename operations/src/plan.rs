@@ -72,7 +72,7 @@ pub struct Plan {
     pub advice: Vec<String>,
 }
 
-/// One probe of the first sub-batch ([`Store::probe_rolled_back`]).
+/// One probe of the first sub-batch ([`sluice_target::Target::probe_rolled_back`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeReport {
     /// Runs, each rolled back.
@@ -226,7 +226,7 @@ pub async fn plan(
 }
 
 /// Refuses to plan an operation whose scope calls a function that may
-/// write ([`Store::functions_that_may_write`]): counting and walking the
+/// write ([`sluice_target::Target::functions_that_may_write`]): counting and walking the
 /// rows in scope would call it, and a plan changes nothing. Checked before
 /// anything reads the scope.
 async fn refuse_writing_scope(

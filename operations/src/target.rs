@@ -242,7 +242,7 @@ pub async fn check_target(
 
 /// Refuses `table` when it, or a table its triggers write, ignores a
 /// rollback (MySQL MyISAM, Aria, MEMORY …: an engine without transactions,
-/// [`Store::non_transactional_writes`]). Run at enqueue for every table an
+/// [`sluice_target::Target::non_transactional_writes`]). Run at enqueue for every table an
 /// operation writes, and again when a worker starts it, since an `ALTER
 /// TABLE … ENGINE =` or a new trigger can come in between.
 pub async fn check_transactional(store: &Store, table: &Ident) -> Result<(), TargetError> {

@@ -253,7 +253,7 @@ impl SubBatchSession {
     /// Runs a read statement (where a sub-batch ends) on this session's
     /// connection, outside any transaction, and returns its first row's
     /// first `width` columns as a cursor, or `None` for no row or a NULL, as
-    /// [`Store::fetch_cursor`] does: on the kept connection, it costs the
+    /// [`sluice_target::Target::fetch_cursor`] does: on the kept connection, it costs the
     /// sub-batch no round trip to the pool.
     pub async fn fetch_cursor(
         &mut self,

@@ -51,7 +51,7 @@ pub struct ConnectOptions {
     /// fresh one (`None`: for ever), so no server session grows without end
     /// and a failover or a rebalanced proxy is followed. It holds for the
     /// connections a pool worker keeps between sub-batches too
-    /// ([`crate::SubBatchSession`] gives one back once kept this long).
+    /// (the store's `SubBatchSession` gives one back once kept this long).
     /// Not for an in-memory SQLite database, whose one connection is the
     /// database and is never renewed.
     pub max_lifetime: Option<Duration>,
@@ -312,7 +312,7 @@ impl Target {
             .map(|sessions| &sessions.pool)
     }
 
-    /// A place for a [`crate::SubBatchSession`] to keep one connection, if
+    /// A place for a worker's session (the store's `SubBatchSession`) to keep one connection, if
     /// one is left. All the sessions of this store and its clones together
     /// may keep all but one of the PostgreSQL bounded sessions' connections
     /// (a pool of their own), none on a PostgreSQL store without them, and

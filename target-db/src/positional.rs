@@ -37,12 +37,12 @@ pub trait QueryKind<'t>: Sized {
     fn with<T: 't + Encode<'t, MySql> + Type<MySql>>(self, value: T) -> Self;
 }
 
-/// [`sqlx::query`] for MySQL, taking `$N` placeholders.
+/// [`sqlx::query()`] for MySQL, taking `$N` placeholders.
 pub fn query<'t>(sql: impl SqlSafeStr) -> Positional<'t, PlainQuery<'t>> {
     Positional::new(sql)
 }
 
-/// [`sqlx::query_as`] for MySQL, taking `$N` placeholders.
+/// [`sqlx::query_as()`] for MySQL, taking `$N` placeholders.
 pub fn query_as<'t, O>(sql: impl SqlSafeStr) -> Positional<'t, AsQuery<'t, O>>
 where
     O: for<'r> FromRow<'r, MySqlRow>,
@@ -50,7 +50,7 @@ where
     Positional::new(sql)
 }
 
-/// [`sqlx::query_scalar`] for MySQL, taking `$N` placeholders.
+/// [`sqlx::query_scalar()`] for MySQL, taking `$N` placeholders.
 pub fn query_scalar<'t, O>(sql: impl SqlSafeStr) -> Positional<'t, ScalarQuery<'t, O>>
 where
     (O,): for<'r> FromRow<'r, MySqlRow>,

@@ -194,7 +194,7 @@ impl Statement {
     /// Appends a guard: a condition that reads `TRUE` as written, and that
     /// a store running the statement as one fenced sub-batch replaces with
     /// its fence, so that the statement changes nothing under a lost lease
-    /// (see [`crate::SubBatchSession::run_loop_sub_batch_statement`]). Put
+    /// (see the store's `SubBatchSession::run_loop_sub_batch_statement`). Put
     /// it where the database evaluates it once, before it reads a row — as
     /// in `key = ANY (CASE WHEN <guard> THEN ARRAY(SELECT …) END)` — rather
     /// than in a condition tested row by row. A statement has at most one

@@ -1,7 +1,7 @@
 //! An operation's target table outside a sub-batch: what the catalogue says
 //! about it, how the planner would run a statement over it, the reads that
 //! plan batches, and single statements. Inside a sub-batch, statements run in
-//! a [`crate::SubBatchTx`] instead.
+//! a sub-batch's transaction ([`crate::TargetTx`]) instead.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 

@@ -28,7 +28,7 @@ pub async fn check_session_dependent_sql(
 
 /// Refuses a date whose day and month PostgreSQL reads in `DateStyle`'s
 /// order ([`Statement::ambiguous_date`]) when the database's own sessions
-/// read it day first or year first ([`Store::sessions_setting`]) and
+/// read it day first or year first ([`sluice_target::Target::sessions_setting`]) and
 /// Sluice's (sqlx's `ISO, MDY`) month first. Other databases read such a
 /// date alike in every session.
 async fn check_ambiguous_dates(
@@ -54,7 +54,7 @@ async fn check_ambiguous_dates(
 
 /// Refuses `statements` when one reads the session's clock
 /// ([`Statement::reads_the_clock`]) and the database's own sessions read it
-/// in a zone other than UTC ([`Store::sessions_zone`]) — unless, on
+/// in a zone other than UTC ([`sluice_target::Target::sessions_zone`]) — unless, on
 /// PostgreSQL, the store was told the zone (its sessions then read the
 /// clock there too). SQLite's clock is UTC in every session.
 async fn check_clock_reads(store: &Store, statements: &[&Statement]) -> Result<(), TargetError> {

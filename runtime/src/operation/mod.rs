@@ -364,7 +364,7 @@ impl Actor for OperationActor {
 
 /// Why operation `id` must not run on this worker, if it must not: its SQL
 /// would resolve names or see rows otherwise than where it was enqueued
-/// ([`sluice_store::Store::session_mismatch`]), or a table it writes no
+/// ([`sluice_target::Target::session_mismatch`]), or a table it writes no
 /// longer rolls back ([`sluice_operations::check_transactional`]).
 async fn refusal_here(
     store: &sluice_store::Store,

@@ -46,17 +46,17 @@ pub(crate) fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPoo
 /// must be: identifiers quoted with `"` (`ANSI_QUOTES`, added to the
 /// server's `sql_mode`) and committed data read (`READ COMMITTED`). Build an
 /// application's pool with it to hand the pool to
-/// [`Target::mysql`](crate::Store::mysql); the application's own statements
+/// Sluice (the store's `Store::mysql`, or [`crate::Target::of`]); the application's own statements
 /// then read `"…"` as a name, not a string.
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 /// use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 /// let connect: MySqlConnectOptions = "mysql://app@localhost/app".parse()?;
-/// let pool = sluice_store::mysql_sessions(MySqlPoolOptions::new())
+/// let pool = sluice_target::mysql_sessions(MySqlPoolOptions::new())
 ///     .connect_with(connect.pipes_as_concat(false))
 ///     .await?;
-/// let store = sluice_store::Store::mysql(pool).await?;
+/// let target = sluice_target::Target::of(sluice_target::Backend::MySql(pool));
 /// # Ok(()) }
 /// ```
 pub fn mysql_sessions(pool: MySqlPoolOptions) -> MySqlPoolOptions {
