@@ -91,7 +91,51 @@ impl<'a> Call<'a> {
             .unwrap();
         let text = String::from_utf8(bytes.to_vec()).unwrap();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if body.is_object() || body.is_array() {
+            fits_the_document(method, path, status, &body);
+        }
         (status, body)
+    }
+}
+
+/// Panics unless `body`, a JSON answer of `status` to `method path`, has
+/// the shape the OpenAPI document gives that answer (a refusal the route
+/// does not list: the `Error` shape every refusal has).
+fn fits_the_document(method: &str, path: &str, status: StatusCode, body: &Value) {
+    let document = sluice::console::openapi_document();
+    let components = document["components"]["schemas"].as_object().unwrap();
+    let path = path.split('?').next().unwrap();
+    let segments: Vec<&str> = path.split('/').collect();
+    // The route with the most literal segments that matches the path.
+    let route = document["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter_map(|(template, item)| {
+            let parts: Vec<&str> = template.split('/').collect();
+            let matches = parts.len() == segments.len()
+                && parts
+                    .iter()
+                    .zip(&segments)
+                    .all(|(part, segment)| part.starts_with('{') || part == segment);
+            let literal = parts.iter().filter(|p| !p.starts_with('{')).count();
+            (matches && item.get(method.to_lowercase()).is_some()).then_some((literal, item))
+        })
+        .max_by_key(|(literal, _)| *literal)
+        .map(|(_, item)| &item[method.to_lowercase()]);
+    let documented = route
+        .and_then(|operation| operation["responses"].get(status.as_str()))
+        .and_then(|answer| answer.pointer("/content/application~1json/schema"));
+    let error = serde_json::json!({"$ref": "#/components/schemas/Error"});
+    let schema = match documented {
+        Some(schema) => schema,
+        None if !status.is_success() => &error,
+        None => {
+            panic!("{method} {path} answered {status} with JSON the document does not give: {body}")
+        }
+    };
+    if let Err(difference) = sluice::console::schemas::check(body, schema, components) {
+        panic!("{method} {path} answered {status} off its documented shape: {difference}\n{body}");
     }
 }
 

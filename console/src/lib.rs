@@ -37,6 +37,7 @@ mod metrics;
 mod redact;
 mod routes;
 mod schedules;
+pub mod schemas;
 mod session;
 mod views;
 
@@ -50,6 +51,13 @@ use sluice_store::Store;
 use sluice_telemetry::PrometheusReader;
 
 pub use access::{Access, ListenError, check_listen};
+
+/// The console's OpenAPI 3.1 document, as `GET /openapi.json` serves it:
+/// every endpoint, and the shape of every JSON answer in its component
+/// schemas ([`schemas::check`] reads a value against them).
+pub fn openapi_document() -> serde_json::Value {
+    routes::document()
+}
 
 /// The console over one store.
 ///

@@ -6,6 +6,7 @@ use axum::Router;
 use axum::routing::{MethodRouter, delete, get, post};
 use serde_json::{Map, Value, json};
 
+use crate::schemas::{self, Returns};
 use crate::{Console, api, assets, enqueue, metrics, schedules, session};
 
 /// One endpoint: how it is reached, what it does, and who may call it.
@@ -22,6 +23,8 @@ pub(crate) struct Endpoint {
     needs: Needs,
     /// Its answers besides the refusals every guarded endpoint shares.
     answers: &'static [(u16, &'static str)],
+    /// The JSON its successful answer holds.
+    pub(crate) returns: Returns,
     /// The handler.
     handler: fn() -> MethodRouter<Console>,
 }
@@ -47,6 +50,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(200, "HTML")],
+        returns: Returns::Other,
         handler: || get(assets::index),
     },
     Endpoint {
@@ -56,6 +60,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(200, "JavaScript")],
+        returns: Returns::Other,
         handler: || get(assets::script),
     },
     Endpoint {
@@ -65,6 +70,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(200, "CSS")],
+        returns: Returns::Other,
         handler: || get(assets::style),
     },
     Endpoint {
@@ -74,6 +80,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(200, "HTML")],
+        returns: Returns::Other,
         handler: || get(session::form),
     },
     Endpoint {
@@ -86,6 +93,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
             (303, "signed in: to the dashboard"),
             (401, "not a token: the form again"),
         ],
+        returns: Returns::Other,
         handler: || post(session::sign_in),
     },
     Endpoint {
@@ -95,6 +103,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(303, "to the sign-in form")],
+        returns: Returns::Other,
         handler: || post(session::sign_out),
     },
     Endpoint {
@@ -104,6 +113,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(200, "OpenAPI 3.1")],
+        returns: Returns::Other,
         handler: || get(openapi),
     },
     Endpoint {
@@ -113,6 +123,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(200, "ok")],
+        returns: Returns::Other,
         handler: || get(api::healthz),
     },
     Endpoint {
@@ -122,6 +133,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Nothing,
         answers: &[(200, "ready"), (503, "the store cannot be reached")],
+        returns: Returns::Other,
         handler: || get(api::readyz),
     },
     Endpoint {
@@ -131,6 +143,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Read,
         answers: &[(200, "Prometheus text")],
+        returns: Returns::Other,
         handler: || get(metrics::metrics),
     },
     Endpoint {
@@ -140,6 +153,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Read,
         answers: &[(200, "{name, controls, csrf}")],
+        returns: Returns::One("Session"),
         handler: || get(api::session),
     },
     Endpoint {
@@ -155,6 +169,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         ],
         needs: Needs::Read,
         answers: &[(200, "operations")],
+        returns: Returns::Many("Operation"),
         handler: || get(api::list),
     },
     Endpoint {
@@ -167,6 +182,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
             (201, "enqueued"),
             (200, "the same operation is already active"),
         ],
+        returns: Returns::One("Enqueued"),
         handler: || post(enqueue::create),
     },
     Endpoint {
@@ -176,6 +192,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Read,
         answers: &[(200, "the operation")],
+        returns: Returns::One("Operation"),
         handler: || get(api::show),
     },
     Endpoint {
@@ -185,6 +202,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Read,
         answers: &[(200, "events")],
+        returns: Returns::Many("Event"),
         handler: || get(api::events),
     },
     Endpoint {
@@ -194,6 +212,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Read,
         answers: &[(200, "batches")],
+        returns: Returns::Many("Batch"),
         handler: || get(api::batches),
     },
     Endpoint {
@@ -203,6 +222,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Admin,
         answers: &[(200, "{action, changed, skipped}")],
+        returns: Returns::One("Controlled"),
         handler: || post(api::control_one),
     },
     Endpoint {
@@ -212,6 +232,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Admin,
         answers: &[(200, "{action, changed, skipped}")],
+        returns: Returns::One("Controlled"),
         handler: || post(api::control_kind),
     },
     Endpoint {
@@ -221,6 +242,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Admin,
         answers: &[(200, "{action, changed, skipped}")],
+        returns: Returns::One("Controlled"),
         handler: || post(api::control_all),
     },
     Endpoint {
@@ -230,6 +252,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Read,
         answers: &[(200, "schedules")],
+        returns: Returns::Many("Schedule"),
         handler: || get(api::schedules),
     },
     Endpoint {
@@ -239,6 +262,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Admin,
         answers: &[(201, "the schedule as stored")],
+        returns: Returns::One("Schedule"),
         handler: || post(schedules::add),
     },
     Endpoint {
@@ -248,6 +272,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Admin,
         answers: &[(200, "{removed}")],
+        returns: Returns::One("Removed"),
         handler: || delete(schedules::remove),
     },
     Endpoint {
@@ -257,6 +282,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Admin,
         answers: &[(200, "{schedule, enabled}")],
+        returns: Returns::One("ScheduleEnabled"),
         handler: || post(schedules::switch),
     },
     Endpoint {
@@ -266,6 +292,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Admin,
         answers: &[(200, "{batches_deleted}")],
+        returns: Returns::One("Pruned"),
         handler: || post(schedules::prune),
     },
     Endpoint {
@@ -275,6 +302,7 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         query: &[],
         needs: Needs::Read,
         answers: &[(200, "switches")],
+        returns: Returns::Many("Switch"),
         handler: || get(api::switches),
     },
 ];
@@ -311,15 +339,7 @@ pub(crate) fn document() -> Value {
                 "session": {"type": "apiKey", "in": "cookie", "name": session::COOKIE,
                     "description": "a browser session from POST /login; changes also send X-CSRF-Token"}
             },
-            "schemas": {
-                "Error": {"type": "object", "required": ["error"], "properties": {"error": {
-                    "type": "object", "required": ["code", "message"],
-                    "properties": {"code": {"type": "string", "enum": [
-                        "unauthorized", "forbidden", "not_found", "not_applicable",
-                        "conflict", "bad_request", "method_not_allowed", "too_large", "unavailable",
-                        "internal"]},
-                        "message": {"type": "string"}}}}}
-            }
+            "schemas": schemas::components(),
         }
     })
 }
@@ -337,7 +357,11 @@ fn operation(endpoint: &Endpoint) -> Value {
     }));
     let mut responses = Map::new();
     for (status, meaning) in endpoint.answers {
-        responses.insert(status.to_string(), json!({"description": meaning}));
+        let mut answer = json!({"description": meaning});
+        if let (200..=299, Some(schema)) = (status, endpoint.returns.schema()) {
+            answer["content"] = json!({"application/json": {"schema": schema}});
+        }
+        responses.insert(status.to_string(), answer);
     }
     let error = json!({"description": "refused; nothing changed",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});

@@ -29,7 +29,7 @@ pub use run::run_sub_batch;
 ///
 /// ```no_run
 /// use sluice_operations::{OperationError, SubBatch};
-/// use sluice_store::{SqlValue, Statement};
+/// use sluice_target::{SqlValue, Statement};
 ///
 /// // An operation's `run`: mark the sub-batch's rows, then count them.
 /// async fn run(batch: &mut SubBatch<'_>) -> Result<u64, OperationError> {

@@ -1,6 +1,9 @@
-//! PostgreSQL's bulk enqueue: a chunk of operations and their `created`
-//! events written by one statement (one round trip), keeping the uniqueness
-//! rule of a single enqueue.
+//! Bulk enqueue, a chunk at a time, each database's way ([`sqlite`],
+//! [`postgres`], [`mysql`], as the store's `dispatch!` picks them).
+//! PostgreSQL's: a chunk of operations and their `created` events written
+//! by one statement (one round trip), keeping the uniqueness rule of a
+//! single enqueue; the others write each operation in one transaction per
+//! chunk.
 //!
 //! The chunk travels as one typed array per column (binary arrays, cheap for
 //! the server to read, whatever the chunk size), turned back into rows by
@@ -17,6 +20,21 @@ use crate::event::{self, Event, FORMAT_VERSION};
 use crate::machine;
 use crate::operation_row::{ColumnValue, PROJECTION_COLUMNS};
 use crate::spec::OperationSpec;
+
+/// SQLite's chunk writer: one transaction per chunk.
+pub(crate) mod sqlite {
+    pub(crate) use crate::queries::sqlite::enqueue_each as enqueue_chunk;
+}
+
+/// PostgreSQL's chunk writer: one statement per chunk.
+pub(crate) mod postgres {
+    pub(crate) use super::enqueue_chunk;
+}
+
+/// MySQL's chunk writer: one transaction per chunk.
+pub(crate) mod mysql {
+    pub(crate) use crate::queries::mysql::enqueue_each as enqueue_chunk;
+}
 
 /// Operations per bulk-enqueue chunk (one statement on PostgreSQL, one
 /// transaction on SQLite).

@@ -230,17 +230,7 @@ impl Store {
         let mut written: Vec<Enqueued> = Vec::with_capacity(distinct.len());
         for chunk in distinct.chunks(Self::ENQUEUE_CHUNK) {
             let chunk_specs: Vec<OperationSpec> = chunk.iter().map(|&i| specs[i].clone()).collect();
-            let outcomes = match self.connections.backend() {
-                Backend::Sqlite(pool) => {
-                    queries::sqlite::enqueue_each(pool, &chunk_specs, now).await?
-                }
-                Backend::Postgres(pool) => {
-                    bulk_enqueue::enqueue_chunk(pool, &chunk_specs, now).await?
-                }
-                Backend::MySql(pool) => {
-                    queries::mysql::enqueue_each(pool, &chunk_specs, now).await?
-                }
-            };
+            let outcomes = dispatch!(bulk_enqueue, self.enqueue_chunk(&chunk_specs, now))?;
             for (spec, outcome) in chunk_specs.into_iter().zip(outcomes) {
                 let (id, created) = match outcome {
                     Some(outcome) => outcome,

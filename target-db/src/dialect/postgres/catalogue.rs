@@ -359,31 +359,7 @@ impl Catalogue for sqlx::PgPool {
         enqueued: &crate::EnqueuingSession,
         table: &Ident,
     ) -> Result<Option<SessionMismatch>, DatabaseError> {
-        let pool = self;
-        let (path_here, role_here, row_security): (String, String, bool) = sqlx::query_as(SESSIONS)
-            .bind(table.quoted())
-            .fetch_one(pool)
-            .await?;
-        let enqueued_by = enqueued.role.clone();
-        if let Some(path) = enqueued
-            .search_path
-            .clone()
-            .filter(|path| *path != path_here)
-        {
-            let schemas =
-                |json: &str| serde_json::from_str::<Vec<String>>(json).unwrap_or_default();
-            return Ok(Some(SessionMismatch::SearchPath {
-                enqueued: schemas(&path),
-                here: schemas(&path_here),
-            }));
-        }
-        Ok(enqueued_by
-            .filter(|role| row_security && *role != role_here)
-            .map(|enqueued_by| SessionMismatch::RowSecurity {
-                table: table.to_string(),
-                enqueued_by,
-                here: role_here,
-            }))
+        super::sessions::session_mismatch(self, enqueued, table).await
     }
 
     async fn non_transactional_writes(
@@ -487,12 +463,6 @@ const POSTGRES_FILE_SETTING: &str = "SELECT setting FROM pg_catalog.pg_file_sett
 /// Seconds the zone named `$2` is ahead of UTC at `$1`.
 const POSTGRES_OFFSET: &str = "SELECT (EXTRACT(EPOCH FROM ($1::timestamptz AT TIME ZONE $2)) \
      - EXTRACT(EPOCH FROM ($1::timestamptz AT TIME ZONE 'UTC')))::bigint";
-
-/// This session's path (a JSON array) and role, and whether table `$1`
-/// (quoted, resolved along this session's path) has row-level security.
-const SESSIONS: &str = "SELECT to_json(current_schemas(false))::text, current_user::text, \
-       COALESCE((SELECT c.relrowsecurity FROM pg_catalog.pg_class c \
-                 WHERE c.oid = to_regclass($1)), false)";
 
 /// The names `sql` lists for `table` (its first two parameters the table's
 /// schema then its name).

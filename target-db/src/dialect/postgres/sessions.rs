@@ -1,12 +1,15 @@
 //! PostgreSQL sessions: what every session of a store sets when it
-//! connects (its schema first on the `search_path`, its `TimeZone`), and
-//! the check that an application's pool keeps Sluice's tables where it
-//! says.
+//! connects (its schema first on the `search_path`, its `TimeZone`), the
+//! check that an application's pool keeps Sluice's tables where it says,
+//! and whether this database's sessions read an operation's SQL as the
+//! session that enqueued it did.
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::connection::ConnectOptions;
+use crate::enqueuing_session::SessionMismatch;
 use crate::error::DatabaseError;
+use crate::sql::Ident;
 
 /// What every PostgreSQL session of a store sets when it connects
 /// ([`ConnectOptions::schema`], [`ConnectOptions::time_zone`]).
@@ -151,3 +154,42 @@ pub async fn check_postgres_search_path(pool: &PgPool) -> Result<(), DatabaseErr
     }
     Ok(())
 }
+
+/// How this database's sessions would read the SQL of an operation
+/// `enqueued` by another session, over `table`, otherwise than it did
+/// ([`crate::Target::session_mismatch`]).
+pub(crate) async fn session_mismatch(
+    pool: &sqlx::PgPool,
+    enqueued: &crate::EnqueuingSession,
+    table: &Ident,
+) -> Result<Option<SessionMismatch>, DatabaseError> {
+    let (path_here, role_here, row_security): (String, String, bool) = sqlx::query_as(SESSIONS)
+        .bind(table.quoted())
+        .fetch_one(pool)
+        .await?;
+    let enqueued_by = enqueued.role.clone();
+    if let Some(path) = enqueued
+        .search_path
+        .clone()
+        .filter(|path| *path != path_here)
+    {
+        let schemas = |json: &str| serde_json::from_str::<Vec<String>>(json).unwrap_or_default();
+        return Ok(Some(SessionMismatch::SearchPath {
+            enqueued: schemas(&path),
+            here: schemas(&path_here),
+        }));
+    }
+    Ok(enqueued_by
+        .filter(|role| row_security && *role != role_here)
+        .map(|enqueued_by| SessionMismatch::RowSecurity {
+            table: table.to_string(),
+            enqueued_by,
+            here: role_here,
+        }))
+}
+
+/// This session's path (a JSON array) and role, and whether table `$1`
+/// (quoted, resolved along this session's path) has row-level security.
+const SESSIONS: &str = "SELECT to_json(current_schemas(false))::text, current_user::text, \
+       COALESCE((SELECT c.relrowsecurity FROM pg_catalog.pg_class c \
+                 WHERE c.oid = to_regclass($1)), false)";
