@@ -130,6 +130,8 @@ fn fits_the_document(method: &str, path: &str, status: StatusCode, body: &Value)
     let schema = match documented {
         Some(schema) => schema,
         None if !status.is_success() => &error,
+        // The document itself.
+        None if path == "/openapi.json" => return,
         None => {
             panic!("{method} {path} answered {status} with JSON the document does not give: {body}")
         }
