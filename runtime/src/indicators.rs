@@ -21,17 +21,20 @@ pub use sluice_target::dialect::health::Measure;
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
 use crate::innodb_status::InnodbTransactions;
+use crate::latency::CanaryView;
 
-/// The built-in indicators for the store's backend, with default thresholds.
+/// The built-in indicators for the store's backend, with default
+/// thresholds; the table-activity throttles gated by the latency canary.
 pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
-    let mut indicators = backend_indicators(store);
-    indicators.push(Arc::new(crate::latency::LatencyCanary::new()));
+    let view = CanaryView::new();
+    let mut indicators = backend_indicators(store, &view);
+    indicators.push(Arc::new(crate::latency::LatencyCanary::with_view(view)));
     indicators
 }
 
 /// The indicators that read the database's own reports, in the order
 /// the database lists its measures.
-fn backend_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
+fn backend_indicators(store: &Store, view: &CanaryView) -> Vec<Arc<dyn HealthIndicator>> {
     let health = store.backend().health();
     let mut indicators: Vec<Arc<dyn HealthIndicator>> = Vec::new();
     if health.has_innodb_report() {
@@ -44,7 +47,7 @@ fn backend_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
         )));
     }
     if health.has_table_activity() {
-        indicators.push(Arc::new(TableActivity::new()));
+        indicators.push(Arc::new(TableActivity::new().gated_by(view.clone())));
     }
     indicators
 }
@@ -166,8 +169,17 @@ impl HealthIndicator for ValueIndicator {
 /// autovacuum (hysteresis: in at 2×, out at 1×). Where autovacuum is off
 /// (for the server or the table) nothing will pay the debt, so it does not
 /// throttle: that is logged once, with the remedy.
+///
+/// Gated by the latency canary ([`TableActivity::gated_by`], as the
+/// default indicators are), the autovacuum and cleanup-debt throttles hold
+/// only while the canary feels load on the table (its p99 over
+/// [`CanaryView::FELT_ABOVE`] × its idle p99) or has no reading of it: a
+/// vacuum that slows no query costs the operation no speed. Lock waits
+/// stop the work whatever the canary says.
 pub struct TableActivity {
     min_dead_rows: i64,
+    /// The canary that gates the housekeeping throttles, if any.
+    canary: Option<CanaryView>,
     in_debt: Mutex<HashSet<String>>,
     /// Tables in debt without autovacuum, already said.
     told: Mutex<HashSet<String>>,
@@ -188,8 +200,29 @@ impl TableActivity {
     pub fn with_min_dead_rows(min_dead_rows: i64) -> Self {
         TableActivity {
             min_dead_rows,
+            canary: None,
             in_debt: Mutex::new(HashSet::new()),
             told: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
+impl TableActivity {
+    /// The same, its autovacuum and cleanup-debt throttles held only while
+    /// `view`'s canary feels load on the table (or has no reading of it).
+    pub fn gated_by(mut self, view: CanaryView) -> Self {
+        self.canary = Some(view);
+        self
+    }
+
+    /// Whether a housekeeping throttle on `table` holds now, and the words
+    /// its reason ends with.
+    fn housekeeping_holds(&self, table: &str) -> Option<&'static str> {
+        match self.canary.as_ref().map(|view| view.felt(table)) {
+            None => Some(""),
+            Some(None) => Some(" (no canary reading)"),
+            Some(Some(true)) => Some("; the latency canary feels it"),
+            Some(Some(false)) => None,
         }
     }
 }
@@ -264,16 +297,16 @@ impl HealthIndicator for TableActivity {
                     Signal::Stop {
                         reason: format!("{waiting} session(s) waiting for a lock on {table}"),
                     }
-                } else if vacuuming {
+                } else if let (true, Some(felt)) = (vacuuming, self.housekeeping_holds(&table)) {
                     Signal::Throttle {
                         percent: 50,
-                        reason: format!("autovacuum is working on {table}"),
+                        reason: format!("autovacuum is working on {table}{felt}"),
                     }
-                } else if owed {
+                } else if let (true, Some(felt)) = (owed, self.housekeeping_holds(&table)) {
                     Signal::Throttle {
                         percent: 50,
                         reason: format!(
-                            "cleanup debt on {table}: {dead} dead rows, {:.1}× what starts autovacuum ({trigger:.0})",
+                            "cleanup debt on {table}: {dead} dead rows, {:.1}× what starts autovacuum ({trigger:.0}){felt}",
                             dead as f64 / trigger.max(1.0)
                         ),
                     }
@@ -420,7 +453,33 @@ async fn unreadable(store: &Store, error: &sqlx::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::in_cleanup_debt;
+    use std::time::Duration;
+
+    use super::{CanaryView, TableActivity, in_cleanup_debt};
+
+    #[test]
+    fn housekeeping_throttles_hold_only_while_the_canary_feels_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            TableActivity::new().housekeeping_holds("events"),
+            Some(""),
+            "ungated: always"
+        );
+        let view = CanaryView::new();
+        let gated = TableActivity::new().gated_by(view.clone());
+        assert!(
+            gated.housekeeping_holds("events").is_some(),
+            "no reading: held"
+        );
+        view.record("events", ms(1), ms(1));
+        assert_eq!(gated.housekeeping_holds("events"), None, "not felt: let go");
+        view.record("events", ms(1), ms(2));
+        assert!(gated.housekeeping_holds("events").is_some(), "felt: held");
+        assert!(
+            gated.housekeeping_holds("other").is_some(),
+            "another table: its own reading"
+        );
+    }
 
     #[test]
     fn cleanup_debt_starts_at_twice_the_trigger_and_ends_below_it() {

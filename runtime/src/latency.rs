@@ -16,6 +16,7 @@
 //! and at least 1 ms above it.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
@@ -53,6 +54,65 @@ pub const LADDER: [u8; 10] = [100, 75, 55, 40, 30, 20, 14, 10, 7, 5];
 #[derive(Default)]
 pub struct LatencyCanary {
     tables: Mutex<HashMap<String, TableCanary>>,
+    /// Where it says what it feels, for the indicators it gates.
+    view: CanaryView,
+}
+
+/// What the canary feels on each table lately, shared with the indicators
+/// whose throttles answer the database's own housekeeping (autovacuum,
+/// cleanup debt: `TableActivity`): they hold only while the canary feels
+/// it, so a vacuum that slows no query costs the operation no speed.
+/// Cheap to clone; clones share the readings.
+#[derive(Debug, Clone, Default)]
+pub struct CanaryView {
+    tables: Arc<std::sync::Mutex<HashMap<String, Felt>>>,
+}
+
+/// One table's latest reading: its idle p99 and its p99 now.
+#[derive(Debug, Clone, Copy)]
+struct Felt {
+    idle: Duration,
+    now: Duration,
+    at: Instant,
+}
+
+impl CanaryView {
+    /// How far over its idle p99 the canary's p99 must be for the load to
+    /// count as felt: beyond the idle p99's own poll-to-poll spread.
+    pub const FELT_ABOVE: f64 = 1.2;
+
+    /// A view with no reading yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the canary feels load on `table`: `Some(true)` while its
+    /// p99 is over [`CanaryView::FELT_ABOVE`] × its idle p99, `Some(false)`
+    /// under it, `None` without a reading from the last [`WINDOW`] (no
+    /// canary runs, or it cannot read the table).
+    pub fn felt(&self, table: &str) -> Option<bool> {
+        let tables = self.tables.lock().expect("canary view lock");
+        let felt = tables.get(table).filter(|f| f.at.elapsed() <= WINDOW)?;
+        Some(felt_over(felt.now, felt.idle))
+    }
+
+    /// Records `table`'s idle p99 and its p99 now.
+    pub fn record(&self, table: &str, idle: Duration, now: Duration) {
+        let mut tables = self.tables.lock().expect("canary view lock");
+        tables.insert(
+            table.to_owned(),
+            Felt {
+                idle,
+                now,
+                at: Instant::now(),
+            },
+        );
+    }
+}
+
+/// Whether a p99 of `now` is felt load over an idle p99 of `idle`.
+fn felt_over(now: Duration, idle: Duration) -> bool {
+    now > idle.mul_f64(CanaryView::FELT_ABOVE)
 }
 
 /// What the canary keeps about one table.
@@ -71,6 +131,14 @@ impl LatencyCanary {
     /// A canary watching no table yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A canary that says what it feels in `view`.
+    pub fn with_view(view: CanaryView) -> Self {
+        LatencyCanary {
+            view,
+            ..Self::default()
+        }
     }
 }
 
@@ -109,6 +177,9 @@ impl HealthIndicator for LatencyCanary {
                 })
                 .min();
             let signal = canary.poll(store, table, budget).await?;
+            if let Some(now) = canary.p99_now() {
+                self.view.record(table, canary.baseline, now);
+            }
             readings.push(Reading {
                 scope: Scope::Table(table.clone()),
                 signal,
@@ -190,6 +261,13 @@ impl TableCanary {
             },
         };
         Ok(signal)
+    }
+
+    /// The p99 of the round trips in the window, once there are enough of
+    /// them to say more than the last poll's worst.
+    fn p99_now(&self) -> Option<Duration> {
+        let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
+        (trips.len() >= 2 * PER_POLL).then(|| p99(&trips))
     }
 
     /// What this poll's writes record: the p99 so far, held to `budget`.
@@ -369,6 +447,19 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn load_is_felt_above_a_fifth_over_the_idle_p99() {
+        assert!(!felt_over(ms(12), ms(10)));
+        assert!(felt_over(Duration::from_micros(12_001), ms(10)));
+        let view = CanaryView::new();
+        assert_eq!(view.felt("events"), None, "no reading: nothing felt");
+        view.record("events", ms(1), ms(3));
+        assert_eq!(view.felt("events"), Some(true));
+        view.clone().record("events", ms(1), ms(1));
+        assert_eq!(view.felt("events"), Some(false), "clones share readings");
+        assert_eq!(view.felt("other"), None);
     }
 
     #[test]
