@@ -14,6 +14,8 @@
 //!
 //! Each is timed from its start to the last row gone; the table is filled
 //! afresh before each. Autovacuum is as the server has it, unless
+//! `SLUICE_BENCH_ACTIVITY=ungated|off` runs PostgreSQL's table-activity
+//! indicator without the latency canary's gate, or not at all;
 //! `SLUICE_BENCH_AUTOVACUUM=on|off` sets it for the run (`ALTER SYSTEM`,
 //! restored after). Prints one markdown row per run: seconds, rows/s, the
 //! foreground's p50 and p99, and the p99 over the idle p99.
@@ -138,14 +140,11 @@ async fn measure(backend: &str, store: &Store, load: &Store, rows: i64) {
     ];
     for (name, budget) in runs {
         fill(store, rows).await;
-        let runtime = RuntimeBuilder::with_store(store.clone())
-            .config(RuntimeConfig {
-                node: "foreground".into(),
-                ..RuntimeConfig::default()
-            })
-            .start()
-            .await
-            .unwrap();
+        let builder = RuntimeBuilder::with_store(store.clone()).config(RuntimeConfig {
+            node: "foreground".into(),
+            ..RuntimeConfig::default()
+        });
+        let runtime = common::with_activity(builder, store).start().await.unwrap();
         let (took, latencies) = timed(load, rows, sluice(&runtime, store, budget, sub_batch)).await;
         runtime.shutdown().await.unwrap();
         report(backend, name, Some(took), &latencies, idle_p99, aged);

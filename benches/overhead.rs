@@ -26,6 +26,8 @@
 //! e.g. `postgres`, default both; `SLUICE_BENCH_SUB_BATCH`, rows per
 //! sub-batch for both sides, default 1,000;
 //! `SLUICE_BENCH_PER_BATCH`, sub-batches per runtime batch, default 20;
+//! `SLUICE_BENCH_ACTIVITY=ungated|off` runs PostgreSQL's table-activity
+//! indicator without the latency canary's gate, or not at all;
 //! `SLUICE_BENCH_INDICATORS=off` runs the runtime without its built-in
 //! indicators and latency budget, which are on by default, as users run it;
 //! `SLUICE_TEST_POSTGRES_URL`).
@@ -325,7 +327,8 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
         max_batch_size: per_batch() * sub_batch,
         ..RuntimeConfig::default()
     };
-    let runtime = common::as_users_run(RuntimeBuilder::with_store(store.clone()).config(config))
+    let builder = RuntimeBuilder::with_store(store.clone()).config(config);
+    let runtime = common::with_activity(common::as_users_run(builder), store)
         .start()
         .await
         .unwrap();

@@ -307,6 +307,35 @@ pub fn as_users_run(builder: sluice_runtime::RuntimeBuilder) -> sluice_runtime::
     }
 }
 
+/// `builder` with the table-activity indicator as `SLUICE_BENCH_ACTIVITY`
+/// asks, on PostgreSQL (the one backend that has it): `gated` (the
+/// default, as users run it: its autovacuum and cleanup-debt throttles
+/// hold only while the latency canary feels them), `ungated` (they hold
+/// whatever the canary says) or `off`.
+#[allow(dead_code, reason = "each bench uses what it needs of this module")]
+pub fn with_activity(
+    builder: sluice_runtime::RuntimeBuilder,
+    store: &Store,
+) -> sluice_runtime::RuntimeBuilder {
+    use sluice_runtime::indicators::TableActivity;
+    if !matches!(store.backend(), Backend::Postgres(_)) {
+        return builder;
+    }
+    match activity().as_str() {
+        "ungated" => builder
+            .without_indicator("table-activity")
+            .indicator(std::sync::Arc::new(TableActivity::new())),
+        "off" => builder.without_indicator("table-activity"),
+        _ => builder,
+    }
+}
+
+/// `SLUICE_BENCH_ACTIVITY`: `gated` unless set.
+#[allow(dead_code, reason = "each bench uses what it needs of this module")]
+pub fn activity() -> String {
+    env("SLUICE_BENCH_ACTIVITY", "gated".to_owned())
+}
+
 /// Sets PostgreSQL's autovacuum for the run: `on`, PostgreSQL's default and
 /// what users run, unless `SLUICE_BENCH_AUTOVACUUM=off` asks for the lab
 /// setting; the setting it replaced, to restore with [`alter_autovacuum`].
