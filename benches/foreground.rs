@@ -99,6 +99,50 @@ async fn measure(backend: &str, store: &Store, load: &Store, rows: i64) {
         canary_idle.as_secs_f64() * 1e3
     );
 
+    // `SLUICE_BENCH_ONLY=defaults`: the idle load and Sluice with its
+    // defaults alone (for pairing settings by turns).
+    let only_defaults = env("SLUICE_BENCH_ONLY", String::new()) == "defaults";
+    if !only_defaults {
+        baselines(backend, store, load, rows, idle_p99, aged).await;
+    }
+    let runs = [
+        ("Sluice, defaults (budget auto)", None),
+        (
+            "Sluice, budget 1.2× canary idle p99",
+            Some(LatencyBudget::Fixed(canary_idle.mul_f64(1.2))),
+        ),
+        (
+            "Sluice, budget 2× canary idle p99",
+            Some(LatencyBudget::Fixed(canary_idle.mul_f64(2.0))),
+        ),
+        ("Sluice, budget off", Some(LatencyBudget::Off)),
+    ];
+    for (name, budget) in runs {
+        if only_defaults && budget.is_some() {
+            continue;
+        }
+        fill(store, rows).await;
+        let builder = RuntimeBuilder::with_store(store.clone()).config(RuntimeConfig {
+            node: "foreground".into(),
+            ..RuntimeConfig::default()
+        });
+        let runtime = common::with_activity(builder, store).start().await.unwrap();
+        let (took, latencies) = timed(load, rows, sluice(&runtime, store, budget, sub_batch)).await;
+        runtime.shutdown().await.unwrap();
+        report(backend, name, Some(took), &latencies, idle_p99, aged);
+    }
+}
+
+/// The purges Sluice is judged against: a client loop of 1,000-row
+/// statements, and one `DELETE` of every aged row.
+async fn baselines(
+    backend: &str,
+    store: &Store,
+    load: &Store,
+    rows: i64,
+    idle_p99: u64,
+    aged: i64,
+) {
     fill(store, rows).await;
     let (took, latencies) = timed(load, rows, client_loop(store)).await;
     report(
@@ -125,30 +169,6 @@ async fn measure(backend: &str, store: &Store, load: &Store, rows: i64) {
         idle_p99,
         aged,
     );
-
-    let runs = [
-        ("Sluice, defaults (budget auto)", None),
-        (
-            "Sluice, budget 1.2× canary idle p99",
-            Some(LatencyBudget::Fixed(canary_idle.mul_f64(1.2))),
-        ),
-        (
-            "Sluice, budget 2× canary idle p99",
-            Some(LatencyBudget::Fixed(canary_idle.mul_f64(2.0))),
-        ),
-        ("Sluice, budget off", Some(LatencyBudget::Off)),
-    ];
-    for (name, budget) in runs {
-        fill(store, rows).await;
-        let builder = RuntimeBuilder::with_store(store.clone()).config(RuntimeConfig {
-            node: "foreground".into(),
-            ..RuntimeConfig::default()
-        });
-        let runtime = common::with_activity(builder, store).start().await.unwrap();
-        let (took, latencies) = timed(load, rows, sluice(&runtime, store, budget, sub_batch)).await;
-        runtime.shutdown().await.unwrap();
-        report(backend, name, Some(took), &latencies, idle_p99, aged);
-    }
 }
 
 /// Runs `purge` under the load; how long it took and the load's latencies.

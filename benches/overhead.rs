@@ -349,7 +349,26 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
     let took = started.elapsed();
     assert_eq!(record.state.rows_done, rows);
     runtime.shutdown().await.unwrap();
+    health_changes(store, id, started).await;
     took
+}
+
+/// Prints each change of the operation's health during the run, with the
+/// second it came at: what slowed it, if anything did.
+async fn health_changes(store: &Store, id: i64, started: Instant) {
+    let enqueued_ms = store.clock().now_ms() - started.elapsed().as_millis() as i64;
+    for event in store.events(id, 0).await.unwrap() {
+        if let sluice_store::Event::Throttled { health, reason } = &event.event {
+            let at = (event.recorded_at - enqueued_ms) as f64 / 1_000.0;
+            eprintln!(
+                "  health at {at:.1} s: {health:?}{}",
+                reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// Later than every row `fill` writes on SQLite (all on 2020-01-01): every row is aged.

@@ -298,11 +298,13 @@ pub fn sluice(url: &str, args: &[&str]) -> Vec<u8> {
 
 /// `builder` as users run it: the built-in health indicators and the
 /// latency budget on, unless `SLUICE_BENCH_INDICATORS=off` asks for the
-/// runtime alone (a lab setting, reported beside the default).
+/// runtime alone or `no-budget` for the indicators without the latency
+/// budget (lab settings, reported beside the default).
 #[allow(dead_code, reason = "each bench uses what it needs of this module")]
 pub fn as_users_run(builder: sluice_runtime::RuntimeBuilder) -> sluice_runtime::RuntimeBuilder {
     match env("SLUICE_BENCH_INDICATORS", "on".to_owned()).as_str() {
         "off" => builder.without_builtin_indicators(),
+        "no-budget" => builder.without_indicator(sluice_runtime::latency::ID),
         _ => builder,
     }
 }

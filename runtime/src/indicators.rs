@@ -172,10 +172,10 @@ impl HealthIndicator for ValueIndicator {
 ///
 /// Gated by the latency canary ([`TableActivity::gated_by`], as the
 /// default indicators are), the autovacuum and cleanup-debt throttles hold
-/// only while the canary feels load on the table (its p99 over
-/// [`CanaryView::FELT_ABOVE`] × its idle p99) or has no reading of it: a
-/// vacuum that slows no query costs the operation no speed. Lock waits
-/// stop the work whatever the canary says.
+/// only while the canary's p99 on the table is over its latency budget, or
+/// there is no reading or no budget to judge by: housekeeping that keeps
+/// the application's queries within what the operator accepts costs the
+/// work no speed. Lock waits stop the work whatever the canary says.
 pub struct TableActivity {
     min_dead_rows: i64,
     /// The canary that gates the housekeeping throttles, if any.
@@ -209,7 +209,8 @@ impl TableActivity {
 
 impl TableActivity {
     /// The same, its autovacuum and cleanup-debt throttles held only while
-    /// `view`'s canary feels load on the table (or has no reading of it).
+    /// `view`'s canary is over the table's latency budget (or has no
+    /// reading or budget to judge by).
     pub fn gated_by(mut self, view: CanaryView) -> Self {
         self.canary = Some(view);
         self
@@ -218,10 +219,9 @@ impl TableActivity {
     /// Whether a housekeeping throttle on `table` holds now, and the words
     /// its reason ends with.
     fn housekeeping_holds(&self, table: &str) -> Option<&'static str> {
-        match self.canary.as_ref().map(|view| view.felt(table)) {
-            None => Some(""),
-            Some(None) => Some(" (no canary reading)"),
-            Some(Some(true)) => Some("; the latency canary feels it"),
+        match self.canary.as_ref().map(|view| view.over_budget(table)) {
+            None | Some(None) => Some(""),
+            Some(Some(true)) => Some("; the latency canary is over its budget"),
             Some(Some(false)) => None,
         }
     }
@@ -471,10 +471,22 @@ mod tests {
             gated.housekeeping_holds("events").is_some(),
             "no reading: held"
         );
-        view.record("events", ms(1), ms(1));
-        assert_eq!(gated.housekeeping_holds("events"), None, "not felt: let go");
-        view.record("events", ms(1), ms(2));
-        assert!(gated.housekeeping_holds("events").is_some(), "felt: held");
+        view.record("events", ms(1), Some(ms(2)));
+        assert_eq!(
+            gated.housekeeping_holds("events"),
+            None,
+            "within the budget: let go"
+        );
+        view.record("events", ms(3), Some(ms(2)));
+        assert!(
+            gated.housekeeping_holds("events").is_some(),
+            "over the budget: held"
+        );
+        view.record("events", ms(3), None);
+        assert!(
+            gated.housekeeping_holds("events").is_some(),
+            "no budget: held"
+        );
         assert!(
             gated.housekeeping_holds("other").is_some(),
             "another table: its own reading"

@@ -60,59 +60,51 @@ pub struct LatencyCanary {
 
 /// What the canary feels on each table lately, shared with the indicators
 /// whose throttles answer the database's own housekeeping (autovacuum,
-/// cleanup debt: `TableActivity`): they hold only while the canary feels
-/// it, so a vacuum that slows no query costs the operation no speed.
-/// Cheap to clone; clones share the readings.
+/// cleanup debt: `TableActivity`): they hold only while the canary's p99
+/// is over the table's latency budget, so housekeeping that keeps the
+/// application's queries within what the operator accepts costs the work
+/// no speed. Cheap to clone; clones share the readings.
 #[derive(Debug, Clone, Default)]
 pub struct CanaryView {
     tables: Arc<std::sync::Mutex<HashMap<String, Felt>>>,
 }
 
-/// One table's latest reading: its idle p99 and its p99 now.
+/// One table's latest reading: its p99 now and the budget it is held to.
 #[derive(Debug, Clone, Copy)]
 struct Felt {
-    idle: Duration,
     now: Duration,
+    budget: Option<Duration>,
     at: Instant,
 }
 
 impl CanaryView {
-    /// How far over its idle p99 the canary's p99 must be for the load to
-    /// count as felt: beyond the idle p99's own poll-to-poll spread.
-    pub const FELT_ABOVE: f64 = 1.2;
-
     /// A view with no reading yet.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Whether the canary feels load on `table`: `Some(true)` while its
-    /// p99 is over [`CanaryView::FELT_ABOVE`] × its idle p99, `Some(false)`
-    /// under it, `None` without a reading from the last [`WINDOW`] (no
-    /// canary runs, or it cannot read the table).
-    pub fn felt(&self, table: &str) -> Option<bool> {
+    /// Whether the canary's p99 on `table` is over its latency budget:
+    /// `None` without a reading from the last [`WINDOW`] (no canary runs,
+    /// or it cannot read the table) or without a budget (every operation
+    /// on the table has it off).
+    pub fn over_budget(&self, table: &str) -> Option<bool> {
         let tables = self.tables.lock().expect("canary view lock");
         let felt = tables.get(table).filter(|f| f.at.elapsed() <= WINDOW)?;
-        Some(felt_over(felt.now, felt.idle))
+        Some(felt.now > felt.budget?)
     }
 
-    /// Records `table`'s idle p99 and its p99 now.
-    pub fn record(&self, table: &str, idle: Duration, now: Duration) {
+    /// Records `table`'s p99 now and the budget it is held to.
+    pub fn record(&self, table: &str, now: Duration, budget: Option<Duration>) {
         let mut tables = self.tables.lock().expect("canary view lock");
         tables.insert(
             table.to_owned(),
             Felt {
-                idle,
                 now,
+                budget,
                 at: Instant::now(),
             },
         );
     }
-}
-
-/// Whether a p99 of `now` is felt load over an idle p99 of `idle`.
-fn felt_over(now: Duration, idle: Duration) -> bool {
-    now > idle.mul_f64(CanaryView::FELT_ABOVE)
 }
 
 /// What the canary keeps about one table.
@@ -178,7 +170,7 @@ impl HealthIndicator for LatencyCanary {
                 .min();
             let signal = canary.poll(store, table, budget).await?;
             if let Some(now) = canary.p99_now() {
-                self.view.record(table, canary.baseline, now);
+                self.view.record(table, now, budget);
             }
             readings.push(Reading {
                 scope: Scope::Table(table.clone()),
@@ -450,16 +442,20 @@ mod tests {
     }
 
     #[test]
-    fn load_is_felt_above_a_fifth_over_the_idle_p99() {
-        assert!(!felt_over(ms(12), ms(10)));
-        assert!(felt_over(Duration::from_micros(12_001), ms(10)));
+    fn the_view_says_whether_the_canary_is_over_its_budget() {
         let view = CanaryView::new();
-        assert_eq!(view.felt("events"), None, "no reading: nothing felt");
-        view.record("events", ms(1), ms(3));
-        assert_eq!(view.felt("events"), Some(true));
-        view.clone().record("events", ms(1), ms(1));
-        assert_eq!(view.felt("events"), Some(false), "clones share readings");
-        assert_eq!(view.felt("other"), None);
+        assert_eq!(view.over_budget("events"), None, "no reading");
+        view.record("events", ms(3), Some(ms(2)));
+        assert_eq!(view.over_budget("events"), Some(true));
+        view.clone().record("events", ms(2), Some(ms(2)));
+        assert_eq!(
+            view.over_budget("events"),
+            Some(false),
+            "clones share readings"
+        );
+        view.record("events", ms(9), None);
+        assert_eq!(view.over_budget("events"), None, "no budget");
+        assert_eq!(view.over_budget("other"), None);
     }
 
     #[test]
