@@ -16,54 +16,42 @@ use crate::progress::ProgressDisplay;
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Exit once no runnable work is left.
-    #[arg(long)]
+    #[arg(long, help_heading = "Work")]
     until_idle: bool,
     /// Operations run at once by this worker.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1_000), help_heading = "Work")]
     concurrency: u32,
     /// Sub-batches run at once by this worker.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256), help_heading = "Work")]
     pool_size: u32,
-    /// Batches of one operation run at once across all workers: above 1,
-    /// the worker holding an operation plans batches ahead and other workers
-    /// started with the same setting help run them (range operations
-    /// without --max-rows, whose ceiling holds for the whole run).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Batches of one operation run at once across all workers started so.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), help_heading = "Work")]
     parallel_batches: u32,
-    /// This worker's name in leases and events (default: host name and process id).
-    #[arg(long)]
+    /// This worker's name in leases and events (default: host and pid).
+    #[arg(long, help_heading = "Work")]
     node: Option<String>,
-    /// How long a lease lasts unless renewed: a killed worker's operations
-    /// are taken over this long after it died.
-    #[arg(long, default_value = "15s", value_parser = crate::parse_lease_ttl)]
+    /// How long after a worker dies its operations are taken over.
+    #[arg(long, default_value = "15s", value_parser = crate::parse_lease_ttl, help_heading = "Work")]
     lease_ttl: std::time::Duration,
-    /// A replica of the database whose lag throttles and stops the work
-    /// (repeatable): a heartbeat written on the primary is read back there.
-    /// The worker does not start if one cannot be reached.
-    #[arg(long = "replica", value_name = "URL")]
+    /// How often the planner is asked again how a batch query runs.
+    #[arg(long, default_value = "30s", value_parser = crate::parse_plan_check_interval, help_heading = "Work")]
+    plan_check_interval: std::time::Duration,
+    /// A replica whose lag throttles and stops the work (repeatable).
+    #[arg(long = "replica", value_name = "URL", help_heading = "Health")]
     replicas: Vec<String>,
-    /// Run without this built-in health indicator (repeatable): a worker
-    /// refuses to start with one it cannot read (PostgreSQL:
-    /// long-transactions, replication-lag, connections, table-activity;
-    /// MySQL: innodb-activity, threads-running, history-list; SQLite:
-    /// wal-backlog)
-    #[arg(long = "without-indicator", value_name = "ID")]
+    /// Run without this built-in health indicator (repeatable).
+    #[arg(long = "without-indicator", value_name = "ID", help_heading = "Health")]
     without_indicators: Vec<String>,
     /// Replica lag from which work slows down.
-    #[arg(long, default_value = "5s", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::parse_duration, help_heading = "Health")]
     replica_lag_throttle: std::time::Duration,
     /// Replica lag from which no new sub-batch starts.
-    #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::parse_duration, help_heading = "Health")]
     replica_lag_stop: std::time::Duration,
-    /// How often the worker holding an operation asks the planner again how
-    /// it runs the batch query (also every 100 batches): a plan that turned
-    /// into a full scan of the table fails the operation, naming the plan.
-    #[arg(long, default_value = "30s", value_parser = crate::parse_plan_check_interval)]
-    plan_check_interval: std::time::Duration,
-    /// Also serve the operator console on this address (as `sluice serve`).
-    #[arg(long, value_name = "ADDRESS")]
+    /// Also serve the operator console on this address.
+    #[arg(long, value_name = "ADDRESS", help_heading = "Console")]
     pub console: Option<std::net::SocketAddr>,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Console")]
     console_tokens: crate::serve::Tokens,
     /// The runtime's instruments, collected for the console's `/metrics`
     /// (set by `main` when `--console` is given, before telemetry starts).
