@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestDb;
+use common::{TestDb, sluice};
 use sluice_operations::batching::{LoopPick, loop_rows};
 use sluice_operations::{
     COUNT_EXACTLY_UP_TO, EnqueueOptions, Filter, Registry, Shape, Strategy, TargetError,
@@ -14,7 +14,8 @@ use sluice_target::{Backend, Ident, SqlValue, Statement};
 
 for_each_backend!(
     unknown_names_are_refused_by_name,
-    full_scans_are_refused_until_an_index_serves_them
+    full_scans_are_refused_until_an_index_serves_them,
+    a_key_of_two_columns_updates_each_row_in_scope_once
 );
 
 /// MySQL: a MyISAM table has no transactions, so a sub-batch's change and
@@ -58,6 +59,110 @@ postgres_only!(
     a_large_scope_takes_the_planners_estimate_a_small_one_is_counted,
     a_loop_sub_batch_finds_its_rows_by_key_at_any_size,
 );
+
+/// `update-in-batches --key site,seq` on a table whose primary key is
+/// `(site, seq)`, neither column unique alone: every row in scope is
+/// updated exactly once and no other row, in batches and sub-batches of
+/// that key's order. A key of two columns that does not name rows once, a
+/// column named twice and a composite key for `delete-aged-rows` (which
+/// batches by one column) are refused, and nothing changes.
+async fn a_key_of_two_columns_updates_each_row_in_scope_once(db: &TestDb) {
+    db.execute(
+        "CREATE TABLE readings (site INTEGER NOT NULL, seq BIGINT NOT NULL, \
+         n INTEGER NOT NULL DEFAULT 0, taken_at BIGINT NOT NULL DEFAULT 0, \
+         PRIMARY KEY (site, seq))",
+    )
+    .await;
+    // 7 sites, 300 readings each: (g mod 7, g div 7) names each row once.
+    db.insert_series("readings (site, seq)", "g % 7, (g - g % 7) / 7", 2_100, "")
+        .await;
+    let untouched = || async {
+        db.scalar("SELECT COUNT(*) FROM readings WHERE n <> 0").await == 0
+    };
+    for (args, says) in [
+        (
+            vec!["update-in-batches", "--key", "site,taken_at"],
+            "unique",
+        ),
+        (vec!["update-in-batches", "--key", "site,site"], "twice"),
+        (vec!["update-in-batches", "--key", "site,"], "empty column"),
+    ] {
+        let mut all = vec!["enqueue"];
+        all.extend(args);
+        all.extend(["--table", "readings", "--set", "n = n + 1"]);
+        let refused = sluice(db, &all);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{all:?}: {stderr}");
+        assert!(stderr.contains(says), "{all:?}: {stderr}");
+    }
+    let refused = sluice(
+        db,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "readings",
+            "--column",
+            "taken_at",
+            "--key",
+            "site,seq",
+            "--older-than",
+            "1d",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("batches by one key column"), "{stderr}");
+    assert!(untouched().await, "a refused enqueue changed rows");
+
+    let enqueued = sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "readings",
+            "--key",
+            "site,seq",
+            "--set",
+            "n = n + 1",
+            "--where",
+            "site <> 3",
+            "--batch-size",
+            "250",
+            "--sub-batch-size",
+            "40",
+        ],
+    );
+    assert!(
+        enqueued.status.success(),
+        "{}",
+        String::from_utf8_lossy(&enqueued.stderr)
+    );
+    let run = sluice(db, &["run", "--until-idle"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM readings WHERE site <> 3 AND n = 1")
+            .await,
+        1_800,
+        "every row in scope once"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM readings WHERE n <> 1 AND site <> 3")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM readings WHERE site = 3 AND n <> 0")
+            .await,
+        0,
+        "no row out of scope"
+    );
+}
 
 async fn create_events(db: &TestDb) {
     // MySQL indexes text only of a bounded length.

@@ -96,7 +96,9 @@ pub struct UpdateInBatches;
 pub struct UpdateInBatchesArguments {
     /// The table.
     pub table: String,
-    /// A unique, indexed column the ranges walk (usually the primary key).
+    /// The unique, indexed column the ranges walk (usually the primary
+    /// key), or several separated by commas (`id,created_at`) that
+    /// together name each row once, walked in that order.
     pub key: String,
     /// The operator's SET list, e.g. `counter = counter + 1`.
     pub set: String,
@@ -137,7 +139,7 @@ impl DeleteAgedRows {
     ) -> Result<DeleteAgedRowsArguments, OperationError> {
         let table_ident = Ident::parse(table)?;
         let column_ident = Ident::parse(column)?;
-        Ident::parse(key)?;
+        one_key_column("delete-aged-rows", key)?;
         let asked = crate::duration::format_duration(older_than);
         // Measured from the earlier of the caller's clock and the database's:
         // a clock running ahead of the one that wrote the rows (a machine
@@ -238,6 +240,7 @@ impl Operation for DeleteAgedRows {
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
         let cutoff = arguments.cutoff.value();
+        one_key_column("delete-aged-rows", &arguments.key)?;
         Shape::loop_until_done(&arguments.table, &arguments.key)?
             .seek_by(&arguments.column)?
             .scope(Filter::new().lt(&arguments.column, cutoff))
@@ -318,7 +321,9 @@ impl Operation for UpdateInBatches {
     }
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
-        let shape = Shape::range(&arguments.table, &arguments.key)?;
+        let columns = key_columns(&arguments.key)?;
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let shape = Shape::keyset(&arguments.table, &columns)?;
         shape.checked_set(&arguments.set)?;
         match &arguments.condition {
             Some(condition) => shape.scope(Filter::new().expression(condition)),
@@ -339,6 +344,39 @@ impl Operation for UpdateInBatches {
             .map(|set| set.columns().to_vec())
             .unwrap_or_default()
     }
+}
+
+/// The columns of a `--key` list: one column, or several separated by
+/// commas (`id,created_at`) that together name each row once. Each must be
+/// a plain identifier; an empty or repeated one is refused.
+pub fn key_columns(key: &str) -> Result<Vec<String>, OperationError> {
+    let columns: Vec<String> = key.split(',').map(|c| c.trim().to_owned()).collect();
+    for (i, column) in columns.iter().enumerate() {
+        if column.is_empty() {
+            return Err(OperationError::Arguments(format!(
+                "key `{key}` has an empty column: name the key's columns separated by commas \
+                 (id,created_at)"
+            )));
+        }
+        Ident::parse(column)?;
+        if columns[..i].contains(column) {
+            return Err(OperationError::Arguments(format!(
+                "key `{key}` names column `{column}` twice"
+            )));
+        }
+    }
+    Ok(columns)
+}
+
+/// Refuses a key of several columns for `kind`, which batches by one.
+pub(crate) fn one_key_column(kind: &str, key: &str) -> Result<(), OperationError> {
+    if key_columns(key)?.len() > 1 {
+        return Err(OperationError::Arguments(format!(
+            "{kind} batches by one key column, not `{key}`: name one unique column with --key \
+             (update-in-batches takes a key of several columns)"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses to delete from `table` when a foreign key of `table` to itself

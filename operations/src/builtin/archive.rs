@@ -67,6 +67,7 @@ impl Operation for ArchiveRows {
     }
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
+        super::one_key_column("archive-rows", &arguments.key)?;
         let shape = Shape::range(&arguments.table, &arguments.key)?;
         let into = Ident::parse(&arguments.into)?;
         if into == *shape.table() {
@@ -217,7 +218,7 @@ impl Operation for ArchiveRows {
             .map_err(|e| OperationError::Arguments(format!("archive-rows: {e}")))?;
         let table = Ident::parse(&arguments.table)?;
         let mut into = Ident::parse(&arguments.into)?;
-        Ident::parse(&arguments.key)?;
+        super::one_key_column("archive-rows", &arguments.key)?;
         // PostgreSQL: an unqualified archive is the one the search path
         // finds, or else a new one beside the live table — never one in the
         // schema of Sluice's own tables, which may come first in the path

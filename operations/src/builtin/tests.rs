@@ -65,3 +65,37 @@ fn update_in_batches_refuses_a_set_that_writes_its_key() {
         );
     }
 }
+
+#[test]
+fn a_key_list_names_plain_distinct_columns() {
+    assert_eq!(key_columns("id").unwrap(), ["id"]);
+    assert_eq!(
+        key_columns("site, seq").unwrap(),
+        ["site", "seq"],
+        "spaces around commas are not part of names"
+    );
+    for bad in ["", "id,", ",id", "id,,seq", "id,id", "id;seq", "id,\"seq\""] {
+        assert!(key_columns(bad).is_err(), "{bad:?}");
+    }
+    assert!(one_key_column("delete-aged-rows", "id").is_ok());
+    let refused = one_key_column("delete-aged-rows", "id,created_at").unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("batches by one key column, not `id,created_at`"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn update_in_batches_walks_a_key_of_several_columns_in_order() {
+    let args = UpdateInBatchesArguments {
+        table: "readings".into(),
+        key: "site,seq".into(),
+        set: "n = n + 1".into(),
+        condition: None,
+    };
+    let shape = UpdateInBatches.shape(&args).unwrap();
+    let names: Vec<&str> = shape.batching_columns().iter().map(Ident::name).collect();
+    assert_eq!(names, ["site", "seq"]);
+}
