@@ -79,7 +79,7 @@ pub enum EnqueueCommand {
 /// Options every kind takes.
 #[derive(Debug, Args)]
 pub struct CommonOptions {
-    /// The unique, indexed column naming rows (update-in-batches: or a,b).
+    /// The unique, indexed column naming rows, or several: a,b.
     #[arg(long, default_value = "id", help_heading = "Batching")]
     key: String,
     /// Rows per batch (adapted toward the target batch duration as it runs).

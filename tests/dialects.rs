@@ -144,7 +144,7 @@ async fn the_statement_forms_run_and_do_what_they_say(db: &TestDb) {
             db.store.target().generated_columns(&copy).await.unwrap(),
             Vec::<String>::new()
         );
-        if let Some(unique) = dialect.add_unique(&copy, &ident("id")).unwrap() {
+        if let Some(unique) = dialect.add_unique(&copy, &[ident("id")]).unwrap() {
             db.store
                 .target()
                 .execute(&unique.ident(&ident("id")).push(")"))

@@ -15,7 +15,7 @@ use sluice_target::{Backend, Ident, SqlValue, Statement};
 for_each_backend!(
     unknown_names_are_refused_by_name,
     full_scans_are_refused_until_an_index_serves_them,
-    a_key_of_two_columns_updates_each_row_in_scope_once
+    a_key_of_two_columns_updates_and_archives_each_row_once
 );
 
 /// MySQL: a MyISAM table has no transactions, so a sub-batch's change and
@@ -63,10 +63,11 @@ postgres_only!(
 /// `update-in-batches --key site,seq` on a table whose primary key is
 /// `(site, seq)`, neither column unique alone: every row in scope is
 /// updated exactly once and no other row, in batches and sub-batches of
-/// that key's order. A key of two columns that does not name rows once, a
+/// that key's order; `archive-rows` by the same key moves each row of its
+/// scope once, into an archive unique over the key. A key of two columns that does not name rows once, a
 /// column named twice and a composite key for `delete-aged-rows` (which
 /// batches by one column) are refused, and nothing changes.
-async fn a_key_of_two_columns_updates_each_row_in_scope_once(db: &TestDb) {
+async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
     db.execute(
         "CREATE TABLE readings (site INTEGER NOT NULL, seq BIGINT NOT NULL, \
          n INTEGER NOT NULL DEFAULT 0, taken_at BIGINT NOT NULL DEFAULT 0, \
@@ -77,7 +78,9 @@ async fn a_key_of_two_columns_updates_each_row_in_scope_once(db: &TestDb) {
     db.insert_series("readings (site, seq)", "g % 7, (g - g % 7) / 7", 2_100, "")
         .await;
     let untouched = || async {
-        db.scalar("SELECT COUNT(*) FROM readings WHERE n <> 0").await == 0
+        db.scalar("SELECT COUNT(*) FROM readings WHERE n <> 0")
+            .await
+            == 0
     };
     for (args, says) in [
         (
@@ -162,6 +165,61 @@ async fn a_key_of_two_columns_updates_each_row_in_scope_once(db: &TestDb) {
         0,
         "no row out of scope"
     );
+
+    // archive-rows by the same key: site 5's rows move, each once, into an
+    // archive created with a unique index over (site, seq).
+    let archived = sluice(
+        db,
+        &[
+            "enqueue",
+            "archive-rows",
+            "--table",
+            "readings",
+            "--into",
+            "old_readings",
+            "--key",
+            "site,seq",
+            "--where",
+            "site = 5",
+            "--batch-size",
+            "120",
+            "--sub-batch-size",
+            "25",
+        ],
+    );
+    assert!(
+        archived.status.success(),
+        "{}",
+        String::from_utf8_lossy(&archived.stderr)
+    );
+    let run = sluice(db, &["run", "--until-idle"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM readings WHERE site = 5")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM old_readings WHERE site = 5 AND n = 1")
+            .await,
+        300,
+        "every row of the scope moved, with its values"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM old_readings").await
+            + db.scalar("SELECT COUNT(*) FROM readings").await,
+        2_100,
+        "each row in exactly one of the two tables"
+    );
+    // The archive's unique index over the key refuses a second copy.
+    let again = db
+        .try_execute("INSERT INTO old_readings (site, seq, n, taken_at) VALUES (5, 1, 0, 0)")
+        .await;
+    assert!(again.is_err(), "a second row of key (5, 1) was accepted");
 }
 
 async fn create_events(db: &TestDb) {

@@ -373,7 +373,7 @@ pub(crate) fn one_key_column(kind: &str, key: &str) -> Result<(), OperationError
     if key_columns(key)?.len() > 1 {
         return Err(OperationError::Arguments(format!(
             "{kind} batches by one key column, not `{key}`: name one unique column with --key \
-             (update-in-batches takes a key of several columns)"
+             (update-in-batches and archive-rows take a key of several columns)"
         )));
     }
     Ok(())

@@ -67,8 +67,9 @@ impl Operation for ArchiveRows {
     }
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
-        super::one_key_column("archive-rows", &arguments.key)?;
-        let shape = Shape::range(&arguments.table, &arguments.key)?;
+        let key = super::key_columns(&arguments.key)?;
+        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        let shape = Shape::keyset(&arguments.table, &key)?;
         let into = Ident::parse(&arguments.into)?;
         if into == *shape.table() {
             return Err(OperationError::Arguments(format!(
@@ -177,7 +178,7 @@ impl Operation for ArchiveRows {
                 "archive-rows runs over ranges of its key".into(),
             ));
         };
-        let key = [Ident::parse(&arguments.key)?];
+        let key = key_idents(&arguments.key)?;
         let in_range = |statement: Statement| {
             range_predicate(
                 statement.push(" WHERE 1 = 1"),
@@ -186,11 +187,16 @@ impl Operation for ArchiveRows {
                 Some(&end),
             )
         };
+        // `(a, b) IN (SELECT a, b …)` for a key of several columns: a row
+        // value every dialect compares column by column.
+        let (open, close) = if key.len() > 1 { ("(", ")") } else { ("", "") };
         let delete = in_range(Statement::new("DELETE FROM ").ident(&table))
             .push(" AND ")
-            .ident(&key[0])
+            .push(open)
+            .idents(&key)
+            .push(close)
             .push(" IN (SELECT ")
-            .ident(&key[0])
+            .idents(&key)
             .push(" FROM ")
             .ident(&into);
         let delete = in_range(delete).push(")");
@@ -218,7 +224,7 @@ impl Operation for ArchiveRows {
             .map_err(|e| OperationError::Arguments(format!("archive-rows: {e}")))?;
         let table = Ident::parse(&arguments.table)?;
         let mut into = Ident::parse(&arguments.into)?;
-        super::one_key_column("archive-rows", &arguments.key)?;
+        super::key_columns(&arguments.key)?;
         // PostgreSQL: an unqualified archive is the one the search path
         // finds, or else a new one beside the live table — never one in the
         // schema of Sluice's own tables, which may come first in the path
@@ -360,6 +366,14 @@ async fn refuse_delete_actions(store: &Store, table: &Ident) -> Result<(), Opera
          the foreign key NO ACTION while archiving",
         listed.join(", ")
     )))
+}
+
+/// The key's columns (`--key a,b`) as identifiers.
+fn key_idents(key: &str) -> Result<Vec<Ident>, OperationError> {
+    super::key_columns(key)?
+        .iter()
+        .map(|column| Ident::parse(column).map_err(OperationError::from))
+        .collect()
 }
 
 #[cfg(test)]

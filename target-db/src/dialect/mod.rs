@@ -181,11 +181,12 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         None
     }
 
-    /// The statement that makes `key` unique in `table`, up to the
-    /// closing parenthesis after the column (`ALTER TABLE t ADD UNIQUE (`);
+    /// The statement that makes `key` (one column or several) unique in
+    /// `table`, up to its columns (`ALTER TABLE t ADD UNIQUE (`: the caller
+    /// appends them and the closing parenthesis);
     /// `None` where it cannot be made here; an error when the index's name
     /// would not be a plain identifier.
-    fn add_unique(&self, table: &Ident, key: &Ident) -> Result<Option<Statement>, IdentError> {
+    fn add_unique(&self, table: &Ident, key: &[Ident]) -> Result<Option<Statement>, IdentError> {
         let _ = key;
         Ok(Some(
             Statement::new("ALTER TABLE ")

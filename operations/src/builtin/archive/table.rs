@@ -25,7 +25,7 @@ impl ArchiveRows {
     ) -> Result<bool, OperationError> {
         let table = Ident::parse(&arguments.table)?;
         let into = Ident::parse(&arguments.into)?;
-        let key = Ident::parse(&arguments.key)?;
+        let key = super::key_idents(&arguments.key)?;
         if !store.target().table_columns(&into).await?.is_empty() {
             return Ok(false);
         }
@@ -47,7 +47,7 @@ impl ArchiveRows {
         if let Some(unique) = unique {
             store
                 .target()
-                .execute(&unique.ident(&key).push(")"))
+                .execute(&unique.idents(&key).push(")"))
                 .await?;
         }
         Ok(true)

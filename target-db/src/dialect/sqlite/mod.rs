@@ -70,11 +70,12 @@ impl Dialect for Sqlite {
 
     /// A unique index named for its table; none for a table in an attached
     /// database, whose index would be named in that schema.
-    fn add_unique(&self, table: &Ident, key: &Ident) -> Result<Option<Statement>, IdentError> {
+    fn add_unique(&self, table: &Ident, key: &[Ident]) -> Result<Option<Statement>, IdentError> {
         if table.schema().is_some() {
             return Ok(None);
         }
-        let index = Ident::parse(&format!("{}_{}_archived", table.name(), key.name()))?;
+        let names: Vec<&str> = key.iter().map(Ident::name).collect();
+        let index = Ident::parse(&format!("{}_{}_archived", table.name(), names.join("_")))?;
         Ok(Some(
             Statement::new("CREATE UNIQUE INDEX ")
                 .ident(&index)
