@@ -144,17 +144,7 @@ pub async fn limit(store: &Store, args: &LimitArgs) -> Result<(), Failure> {
 /// (`delete-aged-row`) would otherwise set a limit that holds nothing.
 async fn known_kind(store: &Store, kind: &str) -> Result<(), Failure> {
     let builtins = sluice_operations::Registry::with_builtins().kinds();
-    if builtins.contains(&kind) {
-        return Ok(());
-    }
-    let filter = sluice_store::ListFilter {
-        kind: Some(kind.to_owned()),
-        limit: Some(1),
-        ..Default::default()
-    };
-    let stored = !store.list(&filter).await?.is_empty()
-        || store.schedules().await?.iter().any(|s| s.kind == kind);
-    if stored {
+    if sluice_runtime::is_known_kind(store, &builtins, kind).await? {
         return Ok(());
     }
     Err(Failure::BadInput(format!(

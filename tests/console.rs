@@ -306,6 +306,32 @@ async fn the_api_reads_and_controls_operations_and_refuses_what_does_not_apply(d
         "a refusal changed the operation"
     );
 
+    // A kind nobody knows is a typo: refused, naming it, and no switch is
+    // set; a resume of it is taken (a switch for a kind since gone can
+    // still be lifted).
+    for action in ["pause", "cancel", "retry"] {
+        let (status, body) = call()
+            .post(&format!("/api/kinds/update-in-batchez/{action}"))
+            .await;
+        assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("unknown kind `update-in-batchez`")),
+            "{body}"
+        );
+    }
+    assert_eq!(call().get("/api/switches").await.1, serde_json::json!([]));
+    assert_eq!(
+        call().post("/api/kinds/update-in-batchez/resume").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        stored(db, id).await,
+        before,
+        "a refused kind control changed the operation"
+    );
+
     let (status, resumed) = call().post("/api/kinds/update-in-batches/resume").await;
     assert_eq!(
         (status, &resumed["changed"]),

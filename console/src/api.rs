@@ -351,6 +351,24 @@ pub(crate) async fn control_kind(
     caller: Caller,
     Path((kind, action)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
+    // A switch or control for a kind nobody knows is a typo (it would hold
+    // nothing); a resume takes any, so a switch set for a kind since gone
+    // can still be lifted.
+    caller.require(Right::Control)?;
+    let registered = console.registry.kinds();
+    if action != "resume"
+        && !sluice_runtime::is_known_kind(&console.store, &registered, &kind).await?
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "unknown kind `{kind}`: not one this console knows ({}) and no operation or \
+                 schedule of it in the store",
+                registered.join(", ")
+            ),
+        ));
+    }
     apply(&console, &caller, &action, Selection::Kind(kind)).await
 }
 

@@ -134,6 +134,28 @@ impl Action {
     }
 }
 
+/// Whether `kind` names work a control can hold: one of `registered` (the
+/// kinds this process runs), or a kind the store has an operation or a
+/// schedule of (an embedding application's own). A misspelt kind
+/// (`delete-aged-row`) would otherwise set a kill switch or limit that
+/// holds nothing, and say it succeeded.
+pub async fn is_known_kind(
+    store: &Store,
+    registered: &[&str],
+    kind: &str,
+) -> Result<bool, StoreError> {
+    if registered.contains(&kind) {
+        return Ok(true);
+    }
+    let filter = ListFilter {
+        kind: Some(kind.to_owned()),
+        limit: Some(1),
+        ..Default::default()
+    };
+    Ok(!store.list(&filter).await?.is_empty()
+        || store.schedules().await?.iter().any(|s| s.kind == kind))
+}
+
 /// Applies `action` (with `reason`, recorded for pause and cancel) to the
 /// operations `selection` names. A pause or resume also cancels the
 /// selection's timed resume, if it had one.

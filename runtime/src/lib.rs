@@ -43,7 +43,8 @@ pub use builder::RuntimeBuilder;
 pub use config::RuntimeConfig;
 pub use context::Progress;
 pub use control::{
-    Action, ControlError, Controlled, Selection, close_windows, control, pause_until, resume_due,
+    Action, ControlError, Controlled, Selection, close_windows, control, is_known_kind,
+    pause_until, resume_due,
 };
 pub use health::{HealthIndicator, Signal, indicator_fn};
 pub use operation::PlanCheckEvery;
