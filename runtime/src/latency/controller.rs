@@ -8,7 +8,7 @@ use super::LADDER;
 /// Moves a table's pace along [`LADDER`]: down a step when the p99 is over
 /// the budget (two when over 1.5× it), up a step when it is under ¾ of it,
 /// and stays otherwise. Each move asks for fresh round trips before the
-/// next ([`MIN_SAMPLES`]): a decision never reads latencies the previous
+/// next ([`super::MIN_SAMPLES`]): a decision never reads latencies the previous
 /// pace caused.
 ///
 /// A throttle waits only for what it brings about: when the pace is down
