@@ -118,10 +118,9 @@ async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
     assert!(stderr.contains("batches by one key column"), "{stderr}");
     assert!(untouched().await, "a refused enqueue changed rows");
 
-    let enqueued = sluice(
+    enqueue_and_run(
         db,
         &[
-            "enqueue",
             "update-in-batches",
             "--table",
             "readings",
@@ -136,17 +135,6 @@ async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
             "--sub-batch-size",
             "40",
         ],
-    );
-    assert!(
-        enqueued.status.success(),
-        "{}",
-        String::from_utf8_lossy(&enqueued.stderr)
-    );
-    let run = sluice(db, &["run", "--until-idle"]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
     );
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM readings WHERE site <> 3 AND n = 1")
@@ -168,10 +156,9 @@ async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
 
     // archive-rows by the same key: site 5's rows move, each once, into an
     // archive created with a unique index over (site, seq).
-    let archived = sluice(
+    enqueue_and_run(
         db,
         &[
-            "enqueue",
             "archive-rows",
             "--table",
             "readings",
@@ -186,17 +173,6 @@ async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
             "--sub-batch-size",
             "25",
         ],
-    );
-    assert!(
-        archived.status.success(),
-        "{}",
-        String::from_utf8_lossy(&archived.stderr)
-    );
-    let run = sluice(db, &["run", "--until-idle"]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
     );
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM readings WHERE site = 5")
@@ -220,6 +196,20 @@ async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
         .try_execute("INSERT INTO old_readings (site, seq, n, taken_at) VALUES (5, 1, 0, 0)")
         .await;
     assert!(again.is_err(), "a second row of key (5, 1) was accepted");
+}
+
+/// `sluice enqueue <args>`, then `sluice run --until-idle`: both succeed.
+fn enqueue_and_run(db: &TestDb, args: &[&str]) {
+    let mut enqueue = vec!["enqueue"];
+    enqueue.extend_from_slice(args);
+    for command in [enqueue, vec!["run", "--until-idle"]] {
+        let done = sluice(db, &command);
+        assert!(
+            done.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
 }
 
 async fn create_events(db: &TestDb) {
