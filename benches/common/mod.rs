@@ -302,7 +302,17 @@ pub fn sluice(url: &str, args: &[&str]) -> Vec<u8> {
 /// budget (lab settings, reported beside the default).
 #[allow(dead_code, reason = "each bench uses what it needs of this module")]
 pub fn as_users_run(builder: sluice_runtime::RuntimeBuilder) -> sluice_runtime::RuntimeBuilder {
-    match env("SLUICE_BENCH_INDICATORS", "on".to_owned()).as_str() {
+    let setting = env("SLUICE_BENCH_INDICATORS", "on".to_owned());
+    // Said with every run, so a lab figure is never read as the defaults'.
+    eprintln!(
+        "indicators: {setting}{}",
+        if setting == "on" {
+            " (the defaults, as users run)"
+        } else {
+            " (a lab setting)"
+        }
+    );
+    match setting.as_str() {
         "off" => builder.without_builtin_indicators(),
         "no-budget" => builder.without_indicator(sluice_runtime::latency::ID),
         _ => builder,
@@ -351,7 +361,12 @@ pub async fn set_autovacuum(store: &Store) -> Option<String> {
         .await
         .unwrap();
     alter_autovacuum(store, &wanted).await;
-    eprintln!("postgres: autovacuum {wanted} for the run (was {previous})");
+    let label = if wanted == "on" {
+        "the default"
+    } else {
+        "a lab setting"
+    };
+    eprintln!("postgres: autovacuum {wanted} for the run ({label}; was {previous})");
     Some(previous)
 }
 
