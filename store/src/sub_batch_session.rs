@@ -144,19 +144,21 @@ impl SubBatchSession {
         progress: Option<&Cursor>,
         timeout: std::time::Duration,
     ) -> Result<u64, StoreError> {
-        let fused = fused_with_record(statement, lease, from, progress);
+        // Built only where it runs (PostgreSQL): SQLite and MySQL record in
+        // a transaction, and a sub-batch should not pay for a text it drops.
+        let fused = || fused_with_record(statement, lease, from, progress);
         let Some(mut connection) = self.lend(timeout).await? else {
             // PostgreSQL without bounded sessions: the fused statement in a
             // bounded transaction.
             let mut tx = self.store.target().begin_sub_batch(Some(timeout)).await?;
-            let done = tx.fetch_pair(&fused).await;
+            let done = tx.fetch_pair(&fused()).await;
             if done.is_ok() {
                 tx.commit_fused().await?;
             }
             return self.fused_outcome(lease, from, done).await;
         };
         let done = if connection.connection.fuses_statements() {
-            let done = connection.connection.fetch_pair(&fused).await;
+            let done = connection.connection.fetch_pair(&fused()).await;
             self.fused_outcome(lease, from, done).await
         } else {
             match connection.connection.begin_sub_batch(timeout).await {
