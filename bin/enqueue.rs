@@ -32,6 +32,11 @@ pub enum EnqueueCommand {
         /// Delete rows older than this (e.g. 90d, 12h, 30m).
         #[arg(long, value_parser = duration_as_typed, allow_hyphen_values = true)]
         older_than: String,
+        /// On a PostgreSQL table partitioned by ranges of the column, delete
+        /// the rows of partitions wholly older than the cutoff one by one
+        /// too, instead of dropping those partitions.
+        #[arg(long)]
+        no_drop_partitions: bool,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -165,14 +170,18 @@ impl From<EnqueueCommand> for Recipe {
                 table,
                 column,
                 older_than,
+                no_drop_partitions,
                 common,
             } => {
-                let arguments = json!({
+                let mut arguments = json!({
                     "table": table,
                     "column": column,
                     "key": common.key,
                     "older_than": older_than,
                 });
+                if no_drop_partitions {
+                    arguments["drop_partitions"] = false.into();
+                }
                 ("delete-aged-rows", arguments, common)
             }
             EnqueueCommand::UpdateInBatches {

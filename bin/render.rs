@@ -490,9 +490,39 @@ pub fn plan(plan: &Plan, as_json: bool) -> Result<(), Failure> {
         "  index           {}",
         plan.index.as_deref().unwrap_or("none")
     );
+    if let Some(partitions) = &plan.partitions {
+        let count = |count: &RowCount| match (count.rows, count.estimated) {
+            (None, _) => "rows unknown".to_owned(),
+            (Some(n), false) => format!("{} rows", thousands(n)),
+            (Some(n), true) => format!("about {} rows", thousands(n)),
+        };
+        match (&partitions.blocked, partitions.dropped.as_slice()) {
+            (Some(reason), _) => println!("  partitions      none dropped: {reason}"),
+            (None, []) => println!("  partitions      none wholly older than the cutoff"),
+            (None, dropped) => {
+                for (i, partition) in dropped.iter().enumerate() {
+                    let label = if i == 0 {
+                        "  partitions      drops "
+                    } else {
+                        "                  drops "
+                    };
+                    println!(
+                        "{label}{} ({}, one transaction, checked under its lock)",
+                        partition.name,
+                        count(&partition.rows)
+                    );
+                }
+            }
+        }
+    }
     if let (Some(batches), Some(sub_batches)) = (plan.batches, plan.sub_batches) {
+        let rows = if plan.partitions.is_some() {
+            " for the rows deleted one by one"
+        } else {
+            ""
+        };
         println!(
-            "  batches         {} batches, {} sub-batches (one transaction each)",
+            "  batches         {} batches, {} sub-batches (one transaction each){rows}",
             thousands(batches),
             thousands(sub_batches)
         );

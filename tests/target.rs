@@ -15,7 +15,7 @@ use sluice_target::{Backend, Ident, SqlValue, Statement};
 for_each_backend!(
     unknown_names_are_refused_by_name,
     full_scans_are_refused_until_an_index_serves_them,
-    a_key_of_two_columns_updates_and_archives_each_row_once
+    a_key_of_two_columns_updates_archives_and_deletes_each_row_once
 );
 
 /// MySQL: a MyISAM table has no transactions, so a sub-batch's change and
@@ -64,19 +64,33 @@ postgres_only!(
 /// `(site, seq)`, neither column unique alone: every row in scope is
 /// updated exactly once and no other row, in batches and sub-batches of
 /// that key's order; `archive-rows` by the same key moves each row of its
-/// scope once, into an archive unique over the key. A key of two columns that does not name rows once, a
-/// column named twice and a composite key for `delete-aged-rows` (which
-/// batches by one column) are refused, and nothing changes.
-async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
-    db.execute(
+/// scope once, into an archive unique over the key; `delete-aged-rows` by
+/// it deletes exactly the aged rows (on SQLite a table without rowids, so
+/// the key, not a rowid, names the rows it picks). A key that does not name
+/// rows once and a column named twice are refused, and nothing changes.
+async fn a_key_of_two_columns_updates_archives_and_deletes_each_row_once(db: &TestDb) {
+    db.execute(&format!(
         "CREATE TABLE readings (site INTEGER NOT NULL, seq BIGINT NOT NULL, \
          n INTEGER NOT NULL DEFAULT 0, taken_at BIGINT NOT NULL DEFAULT 0, \
-         PRIMARY KEY (site, seq))",
-    )
+         PRIMARY KEY (site, seq)){}",
+        if db.backend == "sqlite" {
+            " WITHOUT ROWID"
+        } else {
+            ""
+        }
+    ))
     .await;
+    db.execute("CREATE INDEX readings_taken_at ON readings (taken_at)")
+        .await;
     // 7 sites, 300 readings each: (g mod 7, g div 7) names each row once.
     db.insert_series("readings (site, seq)", "g % 7, (g - g % 7) / 7", 2_100, "")
         .await;
+    // The first 100 readings of each site were taken in 2020, the others now.
+    let now = chrono::Utc::now().timestamp();
+    db.execute(&format!(
+        "UPDATE readings SET taken_at = CASE WHEN seq < 100 THEN 1600000000 ELSE {now} END"
+    ))
+    .await;
     let untouched = || async {
         db.scalar("SELECT COUNT(*) FROM readings WHERE n <> 0")
             .await
@@ -108,14 +122,17 @@ async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
             "--column",
             "taken_at",
             "--key",
-            "site,seq",
+            "site",
             "--older-than",
             "1d",
         ],
     );
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("batches by one key column"), "{stderr}");
+    assert!(
+        stderr.contains("no unique index covers only these columns"),
+        "{stderr}"
+    );
     assert!(untouched().await, "a refused enqueue changed rows");
 
     enqueue_and_run(
@@ -196,6 +213,38 @@ async fn a_key_of_two_columns_updates_and_archives_each_row_once(db: &TestDb) {
         .try_execute("INSERT INTO old_readings (site, seq, n, taken_at) VALUES (5, 1, 0, 0)")
         .await;
     assert!(again.is_err(), "a second row of key (5, 1) was accepted");
+
+    // delete-aged-rows by the same key: the readings taken in 2020.
+    let young = db
+        .scalar("SELECT COUNT(*) FROM readings WHERE seq >= 100")
+        .await;
+    enqueue_and_run(
+        db,
+        &[
+            "delete-aged-rows",
+            "--table",
+            "readings",
+            "--column",
+            "taken_at",
+            "--key",
+            "site,seq",
+            "--older-than",
+            "1d",
+            "--sub-batch-size",
+            "37",
+        ],
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM readings WHERE seq < 100")
+            .await,
+        0,
+        "every aged row deleted"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM readings").await,
+        young,
+        "no young row deleted"
+    );
 }
 
 /// `sluice enqueue <args>`, then `sluice run --until-idle`: both succeed.

@@ -117,7 +117,7 @@ pub fn probe(shape: &Shape, first: Option<&Cursor>, size: i64) -> Statement {
             .filter()
             .and_to(
                 Statement::new("SELECT ")
-                    .ident(key)
+                    .idents(key)
                     .push(" FROM ")
                     .ident(shape.table())
                     .push(" WHERE 1 = 1"),
@@ -154,7 +154,8 @@ pub struct Seek {
     pub from: Option<Cursor>,
     /// The value `n` rows on in scope.
     pub to: Cursor,
-    /// The least and the greatest key of those `n` rows. Named in the
+    /// The least and the greatest key of those `n` rows (of its first
+    /// column, for a key of several). Named in the
     /// change beside the seek column's bounds, it lets the database walk
     /// the key's index instead when the rows' keys lie close together (a
     /// log table, whose key grows with its time): on InnoDB the table's
@@ -205,17 +206,19 @@ pub fn seek_end(
 /// scope` (or its `= ANY (ARRAY(…))` form, see [`LoopPick`]) to `head`: the
 /// rows of one loop sub-batch, each still in scope when it is changed. With
 /// `seek` (MySQL's `LIMIT` form only), also between its two values, and
-/// its keys' if it has them.
+/// its keys' if it has them. A key of several columns is compared as a row
+/// (`(a, b) IN (SELECT a, b …)`); on PostgreSQL its picked values come back
+/// as one array per column, zipped ([`composite_key_array`]).
 pub fn loop_rows(
     shape: &Shape,
-    key: &Ident,
+    key: &[Ident],
     limit: i64,
     pick: LoopPick,
     seek: Option<&Seek>,
     head: Statement,
 ) -> Statement {
-    let (head, close) = match pick {
-        LoopPick::Limit => {
+    let (head, close) = match (pick, key) {
+        (LoopPick::Limit, _) => {
             let mut statement = shape.filter().and_to(head.push(" WHERE 1 = 1"));
             if let (Some(seek), Some(column)) = (seek, shape.seek_column()) {
                 let columns = std::slice::from_ref(column);
@@ -224,15 +227,14 @@ pub fn loop_rows(
                 }
                 statement = row_compare(statement.push(" AND "), columns, " <= ", &seek.to);
                 if let Some((least, greatest)) = &seek.keys {
-                    let keys = std::slice::from_ref(key);
+                    let keys = &key[..1];
                     statement = row_compare(statement.push(" AND "), keys, " >= ", least);
                     statement = row_compare(statement.push(" AND "), keys, " <= ", greatest);
                 }
             }
             return statement.push(" LIMIT ").value(limit.into());
         }
-        LoopPick::InSubquery => (head.push(" WHERE ").ident(key).push(" IN (SELECT "), ")"),
-        LoopPick::KeyArray => (
+        (LoopPick::KeyArray, [key]) => (
             head.push(" WHERE ")
                 .ident(key)
                 .push(" = ANY (CASE WHEN ")
@@ -240,9 +242,14 @@ pub fn loop_rows(
                 .push(" THEN ARRAY(SELECT "),
             ") END)",
         ),
+        (LoopPick::KeyArray, _) => {
+            let picked = composite_key_array(shape, key, limit, head);
+            return shape.filter().and_to(picked);
+        }
+        (LoopPick::InSubquery, _) => (row_of(head.push(" WHERE "), key).push(" IN (SELECT "), ")"),
     };
     let inner = head
-        .ident(key)
+        .idents(key)
         .push(" FROM ")
         .ident(shape.table())
         .push(" WHERE 1 = 1");
@@ -256,6 +263,61 @@ pub fn loop_rows(
     // unique after all, a row sharing a picked key but outside the scope
     // is still not touched.
     shape.filter().and_to(picked)
+}
+
+/// Appends ` WHERE (a, b) IN (SELECT unnest(keys.a), unnest(keys.b) FROM
+/// (SELECT array_agg(a) AS a, array_agg(b) AS b FROM (SELECT a, b FROM table WHERE
+/// scope LIMIT n) AS picked) AS keys WHERE <guard>)` to `head`: PostgreSQL's
+/// loop pick for a key of several columns. The arrays hold the picked keys
+/// as one value a row, so the planner expects a handful of rows and reaches
+/// each through the key's index, whatever `n` is (`(a, b) IN (SELECT a, b
+/// … LIMIT n)` hash-joins the pick against a scan of the table once `n`
+/// is a few thousand; an array of row values is not indexable at all). The
+/// guard ([`Statement::guard`]) stands where it is tested once.
+fn composite_key_array(shape: &Shape, key: &[Ident], limit: i64, head: Statement) -> Statement {
+    let mut statement = row_of(head.push(" WHERE "), key).push(" IN (SELECT ");
+    for (i, column) in key.iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(", ");
+        }
+        statement = statement
+            .push("unnest(sluice_keys.")
+            .ident(column)
+            .push(")");
+    }
+    statement = statement.push(" FROM (SELECT ");
+    for (i, column) in key.iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(", ");
+        }
+        statement = statement
+            .push("array_agg(")
+            .ident(column)
+            .push(") AS ")
+            .ident(column);
+    }
+    let inner = statement
+        .push(" FROM (SELECT ")
+        .idents(key)
+        .push(" FROM ")
+        .ident(shape.table())
+        .push(" WHERE 1 = 1");
+    shape
+        .filter()
+        .and_to(inner)
+        .push(" LIMIT ")
+        .value(limit.into())
+        .push(") AS sluice_picked) AS sluice_keys WHERE ")
+        .guard()
+        .push(")")
+}
+
+/// Appends `column` to `statement`, or `(a, b)` for several.
+fn row_of(statement: Statement, columns: &[Ident]) -> Statement {
+    match columns {
+        [column] => statement.ident(column),
+        _ => statement.push("(").idents(columns).push(")"),
+    }
 }
 
 /// `SELECT json_group_array(rowid) FROM (SELECT rowid FROM table WHERE

@@ -48,7 +48,8 @@ pub struct DeleteAgedRowsArguments {
     pub table: String,
     /// The timestamp column.
     pub column: String,
-    /// A unique column naming rows (usually the primary key).
+    /// The column naming each row once (usually the primary key), or
+    /// several separated by commas (`id,created_at`) that together do.
     pub key: String,
     /// Rows whose `column` is below this are deleted.
     pub cutoff: Cutoff,
@@ -57,6 +58,13 @@ pub struct DeleteAgedRowsArguments {
     /// the cutoff, is what makes two requests the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than: Option<String>,
+    /// On a table partitioned by ranges of `column` (PostgreSQL), a
+    /// partition wholly older than the cutoff is dropped in one sub-batch
+    /// instead of deleted row by row ([`Shape::drop_partitions`]).
+    /// [`DeleteAgedRows::arguments`] sets it where the table is so
+    /// partitioned; `false` (`--no-drop-partitions`) keeps the row-by-row way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drop_partitions: bool,
 }
 
 /// A cutoff in the representation of the column it is compared with, so the
@@ -139,7 +147,7 @@ impl DeleteAgedRows {
     ) -> Result<DeleteAgedRowsArguments, OperationError> {
         let table_ident = Ident::parse(table)?;
         let column_ident = Ident::parse(column)?;
-        one_key_column("delete-aged-rows", key)?;
+        let key_columns = key_columns(key)?;
         let asked = crate::duration::format_duration(older_than);
         // Measured from the earlier of the caller's clock and the database's:
         // a clock running ahead of the one that wrote the rows (a machine
@@ -158,7 +166,9 @@ impl DeleteAgedRows {
         let at = now
             .checked_sub_signed(older_than)
             .ok_or_else(|| OperationError::Arguments("--older-than is too large".into()))?;
-        crate::target::check_target(store, table, &[column, key]).await?;
+        let mut named = vec![column];
+        named.extend(key_columns.iter().map(String::as_str));
+        crate::target::check_target(store, table, &named).await?;
         refuse_reaching_itself(store, &table_ident).await?;
         let declared = store
             .target()
@@ -220,12 +230,20 @@ impl DeleteAgedRows {
         if let Cutoff::EpochSeconds(_) = cutoff {
             refuse_other_units(store, &table_ident, &column_ident, &asked).await?;
         }
+        let dialect = store.backend().dialect();
+        let drop_partitions = dialect.partition_drop(&table_ident, &table_ident).is_some()
+            && store
+                .target()
+                .range_partitions(&table_ident)
+                .await?
+                .is_some_and(|layout| layout.column == column);
         Ok(DeleteAgedRowsArguments {
             table: table.to_owned(),
             column: column.to_owned(),
             key: key.to_owned(),
             cutoff,
             older_than: Some(asked),
+            drop_partitions,
         })
     }
 }
@@ -240,10 +258,15 @@ impl Operation for DeleteAgedRows {
 
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
         let cutoff = arguments.cutoff.value();
-        one_key_column("delete-aged-rows", &arguments.key)?;
-        Shape::loop_until_done(&arguments.table, &arguments.key)?
+        let key = key_columns(&arguments.key)?;
+        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        let shape = Shape::loop_until_done_by(&arguments.table, &key)?
             .seek_by(&arguments.column)?
-            .scope(Filter::new().lt(&arguments.column, cutoff))
+            .scope(Filter::new().lt(&arguments.column, cutoff))?;
+        Ok(match arguments.drop_partitions {
+            true => shape.drop_partitions(),
+            false => shape,
+        })
     }
 
     /// With an `older_than`, the request as asked (table, column, key and
@@ -271,9 +294,10 @@ impl Operation for DeleteAgedRows {
         Ok(Some(rows.delete_statement()))
     }
 
-    /// A schedule stores `{"table", "column", "key", "older_than": "90d"}`;
-    /// each fire measures the age from its own time. Stored arguments with a
-    /// cutoff are used as they are.
+    /// A schedule stores `{"table", "column", "key", "older_than": "90d"}`
+    /// (and `"drop_partitions": false` to keep the row-by-row way on a
+    /// partitioned table); each fire measures the age from its own time.
+    /// Stored arguments with a cutoff are used as they are.
     async fn arguments_at(
         &self,
         store: &Store,
@@ -289,14 +313,24 @@ impl Operation for DeleteAgedRows {
         // Refused, not ignored: an unknown field (a `where`) must not go
         // unnoticed while every aged row is deleted.
         if let Some(unknown) = stored.as_object().and_then(|fields| {
-            fields
-                .keys()
-                .find(|k| !["table", "column", "key", "older_than"].contains(&k.as_str()))
+            fields.keys().find(|k| {
+                !["table", "column", "key", "older_than", "drop_partitions"].contains(&k.as_str())
+            })
         }) {
             return Err(OperationError::Arguments(format!(
-                "delete-aged-rows has no argument `{unknown}` (it takes table, column, key and older_than)"
+                "delete-aged-rows has no argument `{unknown}` (it takes table, column, key, \
+                 older_than and drop_partitions)"
             )));
         }
+        let drop_partitions = match stored.get("drop_partitions") {
+            None => true,
+            Some(serde_json::Value::Bool(drop)) => *drop,
+            Some(other) => {
+                return Err(OperationError::Arguments(format!(
+                    "delete-aged-rows: drop_partitions must be true or false, not {other}"
+                )));
+            }
+        };
         let field = |name: &str| {
             stored.get(name).and_then(|v| v.as_str()).ok_or_else(|| {
                 OperationError::Arguments(format!("delete-aged-rows needs a `{name}` string"))
@@ -305,9 +339,10 @@ impl Operation for DeleteAgedRows {
         let age = crate::duration::parse_duration(older_than)
             .map_err(|e| OperationError::Arguments(format!("older_than: {e}")))?;
         let key = stored.get("key").and_then(|v| v.as_str()).unwrap_or("id");
-        let resolved =
+        let mut resolved =
             DeleteAgedRows::arguments(store, field("table")?, field("column")?, key, age, now)
                 .await?;
+        resolved.drop_partitions &= drop_partitions;
         serde_json::to_value(resolved).map_err(|e| OperationError::Arguments(e.to_string()))
     }
 }
@@ -366,17 +401,6 @@ pub fn key_columns(key: &str) -> Result<Vec<String>, OperationError> {
         }
     }
     Ok(columns)
-}
-
-/// Refuses a key of several columns for `kind`, which batches by one.
-pub(crate) fn one_key_column(kind: &str, key: &str) -> Result<(), OperationError> {
-    if key_columns(key)?.len() > 1 {
-        return Err(OperationError::Arguments(format!(
-            "{kind} batches by one key column, not `{key}`: name one unique column with --key \
-             (update-in-batches and archive-rows take a key of several columns)"
-        )));
-    }
-    Ok(())
 }
 
 /// Refuses to delete from `table` when a foreign key of `table` to itself

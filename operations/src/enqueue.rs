@@ -276,7 +276,7 @@ pub(crate) async fn checked_spec(
         }
         let batching_key = match shape.strategy() {
             Strategy::Keyset(columns) => columns.as_slice(),
-            Strategy::Loop { key } => std::slice::from_ref(key),
+            Strategy::Loop { key } => key.as_slice(),
         };
         check_key(store, shape.table(), batching_key).await?;
         if let Strategy::Keyset(columns) = shape.strategy() {

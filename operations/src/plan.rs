@@ -11,10 +11,13 @@ use sluice_target::{Probe, Statement};
 
 use crate::batching::BatchQueryPlan;
 use crate::enqueue::{
-    Checked, CheckedSpec, EnqueueOptions, RowCount, checked_spec, count_rows, refused_sql,
+    Checked, CheckedSpec, EnqueueOptions, RowCount, ScopeRows, checked_spec, count_rows,
+    refused_sql,
 };
 use crate::error::OperationError;
 use crate::operation::Registry;
+use crate::shape::Shape;
+use sluice_store::spec::canonical_json;
 
 /// How many times the probe runs the first sub-batch (each rolled back);
 /// its median run is the one reported.
@@ -68,8 +71,33 @@ pub struct Plan {
     /// it — as `` `name` on `table` (AFTER DELETE) ``: they run for every
     /// row of the real run too, and the probe is not run where they are.
     pub triggers: Vec<String>,
+    /// The partitions a delete would drop whole instead of deleting their
+    /// rows one by one ([`crate::Shape::drop_partitions`]), when the shape
+    /// allows drops and the table is partitioned by the scope's bound.
+    pub partitions: Option<PartitionDrops>,
     /// Another way to do it that is far cheaper, or something to fix first.
     pub advice: Vec<String>,
+}
+
+/// The partitions a run would drop whole ([`Plan::partitions`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartitionDrops {
+    /// The partitions whose whole range lies below the scope's bound,
+    /// oldest first, with their rows. A run still checks, under each one's
+    /// lock, that every row of it is in scope before it drops it.
+    pub dropped: Vec<PartitionRows>,
+    /// Why none is dropped after all (a `DELETE` trigger, a publication, a
+    /// foreign key referring to the table), when something forbids it.
+    pub blocked: Option<String>,
+}
+
+/// One partition of [`PartitionDrops`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartitionRows {
+    /// Its name.
+    pub name: String,
+    /// Its rows.
+    pub rows: RowCount,
 }
 
 /// One probe of the first sub-batch ([`sluice_target::Target::probe_rolled_back`]).
@@ -128,11 +156,19 @@ pub async fn plan(
     });
     let rows_in_scope = count_rows(store, &scope).await?;
     let table_rows = count_rows(store, &table).await?;
+    let prepared = registry.prepare(kind, &canonical_json(arguments), dialect)?;
+    let partitions = partition_drops(store, prepared.shape()).await?;
+    // Rows left to sub-batches of rows: those in scope but the dropped ones.
+    let dropped_rows: i64 = partitions
+        .iter()
+        .filter(|p| p.blocked.is_none())
+        .flat_map(|p| &p.dropped)
+        .filter_map(|p| p.rows.rows)
+        .sum();
+    let row_by_row = rows_in_scope.rows.map(|rows| (rows - dropped_rows).max(0));
     // Keyset ranges and loop picks alike hold a batch's rows in scope.
-    let batches = rows_in_scope
-        .rows
-        .map(|rows| pieces(rows, options.batch_size));
-    let sub_batches = rows_in_scope.rows.map(|rows| {
+    let batches = row_by_row.map(|rows| pieces(rows, options.batch_size));
+    let sub_batches = row_by_row.map(|rows| {
         let full = rows / options.batch_size;
         let last = rows % options.batch_size;
         full * pieces(options.batch_size, options.sub_batch_size)
@@ -190,11 +226,11 @@ pub async fn plan(
     };
     let pause = Duration::from_millis(u64::try_from(spec.pause_ms).unwrap_or(0));
     let (predicted_ms, predicted_log_bytes) =
-        predicted(measured.as_ref(), sub_batches, rows_in_scope.rows, pause);
+        predicted(measured.as_ref(), sub_batches, row_by_row, pause);
     let advice = advice(
         sub_batch.as_ref(),
         &table_name,
-        rows_in_scope.rows,
+        row_by_row,
         table_rows.rows,
         refusal.is_some(),
     );
@@ -221,8 +257,41 @@ pub async fn plan(
         predicted_ms,
         predicted_log_bytes,
         log_name: dialect.log_name(),
+        partitions,
         advice,
     })
+}
+
+/// The partitions a run of `shape` would drop ([`Plan::partitions`]), with
+/// their rows; `None` where it drops none.
+async fn partition_drops(
+    store: &Store,
+    shape: &Shape,
+) -> Result<Option<PartitionDrops>, OperationError> {
+    if !shape.drops_partitions() {
+        return Ok(None);
+    }
+    let table = shape.table();
+    let Some(layout) = store.target().range_partitions(table).await? else {
+        return Ok(None);
+    };
+    let Some(bound) = shape.filter().below(&layout.column) else {
+        return Ok(None);
+    };
+    let blocked = store.target().partition_drop_blocker(table).await?;
+    let mut dropped = Vec::new();
+    for partition in store.target().partitions_below(table, bound).await? {
+        let rows = |head: &'static str| Statement::new(head).ident(&partition);
+        let all = ScopeRows {
+            count: rows("SELECT COUNT(*) FROM "),
+            select: rows("SELECT 1 FROM "),
+        };
+        dropped.push(PartitionRows {
+            name: partition.to_string(),
+            rows: count_rows(store, &all).await?,
+        });
+    }
+    Ok(Some(PartitionDrops { dropped, blocked }))
 }
 
 /// Refuses to plan an operation whose scope calls a function that may

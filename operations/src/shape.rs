@@ -33,6 +33,7 @@ pub struct Shape {
     strategy: Strategy,
     scope: Filter,
     seek: Option<Ident>,
+    drops_partitions: bool,
 }
 
 /// How an operation's rows are divided into batches.
@@ -47,8 +48,8 @@ pub enum Strategy {
     /// row out of the scope (a delete, or an update of the filtered column).
     /// `key` identifies rows. There is no cursor; the scope alone decides.
     Loop {
-        /// A unique column naming each row.
-        key: Ident,
+        /// The column, or columns together, naming each row once.
+        key: Vec<Ident>,
     },
 }
 
@@ -141,18 +142,35 @@ impl Shape {
             ),
             scope: Filter::new(),
             seek: None,
+            drops_partitions: false,
         })
     }
 
     /// `… LIMIT n` until fewer than `n` rows match; `key` names rows.
     pub fn loop_until_done(table: &str, key: &str) -> Result<Self, OperationError> {
+        Shape::loop_until_done_by(table, &[key])
+    }
+
+    /// `… LIMIT n` until fewer than `n` rows match; the `key` columns
+    /// together name rows (`["id", "created_at"]`, the primary key of a
+    /// table partitioned by `created_at`).
+    pub fn loop_until_done_by(table: &str, key: &[&str]) -> Result<Self, OperationError> {
+        if key.is_empty() {
+            return Err(OperationError::Arguments(
+                "a loop needs at least one key column".into(),
+            ));
+        }
         Ok(Shape {
             table: Ident::parse(table)?,
             strategy: Strategy::Loop {
-                key: Ident::parse(key)?,
+                key: key
+                    .iter()
+                    .map(|c| Ident::parse(c))
+                    .collect::<Result<_, IdentError>>()?,
             },
             scope: Filter::new(),
             seek: None,
+            drops_partitions: false,
         })
     }
 
@@ -185,6 +203,26 @@ impl Shape {
     pub fn seek_by(mut self, column: &str) -> Result<Self, OperationError> {
         self.seek = Some(Ident::parse(column)?);
         Ok(self)
+    }
+
+    /// Lets a loop's sub-batch drop a whole partition of the table in place
+    /// of deleting its rows one by one, where the database can do so in the
+    /// sub-batch's transaction (PostgreSQL): on a table partitioned by
+    /// ranges of a column the scope bounds from above (`column < value`),
+    /// a partition whose whole range lies below that bound, once a check
+    /// under its lock finds every row of it in scope. Only for an operation
+    /// whose sub-batches delete every row they are given: a drop is what
+    /// such a sub-batch would have done to those rows. Keyset shapes ignore
+    /// it.
+    pub fn drop_partitions(mut self) -> Self {
+        self.drops_partitions = true;
+        self
+    }
+
+    /// True when a sub-batch may drop a whole partition
+    /// ([`Shape::drop_partitions`]).
+    pub fn drops_partitions(&self) -> bool {
+        self.drops_partitions && matches!(self.strategy, Strategy::Loop { .. })
     }
 
     /// The column a loop seeks by ([`Shape::seek_by`]), if any.
@@ -235,7 +273,7 @@ impl Shape {
     pub fn columns(&self) -> Vec<&Ident> {
         let mut columns: Vec<&Ident> = match &self.strategy {
             Strategy::Keyset(columns) => columns.iter().collect(),
-            Strategy::Loop { key } => vec![key],
+            Strategy::Loop { key } => key.iter().collect(),
         };
         for column in self.scope.columns() {
             if !columns.contains(&column) {
@@ -258,10 +296,11 @@ impl Shape {
     pub fn check_update(&self, written: &[&str]) -> Result<(), OperationError> {
         match &self.strategy {
             Strategy::Loop { key } => Err(OperationError::Arguments(format!(
-                "an UPDATE cannot run over `{}` with the loop strategy (LIMIT n until no row matches, by `{key}`): \
+                "an UPDATE cannot run over `{}` with the loop strategy (LIMIT n until no row matches, by `{}`): \
                  it re-reads its scope until it is empty, so rows the SET leaves in scope are changed \
                  again and again; walk a range of a unique key instead",
-                self.table
+                self.table,
+                key.iter().map(Ident::name).collect::<Vec<_>>().join(", ")
             ))),
             Strategy::Keyset(columns) => {
                 let hit = written.iter().find_map(|w| {
@@ -310,7 +349,7 @@ impl Shape {
     pub fn indexed_column(&self) -> &Ident {
         match &self.strategy {
             Strategy::Keyset(columns) => &columns[0],
-            Strategy::Loop { key } => self.scope.columns().next().unwrap_or(key),
+            Strategy::Loop { key } => self.scope.columns().next().unwrap_or(&key[0]),
         }
     }
 }
@@ -372,6 +411,19 @@ impl Filter {
             }
         }
         self
+    }
+
+    /// The value this filter keeps `column` below (a `column < value`
+    /// clause), if it has one.
+    pub fn below(&self, column: &str) -> Option<&SqlValue> {
+        self.clauses.iter().find_map(|clause| match clause {
+            Clause::Compare {
+                column: c,
+                operator: Comparison::Lt,
+                value,
+            } if c.name() == column => Some(value),
+            _ => None,
+        })
     }
 
     /// The columns this filter compares with a time.

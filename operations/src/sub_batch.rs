@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use sluice_store::{BatchLease, SubBatchSession, SubBatchTx};
-use sluice_target::{Cursor, Dialect, Ident, SqlValue, Statement};
+use sluice_store::{BatchLease, StoreError, SubBatchSession, SubBatchTx};
+use sluice_target::{Cursor, CursorValue, Dialect, Ident, SqlValue, Statement};
 use tracing::{Instrument, Span};
 
 use crate::batching::{
@@ -20,6 +20,7 @@ use crate::error::OperationError;
 use crate::operation::PreparedOperation;
 use crate::shape::{Shape, Strategy};
 
+mod partitions;
 mod run;
 
 pub use run::run_sub_batch;
@@ -116,6 +117,10 @@ pub struct SubBatchOutcome {
     /// Range: the batch's end was reached. Loop: fewer rows than the limit
     /// matched a sub-batch not bounded by a seek, so the scope is exhausted.
     pub last: bool,
+    /// The partition this sub-batch dropped whole, its rows counted in
+    /// `rows`, in place of deleting rows one by one
+    /// ([`Shape::drop_partitions`]).
+    pub dropped: Option<String>,
 }
 
 impl<'a> SubBatchRows<'a> {

@@ -31,7 +31,9 @@ pub mod target_table;
 pub use connection::{Backend, ConnectOptions, KeptPlace, Target, redact_url};
 pub use cursor::{Cursor, CursorValue};
 pub use dialect::mysql::sessions::mysql_sessions;
-pub use dialect::{Dialect, LoopPick, ProgressRecord, Recorded, TargetConnection, TargetTx};
+pub use dialect::{
+    Dialect, LoopPick, PartitionDrop, ProgressRecord, Recorded, TargetConnection, TargetTx,
+};
 pub use enqueuing_session::{EnqueuingSession, SessionMismatch};
 pub use error::DatabaseError;
 pub use operator_sql::{Assignments, Condition, OperatorSqlError};
@@ -39,5 +41,6 @@ pub use probe::Probe;
 pub use session_defaults::SessionsZone;
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use target_table::{
-    ColumnDefinition, DeleteAction, Index, NonTransactional, TableKeys, Trigger,
+    ColumnDefinition, DeleteAction, Index, NonTransactional, RangePartition, RangePartitions,
+    TableKeys, Trigger,
 };

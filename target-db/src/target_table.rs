@@ -13,11 +13,13 @@ use crate::sql::{Ident, Statement, bind_values};
 
 pub(crate) mod definitions;
 pub(crate) mod keys;
+mod partitions;
 mod references;
 pub(crate) mod triggers;
 
 pub use definitions::ColumnDefinition;
 pub use keys::{Index, TableKeys};
+pub use partitions::{RangePartition, RangePartitions};
 pub use references::DeleteAction;
 pub use triggers::{NonTransactional, Trigger};
 

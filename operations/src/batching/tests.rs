@@ -71,6 +71,44 @@ fn a_loop_selects_its_rows_by_key_with_a_limit() {
 }
 
 #[test]
+fn a_loop_by_a_key_of_two_columns_names_its_rows_by_row_value() {
+    let shape = Shape::loop_until_done_by("t", &["id", "at"])
+        .unwrap()
+        .scope(Filter::new().lt("at", 5_i64))
+        .unwrap();
+    let Strategy::Loop { key } = shape.strategy() else {
+        unreachable!()
+    };
+    let delete = |pick| {
+        let head = Statement::new("DELETE FROM ").ident(shape.table());
+        loop_rows(&shape, key, 100, pick, None, head)
+    };
+    assert_eq!(
+        delete(LoopPick::InSubquery).text().as_str(),
+        "DELETE FROM \"t\" WHERE (\"id\", \"at\") IN (SELECT \"id\", \"at\" FROM \"t\" WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) AND \"at\" < $3"
+    );
+    let zipped = delete(LoopPick::KeyArray);
+    assert_eq!(
+        zipped.text().as_str(),
+        "DELETE FROM \"t\" WHERE (\"id\", \"at\") IN (SELECT unnest(sluice_keys.\"id\"), unnest(sluice_keys.\"at\") \
+         FROM (SELECT array_agg(\"id\") AS \"id\", array_agg(\"at\") AS \"at\" FROM (SELECT \"id\", \"at\" FROM \"t\" \
+         WHERE 1 = 1 AND \"at\" < $1 LIMIT $2) AS sluice_picked) AS sluice_keys WHERE TRUE) AND \"at\" < $3"
+    );
+    // The fence replaces the guard, tested once on the aggregated keys.
+    let fenced = zipped
+        .guarded_by("EXISTS (SELECT 1 FROM recorded)")
+        .unwrap();
+    assert!(
+        fenced
+            .as_str()
+            .contains("AS sluice_keys WHERE EXISTS (SELECT 1 FROM recorded))"),
+        "{}",
+        fenced.as_str()
+    );
+    assert!(Shape::loop_until_done_by("t", &[]).is_err());
+}
+
+#[test]
 fn an_sqlite_loop_picks_rowids_in_scope_then_names_only_those() {
     let shape = Shape::loop_until_done("t", "id")
         .unwrap()
@@ -160,7 +198,7 @@ fn a_seeking_loop_narrows_mysql_s_limit_between_its_two_values_only() {
     let probe = seek_end(
         &shape,
         shape.seek_column().unwrap(),
-        key,
+        &key[0],
         Some(&Cursor::int(7)),
         100,
     );

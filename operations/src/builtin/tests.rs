@@ -77,14 +77,6 @@ fn a_key_list_names_plain_distinct_columns() {
     for bad in ["", "id,", ",id", "id,,seq", "id,id", "id;seq", "id,\"seq\""] {
         assert!(key_columns(bad).is_err(), "{bad:?}");
     }
-    assert!(one_key_column("delete-aged-rows", "id").is_ok());
-    let refused = one_key_column("delete-aged-rows", "id,created_at").unwrap_err();
-    assert!(
-        refused
-            .to_string()
-            .contains("batches by one key column, not `id,created_at`"),
-        "{refused}"
-    );
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub async fn run_sub_batch(
     operation: &dyn PreparedOperation,
     request: &SubBatchRequest,
 ) -> Result<SubBatchOutcome, OperationError> {
+    if let Some(dropped) = partitions::drop_a_partition(session, operation.shape(), request).await?
+    {
+        return Ok(dropped);
+    }
     let store = session.store().clone();
     let store = &store;
     let system = store.backend().dialect().name();
@@ -135,6 +139,7 @@ pub async fn run_sub_batch(
         rows: changed,
         reached,
         last,
+        dropped: None,
     })
 }
 
@@ -156,7 +161,8 @@ async fn bounds(
                 shape.strategy(),
             ) {
                 (LoopPick::Limit, Some(column), Strategy::Loop { key }) => {
-                    let probe = seek_end(shape, column, key, request.from.as_ref(), request.size);
+                    let probe =
+                        seek_end(shape, column, &key[0], request.from.as_ref(), request.size);
                     let found = probed(session, shape, &probe, 3, request.timeout).await?;
                     found.map(|Cursor(mut values)| {
                         let greatest = Cursor(values.split_off(2));
@@ -217,7 +223,10 @@ async fn probed(
 }
 
 /// `work` bounded by `timeout`: [`OperationError::TimedOut`] when it runs over.
-async fn within<T>(timeout: Duration, work: impl Future<Output = T>) -> Result<T, OperationError> {
+pub(super) async fn within<T>(
+    timeout: Duration,
+    work: impl Future<Output = T>,
+) -> Result<T, OperationError> {
     tokio::time::timeout(timeout, work)
         .await
         .map_err(|_| OperationError::TimedOut(timeout))

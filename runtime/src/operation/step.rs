@@ -276,6 +276,10 @@ impl Driver {
         self.last_done_at = Some(now.at);
         self.last_wait = Duration::ZERO;
         let rows = i64::try_from(outcome.rows).unwrap_or(i64::MAX);
+        // A dropped partition's rows count as done, but not as pace: they
+        // cost one catalogue change, not a delete each.
+        let dropped = outcome.dropped.is_some();
+        let pace_rows = if dropped { 0 } else { rows };
         // The pace windows: rows since the unthrottled (or the current
         // throttled) stretch began, its first sub-batch's start included.
         let started = now.at.checked_sub(self.last_work).unwrap_or(now.at);
@@ -285,7 +289,7 @@ impl Driver {
                 rows: 0,
                 until: now.at,
             });
-            window.rows = window.rows.saturating_add(rows);
+            window.rows = window.rows.saturating_add(pace_rows);
             window.until = now.at;
             window
         };
@@ -311,7 +315,8 @@ impl Driver {
             batch.progress = outcome.reached;
         }
         let is_loop = batch.end.is_none();
-        let done = outcome.last || (is_loop && batch.rows >= batch.size);
+        // A dropped partition is a batch of its own.
+        let done = outcome.last || dropped || (is_loop && batch.rows >= batch.size);
         if is_loop && outcome.last {
             self.scope_exhausted = true;
         }
@@ -332,7 +337,8 @@ impl Driver {
             self.last_wait = wait;
             return self.schedule_step(out, wait);
         }
-        let next_size = self.observe_batch();
+        // Its time says nothing of what a batch of deletes costs.
+        let next_size = if dropped { None } else { self.observe_batch() };
         let Phase::Running { batch, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
             return;
         };

@@ -10,8 +10,9 @@ use chrono::{DateTime, Utc};
 use crate::enqueuing_session::SessionMismatch;
 use crate::error::DatabaseError;
 use crate::session_defaults::SessionsZone;
+use crate::sql::SqlValue;
 use crate::sql::{Ident, Statement};
-use crate::target_table::{NonTransactional, TableKeys};
+use crate::target_table::{NonTransactional, RangePartitions, TableKeys};
 use std::time::Duration;
 
 /// What one database's catalogue answers about a target table. The
@@ -22,6 +23,35 @@ pub(crate) trait Catalogue: Send + Sync {
     /// The table's column names in table order; empty when no such table
     /// exists.
     async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, DatabaseError>;
+
+    /// `table`'s range partitioning on one column
+    /// ([`crate::Target::range_partitions`]); by default none.
+    async fn range_partitions(
+        &self,
+        table: &Ident,
+    ) -> Result<Option<RangePartitions>, DatabaseError> {
+        let _ = table;
+        Ok(None)
+    }
+
+    /// The partitions of `layout` whose upper bound is at most `bound`
+    /// ([`crate::Target::partitions_below`]); by default none.
+    async fn partitions_below(
+        &self,
+        layout: &RangePartitions,
+        bound: &SqlValue,
+    ) -> Result<Vec<Ident>, DatabaseError> {
+        let _ = (layout, bound);
+        Ok(Vec::new())
+    }
+
+    /// Why `table`'s partitions must not be dropped in place of deleting
+    /// their rows ([`crate::Target::partition_drop_blocker`]); by default
+    /// nothing, there being no partitions to drop.
+    async fn partition_drop_blocker(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {
+        let _ = table;
+        Ok(None)
+    }
 
     /// The columns of `table` whose values the database computes.
     async fn generated_columns(&self, table: &Ident) -> Result<Vec<String>, DatabaseError>;

@@ -195,6 +195,15 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         ))
     }
 
+    /// The statements dropping `partition` of `table` inside a sub-batch's
+    /// transaction, so that the drop and its record commit together; `None`
+    /// where a partition cannot be dropped in a transaction (MySQL's
+    /// `ALTER TABLE` commits on its own) or there are no partitions.
+    fn partition_drop(&self, table: &Ident, partition: &Ident) -> Option<PartitionDrop> {
+        let _ = (table, partition);
+        None
+    }
+
     /// A statement reading the names of `table`'s columns, comma-separated
     /// in one text value, as the catalogue lists them now.
     fn column_list(&self, table: &Ident) -> Statement;
@@ -226,6 +235,25 @@ pub trait Dialect: Send + Sync + fmt::Debug {
 pub fn index_in_plan(plan: &[String], dialect: &dyn Dialect) -> Option<String> {
     plan.iter()
         .find_map(|line| dialect.index_in_plan_line(line))
+}
+
+/// The statements that drop one partition of a table inside a sub-batch's
+/// transaction ([`Dialect::partition_drop`]), run in this order; between
+/// `hold` and `detach` the caller checks, under the lock `hold` takes, that
+/// every row of the partition is one the operation would delete.
+#[derive(Debug, Clone)]
+pub struct PartitionDrop {
+    /// Bounds how long each later statement waits for a lock, so that the
+    /// queries queueing behind a waiting `ALTER TABLE` wait no longer.
+    pub lock_timeout: Statement,
+    /// Locks the partition against writes (reads go on) while its rows are
+    /// checked and counted.
+    pub hold: Statement,
+    /// Detaches the partition from the table (a lock of the whole table,
+    /// held to the commit: the statements after it are catalogue changes).
+    pub detach: Statement,
+    /// Drops the detached partition.
+    pub drop: Statement,
 }
 
 /// How a loop sub-batch names the rows it picks.

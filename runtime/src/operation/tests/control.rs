@@ -120,6 +120,7 @@ fn a_throttle_aims_at_its_share_of_the_pace_measured_before_it() {
             rows: 100,
             reached: Some(Cursor::int(reached)),
             last: false,
+            dropped: None,
         };
         Input::SubBatchDone(Ok(outcome), Duration::from_millis(took_ms))
     };

@@ -93,6 +93,7 @@ fn committed(rows: u64, reached: i64, last: bool) -> Input {
         rows,
         reached: Some(Cursor::int(reached)),
         last,
+        dropped: None,
     };
     Input::SubBatchDone(Ok(outcome), Duration::from_millis(5))
 }

@@ -9,10 +9,11 @@ use crate::dialect::catalogue::Catalogue;
 use crate::enqueuing_session::SessionMismatch;
 use crate::error::DatabaseError;
 use crate::session_defaults::SessionsZone;
+use crate::sql::SqlValue;
 use crate::sql::{Ident, SqlText, Statement, bind_values};
 use crate::target_table::keys::GENERATED;
 use crate::target_table::triggers::may_write;
-use crate::target_table::{Index, NonTransactional, TableKeys};
+use crate::target_table::{Index, NonTransactional, RangePartitions, TableKeys};
 
 /// The columns of table `$2` in schema `$1` (when NULL, the table the
 /// `search_path` finds, as a statement naming it would)
@@ -205,6 +206,25 @@ impl Catalogue for sqlx::PgPool {
                 .fetch_all(pool)
                 .await?
         })
+    }
+
+    async fn range_partitions(
+        &self,
+        table: &Ident,
+    ) -> Result<Option<RangePartitions>, DatabaseError> {
+        super::partitions::range_partitions(self, table).await
+    }
+
+    async fn partitions_below(
+        &self,
+        layout: &RangePartitions,
+        bound: &SqlValue,
+    ) -> Result<Vec<Ident>, DatabaseError> {
+        super::partitions::partitions_below(self, layout, bound).await
+    }
+
+    async fn partition_drop_blocker(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {
+        super::partitions::partition_drop_blocker(self, table).await
     }
 
     async fn delete_action_rows(

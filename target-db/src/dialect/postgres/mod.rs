@@ -3,9 +3,10 @@
 
 pub(crate) mod catalogue;
 pub(crate) mod health;
+pub(crate) mod partitions;
 pub(crate) mod sessions;
 
-use super::{Dialect, LoopPick, plan_node, word_after};
+use super::{Dialect, LoopPick, PartitionDrop, plan_node, word_after};
 use chrono::{DateTime, Utc};
 
 use crate::sql::{Ident, SqlValue, Statement};
@@ -74,6 +75,10 @@ impl Dialect for Postgres {
                 .ident(table)
                 .push(")"),
         )
+    }
+
+    fn partition_drop(&self, table: &Ident, partition: &Ident) -> Option<PartitionDrop> {
+        Some(partitions::partition_drop(table, partition))
     }
 
     fn column_list(&self, table: &Ident) -> Statement {

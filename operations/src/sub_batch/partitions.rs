@@ -1,0 +1,244 @@
+//! A loop sub-batch that drops a whole partition in place of deleting its
+//! rows one by one ([`Shape::drop_partitions`]): on a table partitioned by
+//! ranges of a column the scope keeps below a bound, a partition whose whole
+//! range lies below it is detached and dropped in the sub-batch's
+//! transaction, with the batch's progress record, once a check under its
+//! lock finds every row of it in scope — so the drop and its record commit
+//! together or not at all, and no row outside the scope goes with it.
+//!
+//! Each drop waits for its locks a short while only (`lock_timeout`): a
+//! drop that would queue behind a long transaction — and make every query
+//! on the table queue behind it — gives way, and the sub-batch deletes rows
+//! one by one as it would have without partitions; the drop is tried again
+//! after a backoff. A partition holding a row outside the scope, or that
+//! the database will not drop, is left to the row-by-row way for good.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
+use std::time::Instant;
+
+use super::*;
+
+/// The longest a partition whose lock was not granted waits before it is
+/// tried again.
+const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
+
+/// What this process learnt of the partition drops of the operations it
+/// runs, by table and bound.
+static DROPS: LazyLock<Mutex<HashMap<String, Drops>>> = LazyLock::new(Default::default);
+
+#[derive(Debug, Default)]
+struct Drops {
+    /// Nothing forbids the drops: checked once.
+    allowed: bool,
+    /// No partition is left to drop: sub-batches delete rows one by one.
+    done: bool,
+    /// Partitions left to the row-by-row way: they hold rows outside the
+    /// scope, or the database refused to drop them.
+    refused: HashSet<String>,
+    /// Partitions whose locks were not granted in time: when to try again,
+    /// and the attempts so far.
+    waiting: HashMap<String, (Instant, u32)>,
+}
+
+/// Why a drop did not happen.
+enum NotDropped {
+    /// Rows of the partition outside the scope, by count.
+    OutsideScope(i64),
+    /// The database's error.
+    Failed(OperationError),
+}
+
+/// Drops one partition wholly in scope, if the shape allows it and one is
+/// left, as this sub-batch; `None` when the sub-batch is to delete rows as
+/// usual.
+///
+/// Errors: the lease lost or the store failing while the drop commits; a
+/// drop refused or timed out is not an error but a `None`.
+pub(super) async fn drop_a_partition(
+    session: &mut SubBatchSession,
+    shape: &Shape,
+    request: &SubBatchRequest,
+) -> Result<Option<SubBatchOutcome>, OperationError> {
+    if !shape.drops_partitions() {
+        return Ok(None);
+    }
+    let store = session.store().clone();
+    let table = shape.table();
+    if store
+        .backend()
+        .dialect()
+        .partition_drop(table, table)
+        .is_none()
+    {
+        return Ok(None);
+    }
+    let Some(layout) = store.target().range_partitions(table).await? else {
+        return Ok(None);
+    };
+    let Some(bound) = shape.filter().below(&layout.column) else {
+        return Ok(None);
+    };
+    let key = format!("{table} {bound:?}");
+    let (done, allowed) = remembered(&key, |d| (d.done, d.allowed));
+    if done {
+        return Ok(None);
+    }
+    if !allowed {
+        if let Some(reason) = store.target().partition_drop_blocker(table).await? {
+            tracing::warn!(
+                table = %table,
+                "the partitions of `{table}` are not dropped, their rows are deleted one by one: {reason}"
+            );
+            remembered(&key, |d| d.done = true);
+            return Ok(None);
+        }
+        remembered(&key, |d| d.allowed = true);
+    }
+    let candidates = store.target().partitions_below(table, bound).await?;
+    let now = Instant::now();
+    let next = remembered(&key, |d| {
+        let open: Vec<&Ident> = candidates
+            .iter()
+            .filter(|p| !d.refused.contains(&p.to_string()))
+            .collect();
+        if open.is_empty() {
+            d.done = true;
+        }
+        open.into_iter()
+            .find(|p| {
+                d.waiting
+                    .get(&p.to_string())
+                    .is_none_or(|(at, _)| *at <= now)
+            })
+            .cloned()
+    });
+    let Some(partition) = next else {
+        return Ok(None);
+    };
+    let name = partition.to_string();
+    match drop_partition(session, shape, request, &partition).await {
+        Ok(rows) => {
+            remembered(&key, |d| d.waiting.remove(&name));
+            tracing::info!(table = %table, partition = %name, rows, "dropped a partition wholly in scope");
+            Ok(Some(SubBatchOutcome {
+                rows: u64::try_from(rows).unwrap_or(0),
+                reached: None,
+                last: false,
+                dropped: Some(name),
+            }))
+        }
+        Err(NotDropped::OutsideScope(outside)) => {
+            tracing::warn!(
+                table = %table,
+                partition = %name,
+                "partition `{name}` holds {outside} rows the operation does not delete, so it is \
+                 not dropped: its rows in scope are deleted one by one"
+            );
+            remembered(&key, |d| d.refused.insert(name));
+            Ok(None)
+        }
+        Err(NotDropped::Failed(error)) if is_lease_lost(&error) => Err(error),
+        Err(NotDropped::Failed(error)) if is_waiting(&error) => {
+            let attempts = remembered(&key, |d| {
+                let attempts = d.waiting.get(&name).map_or(0, |(_, n)| *n) + 1;
+                let backoff = Duration::from_secs(1)
+                    .saturating_mul(1 << attempts.min(6))
+                    .min(LONGEST_BACKOFF);
+                d.waiting.insert(name.clone(), (now + backoff, attempts));
+                attempts
+            });
+            tracing::info!(
+                table = %table,
+                partition = %name,
+                attempts,
+                "a partition drop gave way to the table's other locks; rows are deleted one by one meanwhile"
+            );
+            Ok(None)
+        }
+        Err(NotDropped::Failed(error)) => {
+            tracing::warn!(
+                table = %table,
+                partition = %name,
+                "partition `{name}` could not be dropped ({error}): its rows are deleted one by one"
+            );
+            remembered(&key, |d| d.refused.insert(name));
+            Ok(None)
+        }
+    }
+}
+
+/// In the sub-batch's transaction: bound lock waits, lock the partition
+/// against writes, count its rows and those in scope, and unless they
+/// differ detach and drop it and commit with the batch's record. Returns
+/// the rows dropped.
+async fn drop_partition(
+    session: &mut SubBatchSession,
+    shape: &Shape,
+    request: &SubBatchRequest,
+    partition: &Ident,
+) -> Result<i64, NotDropped> {
+    let failed = |e: StoreError| NotDropped::Failed(e.into());
+    let dialect = session.store().backend().dialect();
+    let Some(statements) = dialect.partition_drop(shape.table(), partition) else {
+        return Err(NotDropped::OutsideScope(0));
+    };
+    // `COUNT(*), COUNT(CASE WHEN 1 = 1 AND <scope> THEN 1 END)`: one read.
+    let counts = shape
+        .filter()
+        .and_to(Statement::new("SELECT COUNT(*), COUNT(CASE WHEN 1 = 1"))
+        .push(" THEN 1 END) FROM ")
+        .ident(partition);
+    let mut connection = session.connection(request.timeout).await.map_err(failed)?;
+    // Opened outside the timer, as `run_sub_batch` opens its transactions.
+    let done = match connection
+        .begin_sub_batch(&request.lease, request.from.as_ref(), request.timeout)
+        .await
+    {
+        Err(e) => Err(failed(e)),
+        Ok(mut tx) => {
+            let work = async {
+                tx.execute(&statements.lock_timeout).await.map_err(failed)?;
+                tx.execute(&statements.hold).await.map_err(failed)?;
+                let counted = tx.fetch_cursor(&counts, 2).await.map_err(failed)?;
+                let [all, in_scope] = match counted.as_ref().map(|c| c.0.as_slice()) {
+                    Some([CursorValue::Int(all), CursorValue::Int(in_scope)]) => [*all, *in_scope],
+                    _ => return Err(NotDropped::OutsideScope(0)),
+                };
+                if all != in_scope {
+                    return Err(NotDropped::OutsideScope(all - in_scope));
+                }
+                tx.execute(&statements.detach).await.map_err(failed)?;
+                tx.execute(&statements.drop).await.map_err(failed)?;
+                tx.commit(None, all).await.map_err(failed)?;
+                Ok(all)
+            };
+            super::run::within(request.timeout, work)
+                .await
+                .unwrap_or_else(|e| Err(NotDropped::Failed(e)))
+        }
+    };
+    session.put_back(connection, done.is_ok());
+    done
+}
+
+/// `work` on the memory of the drops under `key`.
+fn remembered<T>(key: &str, work: impl FnOnce(&mut Drops) -> T) -> T {
+    let mut drops = DROPS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    work(drops.entry(key.to_owned()).or_default())
+}
+
+/// A lock not granted in time, or a deadlock the database broke: the drop
+/// waits and is tried again.
+fn is_waiting(error: &OperationError) -> bool {
+    matches!(error, OperationError::Store(e) if e.is_transient()) || error.is_timeout()
+}
+
+fn is_lease_lost(error: &OperationError) -> bool {
+    matches!(
+        error,
+        OperationError::Store(StoreError::BatchLeaseLost { .. } | StoreError::ProgressMoved { .. })
+    )
+}

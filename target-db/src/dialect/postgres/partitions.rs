@@ -1,0 +1,229 @@
+//! PostgreSQL's declarative range partitioning: how a table is partitioned
+//! (`pg_partitioned_table`, each partition's bound as `pg_get_expr` writes
+//! it), which partitions lie wholly below a bound, what forbids dropping
+//! them, and the statements that drop one inside a sub-batch's transaction.
+
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::dialect::PartitionDrop;
+use crate::error::DatabaseError;
+use crate::sql::{Ident, SqlValue, Statement, bind_values};
+use crate::target_table::{RangePartition, RangePartitions};
+
+/// How long a partition drop waits for each lock before it gives way: the
+/// queries that queue behind a waiting `ALTER TABLE` wait at most this long.
+pub(crate) const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '100ms'";
+
+/// The parent's relations: itself and every partition (`$1` the table).
+const FAMILY: &str = "(SELECT to_regclass($1) UNION ALL \
+     SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = to_regclass($1))";
+
+pub(crate) async fn range_partitions(
+    pool: &PgPool,
+    table: &Ident,
+) -> Result<Option<RangePartitions>, DatabaseError> {
+    let key: Option<(String, String)> = sqlx::query_as(
+        "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) \
+         FROM pg_catalog.pg_partitioned_table p \
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0] \
+         WHERE p.partrelid = to_regclass($1) AND p.partstrat = 'r' AND p.partnatts = 1",
+    )
+    .bind(table.quoted())
+    .fetch_optional(pool)
+    .await?;
+    let Some((column, column_type)) = key else {
+        return Ok(None);
+    };
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT n.nspname || '.' || c.relname, pg_catalog.pg_get_expr(c.relpartbound, c.oid) \
+         FROM pg_catalog.pg_inherits i \
+         JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE i.inhparent = to_regclass($1) ORDER BY 1",
+    )
+    .bind(table.quoted())
+    .fetch_all(pool)
+    .await?;
+    let partitions = rows
+        .into_iter()
+        .map(|(name, bound)| RangePartition {
+            upper: upper_bound(&bound),
+            default: bound == "DEFAULT",
+            name,
+        })
+        .collect();
+    Ok(Some(RangePartitions {
+        column,
+        column_type,
+        partitions,
+    }))
+}
+
+pub(crate) async fn partitions_below(
+    pool: &PgPool,
+    layout: &RangePartitions,
+    bound: &SqlValue,
+) -> Result<Vec<Ident>, DatabaseError> {
+    let candidates: Vec<(Ident, &String)> = layout
+        .partitions
+        .iter()
+        .filter_map(|p| Some((Ident::parse(&p.name).ok()?, p.upper.as_ref()?)))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    // `SELECT v.n FROM (VALUES ($1, $2), …) AS v(n, upper) WHERE
+    // CAST(v.upper AS type) <= $k ORDER BY CAST(v.upper AS type)`: the
+    // database reads each bound in the column's type.
+    let mut statement = Statement::new("SELECT v.n FROM (VALUES ");
+    for (i, (_, upper)) in candidates.iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(", ");
+        }
+        statement = statement
+            .push("(")
+            .value(SqlValue::Int(i as i64))
+            .push(", ")
+            .value(SqlValue::Text((*upper).clone()))
+            .push(")");
+    }
+    let cast = |statement: Statement| {
+        statement
+            .push("CAST(v.upper AS ")
+            .declared_type(&layout.column_type)
+            .map(|s| s.push(")"))
+    };
+    let Some(statement) = cast(statement.push(") AS v(n, upper) WHERE ")) else {
+        return Ok(Vec::new()); // a type no cast can name: nothing is dropped
+    };
+    let Some(statement) = cast(
+        statement
+            .push(" <= ")
+            .value(bound.clone())
+            .push(" ORDER BY "),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let query = sqlx::query_scalar(AssertSqlSafe(statement.text().as_str().to_owned()));
+    let below: Vec<i64> = bind_values!(query, statement.params())
+        .fetch_all(pool)
+        .await?;
+    Ok(below
+        .into_iter()
+        .filter_map(|i| {
+            candidates
+                .get(usize::try_from(i).ok()?)
+                .map(|c| c.0.clone())
+        })
+        .collect())
+}
+
+pub(crate) async fn partition_drop_blocker(
+    pool: &PgPool,
+    table: &Ident,
+) -> Result<Option<String>, DatabaseError> {
+    let text = format!(
+        "SELECT (SELECT string_agg(DISTINCT tgname::text, ', ') FROM pg_catalog.pg_trigger \
+           WHERE tgrelid IN {FAMILY} AND NOT tgisinternal AND tgtype & 8 <> 0), \
+         (SELECT string_agg(DISTINCT rulename::text, ', ') FROM pg_catalog.pg_rewrite \
+           WHERE ev_class IN {FAMILY} AND ev_type = '4'), \
+         (SELECT string_agg(DISTINCT pubname::text, ', ') FROM pg_catalog.pg_publication_tables \
+           WHERE to_regclass(quote_ident(schemaname) || '.' || quote_ident(tablename)) IN {FAMILY}), \
+         (SELECT string_agg(DISTINCT conname::text, ', ') FROM pg_catalog.pg_constraint \
+           WHERE contype = 'f' AND confrelid IN {FAMILY})"
+    );
+    let (triggers, rules, publications, references): (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ) = sqlx::query_as(AssertSqlSafe(text))
+        .bind(table.quoted())
+        .fetch_one(pool)
+        .await?;
+    Ok(if let Some(names) = triggers {
+        Some(format!(
+            "DELETE triggers ({names}) fire for each deleted row, and a dropped partition fires none"
+        ))
+    } else if let Some(names) = rules {
+        Some(format!(
+            "DELETE rules ({names}) act on each deleted row, and a dropped partition triggers none"
+        ))
+    } else if let Some(names) = publications {
+        Some(format!(
+            "it is published ({names}): a subscriber applies deleted rows, but would keep the \
+             rows of a dropped partition"
+        ))
+    } else {
+        references.map(|names| {
+            format!(
+                "foreign keys ({names}) refer to it, and a partition they reach cannot be detached"
+            )
+        })
+    })
+}
+
+/// The statements dropping `partition` of `table` ([`PartitionDrop`]).
+pub(crate) fn partition_drop(table: &Ident, partition: &Ident) -> PartitionDrop {
+    PartitionDrop {
+        lock_timeout: Statement::new(LOCK_TIMEOUT),
+        hold: Statement::new("LOCK TABLE ")
+            .ident(partition)
+            .push(" IN SHARE MODE"),
+        detach: Statement::new("ALTER TABLE ")
+            .ident(table)
+            .push(" DETACH PARTITION ")
+            .ident(partition),
+        drop: Statement::new("DROP TABLE ").ident(partition),
+    }
+}
+
+/// The value of `FOR VALUES FROM (…) TO (value)` as written, unquoted;
+/// `None` for `MAXVALUE`, a default partition or a bound of several values.
+fn upper_bound(bound: &str) -> Option<String> {
+    let (_, to) = bound.split_once(") TO (")?;
+    let to = to.strip_suffix(')')?;
+    if let Some(quoted) = to.strip_prefix('\'') {
+        let inner = quoted.strip_suffix('\'')?;
+        // One quoted value: every quote inside it is doubled.
+        if inner.replace("''", "").contains('\'') {
+            return None;
+        }
+        return Some(inner.replace("''", "'"));
+    }
+    let plain = to
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-+.".contains(c));
+    (plain && !to.eq_ignore_ascii_case("MAXVALUE") && !to.eq_ignore_ascii_case("MINVALUE"))
+        .then(|| to.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upper_bound;
+
+    #[test]
+    fn an_upper_bound_is_read_as_written() {
+        assert_eq!(
+            upper_bound("FOR VALUES FROM ('2025-01-01 00:00:00+00') TO ('2026-01-01 00:00:00+00')")
+                .as_deref(),
+            Some("2026-01-01 00:00:00+00")
+        );
+        assert_eq!(
+            upper_bound("FOR VALUES FROM (0) TO (1000)").as_deref(),
+            Some("1000")
+        );
+        assert_eq!(
+            upper_bound("FOR VALUES FROM ('a''b') TO ('it''s')").as_deref(),
+            Some("it's")
+        );
+        assert_eq!(
+            upper_bound("FOR VALUES FROM (MINVALUE) TO (MAXVALUE)"),
+            None
+        );
+        assert_eq!(upper_bound("DEFAULT"), None);
+        // Two columns: not one value.
+        assert_eq!(upper_bound("FOR VALUES FROM (1, 'a') TO (2, 'b')"), None);
+        assert_eq!(upper_bound("FOR VALUES FROM ('a') TO ('x', 'y')"), None);
+    }
+}

@@ -1,0 +1,81 @@
+//! A table partitioned by ranges of one column, as the catalogue shows it
+//! ([`Target::range_partitions`]), and the partitions whose whole range lies
+//! below a bound ([`Target::partitions_below`]): the ones an operation
+//! deleting every row under that bound may drop at once instead of row by
+//! row. PostgreSQL's declarative partitioning only; other databases answer
+//! that no table is partitioned.
+
+use crate::connection::Target;
+use crate::error::DatabaseError;
+use crate::sql::{Ident, SqlValue};
+
+/// A table partitioned by ranges of one column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangePartitions {
+    /// The partition key's column.
+    pub column: String,
+    /// Its type, as the catalogue spells it (`timestamp with time zone`).
+    pub column_type: String,
+    /// The partitions, as the catalogue lists them.
+    pub partitions: Vec<RangePartition>,
+}
+
+/// One partition of a [`RangePartitions`] table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangePartition {
+    /// Its name (in the table's schema, or qualified when it is elsewhere).
+    pub name: String,
+    /// Its exclusive upper bound as the catalogue writes the value
+    /// (`2026-01-01 00:00:00+00`); `None` for `MAXVALUE` and the default
+    /// partition, which no bound closes.
+    pub upper: Option<String>,
+    /// True for the default partition (rows no range takes).
+    pub default: bool,
+}
+
+impl Target {
+    /// How `table` is partitioned when it is partitioned by ranges of one
+    /// plain column (not an expression), with its partitions; `None` for
+    /// any other table, and on SQLite and MySQL.
+    ///
+    /// Errors: the database's, on reading its catalogue.
+    pub async fn range_partitions(
+        &self,
+        table: &Ident,
+    ) -> Result<Option<RangePartitions>, DatabaseError> {
+        self.catalogue().range_partitions(table).await
+    }
+
+    /// The partitions of `table` ([`Target::range_partitions`]) whose whole
+    /// range lies below `bound` — their exclusive upper bound is at most
+    /// `bound`, compared by the database in the partition column's type, as
+    /// a statement's `column < bound` compares — oldest first. A partition
+    /// whose name is not a plain identifier is left out.
+    ///
+    /// Errors: the database's.
+    pub async fn partitions_below(
+        &self,
+        table: &Ident,
+        bound: &SqlValue,
+    ) -> Result<Vec<Ident>, DatabaseError> {
+        let Some(layout) = self.range_partitions(table).await? else {
+            return Ok(Vec::new());
+        };
+        self.catalogue().partitions_below(&layout, bound).await
+    }
+
+    /// Why the partitions of `table` must not be dropped in place of
+    /// deleting their rows, if they must not: a trigger or rule that fires
+    /// on `DELETE` (a drop fires none), a publication the table is in (a
+    /// subscriber would keep the rows a drop removes), a foreign key that
+    /// refers to it (a detach refuses it). `None` when a drop removes the
+    /// rows as deleting them would.
+    ///
+    /// Errors: the database's.
+    pub async fn partition_drop_blocker(
+        &self,
+        table: &Ident,
+    ) -> Result<Option<String>, DatabaseError> {
+        self.catalogue().partition_drop_blocker(table).await
+    }
+}
