@@ -249,8 +249,11 @@ pub struct PartitionDrop {
     /// Locks the partition against writes (reads go on) while its rows are
     /// checked and counted.
     pub hold: Statement,
-    /// Detaches the partition from the table (a lock of the whole table,
-    /// held to the commit: the statements after it are catalogue changes).
+    /// Detaches the partition from the table: the whole table's lock, then
+    /// the partition's, in the order every query takes them (a query
+    /// holding the table's lock while it waits for the partition's, behind
+    /// a drop holding the partition's first, would deadlock with it). Held
+    /// to the commit; the statements after it are catalogue changes.
     pub detach: Statement,
     /// Drops the detached partition.
     pub drop: Statement,

@@ -1,0 +1,351 @@
+//! Partition-aware `delete-aged-rows` on PostgreSQL: on a table partitioned
+//! by ranges of its time column, each partition wholly older than the
+//! cutoff is dropped in one sub-batch, the others' aged rows are deleted
+//! row by row, and exactly the aged rows go. A partition holding a row
+//! outside the scope is not dropped; a drop that cannot get its lock gives
+//! way (the rows go one by one) instead of queueing every query behind it;
+//! a `DELETE` trigger keeps every partition.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use common::{TestDb, sluice};
+use serde_json::json;
+use sluice_operations::{EnqueueOptions, Filter, Operation, OperationError, Registry, Shape};
+use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
+use sqlx::Connection;
+
+postgres_only!(
+    partitions_wholly_older_than_the_cutoff_drop_and_the_rest_go_row_by_row,
+    a_partition_holding_a_row_outside_the_scope_is_not_dropped,
+    a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one,
+    a_delete_trigger_keeps_every_partition,
+);
+
+/// Rows of `log` older than 30 days: 3,000 in the partitions of 2019–2021,
+/// 1,000 from 2022 in `log_recent` beside 200 from the last hour, and in
+/// the default partition one from 2010 beside one from 2200.
+const AGED: i64 = 4_001;
+const YOUNG: i64 = 201;
+
+/// `log (id, at, note)`, primary key `(id, at)`, partitioned by year up
+/// to 2022, then one partition to 2100, and a default partition.
+async fn create_log(db: &TestDb) {
+    for sql in [
+        "CREATE TABLE log (id BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL, \
+         note TEXT NOT NULL DEFAULT '', PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
+        "CREATE TABLE log_2019 PARTITION OF log FOR VALUES FROM ('2019-01-01') TO ('2020-01-01')",
+        "CREATE TABLE log_2020 PARTITION OF log FOR VALUES FROM ('2020-01-01') TO ('2021-01-01')",
+        "CREATE TABLE log_2021 PARTITION OF log FOR VALUES FROM ('2021-01-01') TO ('2022-01-01')",
+        "CREATE TABLE log_recent PARTITION OF log FOR VALUES FROM ('2022-01-01') TO ('2100-01-01')",
+        "CREATE TABLE log_other PARTITION OF log DEFAULT",
+        "CREATE INDEX log_at ON log (at)",
+        "INSERT INTO log (id, at) SELECT g, timestamptz '2019-01-01' + (g % 1095) * interval '1 day' \
+         FROM generate_series(1, 3000) g",
+        "INSERT INTO log (id, at) SELECT 10000 + g, timestamptz '2022-01-01' + g * interval '1 hour' \
+         FROM generate_series(1, 1000) g",
+        "INSERT INTO log (id, at) SELECT 20000 + g, now() - interval '1 hour' + g * interval '1 second' \
+         FROM generate_series(1, 200) g",
+        "INSERT INTO log (id, at) VALUES (30001, '2010-06-01'), (30002, '2200-01-01')",
+    ] {
+        db.execute(sql).await;
+    }
+}
+
+/// True when a partition of that name is attached to `log` or stands alone.
+async fn exists(db: &TestDb, table: &str) -> bool {
+    db.scalar(&format!(
+        "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relname = '{table}' \
+         AND relnamespace = current_schema()::regnamespace"
+    ))
+    .await
+        == 1
+}
+
+async fn aged_left(db: &TestDb) -> i64 {
+    db.scalar("SELECT COUNT(*) FROM log WHERE at < now() - interval '30 days'")
+        .await
+}
+
+/// `sluice enqueue delete-aged-rows` on `log`, then `sluice run
+/// --until-idle`; both succeed. Returns the operation's rows done.
+fn delete_aged(db: &TestDb, more: &[&str]) -> i64 {
+    let mut enqueue = vec![
+        "enqueue",
+        "delete-aged-rows",
+        "--table",
+        "log",
+        "--column",
+        "at",
+        "--key",
+        "id,at",
+        "--older-than",
+        "30d",
+        "--sub-batch-size",
+        "150",
+    ];
+    enqueue.extend_from_slice(more);
+    for command in [enqueue, vec!["run", "--until-idle"]] {
+        let done = sluice(db, &command);
+        assert!(
+            done.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+    }
+    let shown = sluice(db, &["list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    listed
+        .as_array()
+        .and_then(|all| all.last())
+        .and_then(|last| last["rows_done"].as_i64())
+        .unwrap_or_else(|| panic!("no rows_done in {listed}"))
+}
+
+/// The three partitions of 2019–2021 are dropped, one sub-batch each; the
+/// aged rows of `log_recent` and the default partition are deleted one by
+/// one; the young rows all stay, and the operation counts every aged row
+/// once. `plan` names the partitions first; `--no-drop-partitions` drops
+/// none.
+async fn partitions_wholly_older_than_the_cutoff_drop_and_the_rest_go_row_by_row(db: &TestDb) {
+    create_log(db).await;
+    let planned = sluice(
+        db,
+        &[
+            "plan",
+            "delete-aged-rows",
+            "--table",
+            "log",
+            "--column",
+            "at",
+            "--key",
+            "id,at",
+            "--older-than",
+            "30d",
+            "--no-probe",
+        ],
+    );
+    let planned = String::from_utf8_lossy(&planned.stdout);
+    for partition in ["log_2019", "log_2020", "log_2021"] {
+        let rows = db
+            .scalar(&format!("SELECT COUNT(*) FROM {partition}"))
+            .await;
+        let rows = match rows {
+            1_000.. => format!("{},{:03}", rows / 1_000, rows % 1_000),
+            _ => rows.to_string(),
+        };
+        let schema = db.schema.as_deref().unwrap();
+        assert!(
+            planned.contains(&format!("drops {schema}.{partition} ({rows} rows")),
+            "{partition} ({rows} rows): {planned}"
+        );
+    }
+    assert!(!planned.contains("log_recent ("), "{planned}");
+
+    let done = delete_aged(db, &[]);
+    assert_eq!(done, AGED, "every aged row counted once");
+    assert_eq!(aged_left(db).await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+    for dropped in ["log_2019", "log_2020", "log_2021"] {
+        assert!(!exists(db, dropped).await, "{dropped} was not dropped");
+    }
+    for kept in ["log_recent", "log_other"] {
+        assert!(exists(db, kept).await, "{kept} was dropped");
+    }
+
+    // Again with --no-drop-partitions: every row one by one, no drop.
+    db.execute("DROP TABLE log").await;
+    create_log(db).await;
+    let done = delete_aged(db, &["--no-drop-partitions"]);
+    assert_eq!(done, AGED);
+    assert_eq!(aged_left(db).await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+    assert!(exists(db, "log_2019").await, "a partition was dropped");
+}
+
+/// Deletes the rows of `log` older than a cutoff but those noted `pinned`,
+/// dropping partitions where it may.
+struct DeleteUnpinned;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Unpinned {
+    before: DateTime<Utc>,
+}
+
+#[async_trait::async_trait]
+impl Operation for DeleteUnpinned {
+    type Arguments = Unpinned;
+
+    fn kind(&self) -> &'static str {
+        "delete-unpinned"
+    }
+
+    fn shape(&self, args: &Unpinned) -> Result<Shape, OperationError> {
+        Ok(Shape::loop_until_done_by("log", &["id", "at"])?
+            .scope(Filter::new().lt("at", args.before).ne("note", "pinned"))?
+            .drop_partitions())
+    }
+
+    fn sub_batch_statement(
+        &self,
+        _: &Unpinned,
+        rows: &sluice_operations::SubBatchRows<'_>,
+    ) -> Result<Option<sluice_target::Statement>, OperationError> {
+        Ok(Some(rows.delete_statement()))
+    }
+}
+
+/// A row of `log_2020` outside the scope (pinned) keeps that partition from
+/// being dropped: its other rows are deleted one by one and the pinned row
+/// stays; the partitions wholly in scope are dropped.
+async fn a_partition_holding_a_row_outside_the_scope_is_not_dropped(db: &TestDb) {
+    create_log(db).await;
+    db.execute("UPDATE log SET note = 'pinned' WHERE id = 500")
+        .await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM log_2020 WHERE id = 500")
+            .await,
+        1
+    );
+    let mut registry = Registry::new();
+    registry.register(DeleteUnpinned);
+    let options = EnqueueOptions {
+        sub_batch_size: 150,
+        ..EnqueueOptions::default()
+    };
+    let before = Utc::now() - chrono::Duration::days(30);
+    sluice_operations::enqueue(
+        &db.store,
+        &registry,
+        "delete-unpinned",
+        &json!({ "before": before }),
+        &options,
+    )
+    .await
+    .unwrap();
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(RuntimeConfig {
+            node: "partitions".into(),
+            reconcile_interval: Duration::from_millis(20),
+            ..RuntimeConfig::default()
+        })
+        .without_builtin_indicators()
+        .register(DeleteUnpinned)
+        .start()
+        .await
+        .unwrap();
+    let left = runtime.run_until_idle().await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    runtime.shutdown().await.unwrap();
+
+    assert!(
+        exists(db, "log_2020").await,
+        "a partition with a pinned row was dropped"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log_2020").await, 1);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM log WHERE note = 'pinned'")
+            .await,
+        1
+    );
+    assert!(!exists(db, "log_2019").await && !exists(db, "log_2021").await);
+    assert_eq!(aged_left(db).await, 1, "only the pinned aged row is left");
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG + 1);
+}
+
+/// A transaction reading `log_2019` holds it for the whole run: its drop
+/// cannot get its lock, gives way after a short wait, and the rows go one
+/// by one instead; the other old partitions are dropped, and the run ends
+/// while that transaction is still open. Point reads of `log` keep being
+/// answered throughout (their slowest time is printed, not asserted).
+async fn a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one(db: &TestDb) {
+    create_log(db).await;
+    let mut reader = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut reader).await.unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM log_2019")
+        .fetch_one(&mut reader)
+        .await
+        .unwrap();
+
+    let run = tokio::task::spawn_blocking({
+        let db_url = db.url.clone();
+        move || {
+            let enqueue = common::sluice_on(
+                &db_url,
+                &[
+                    "enqueue",
+                    "delete-aged-rows",
+                    "--table",
+                    "log",
+                    "--column",
+                    "at",
+                    "--key",
+                    "id,at",
+                    "--older-than",
+                    "30d",
+                    "--sub-batch-size",
+                    "150",
+                ],
+            );
+            assert!(enqueue.status.success(), "{enqueue:?}");
+            common::sluice_on(&db_url, &["run", "--until-idle"])
+        }
+    });
+    let mut foreground = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let (mut reads, mut slowest) = (0_u32, Duration::ZERO);
+    while !run.is_finished() {
+        let started = Instant::now();
+        let found: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM log WHERE id = 20001 AND at > now() - interval '2 hours'",
+        )
+        .fetch_one(&mut foreground)
+        .await
+        .unwrap();
+        assert_eq!(found, 1);
+        slowest = slowest.max(started.elapsed());
+        reads += 1;
+    }
+    let ran = run.await.unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    println!("{reads} point reads during the run, the slowest {slowest:?}");
+    assert!(reads > 0);
+
+    // Still inside the reader's transaction: the partition is there, empty.
+    assert!(
+        exists(db, "log_2019").await,
+        "dropped under a reader's lock"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log_2019").await, 0);
+    assert!(!exists(db, "log_2020").await && !exists(db, "log_2021").await);
+    assert_eq!(aged_left(db).await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+    sqlx::query("ROLLBACK").execute(&mut reader).await.unwrap();
+}
+
+/// A `DELETE` trigger on `log` writes each deleted row's id to an audit
+/// table: a drop would fire none, so no partition is dropped and the
+/// trigger sees every aged row.
+async fn a_delete_trigger_keeps_every_partition(db: &TestDb) {
+    create_log(db).await;
+    for sql in [
+        "CREATE TABLE audit (id BIGINT NOT NULL)",
+        "CREATE FUNCTION audit_delete() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN INSERT INTO audit VALUES (OLD.id); RETURN OLD; END $$",
+        "CREATE TRIGGER log_audit AFTER DELETE ON log FOR EACH ROW EXECUTE FUNCTION audit_delete()",
+    ] {
+        db.execute(sql).await;
+    }
+    let done = delete_aged(db, &[]);
+    assert_eq!(done, AGED);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM audit").await, AGED);
+    for kept in ["log_2019", "log_2020", "log_2021"] {
+        assert!(exists(db, kept).await, "{kept} was dropped");
+    }
+    assert_eq!(aged_left(db).await, 0);
+}
