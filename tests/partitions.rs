@@ -11,10 +11,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{TestDb, sluice};
+use common::{TestDb, sluice, spawn_worker};
 use serde_json::json;
 use sluice_operations::{EnqueueOptions, Filter, Operation, OperationError, Registry, Shape};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
+use sluice_store::OperationStatus;
 use sqlx::Connection;
 
 postgres_only!(
@@ -22,6 +23,7 @@ postgres_only!(
     a_partition_holding_a_row_outside_the_scope_is_not_dropped,
     a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one,
     a_delete_trigger_keeps_every_partition,
+    workers_killed_between_drops_and_deletes_count_every_aged_row_once,
 );
 
 /// Rows of `log` older than 30 days: 3,000 in the partitions of 2019–2021,
@@ -348,4 +350,84 @@ async fn a_delete_trigger_keeps_every_partition(db: &TestDb) {
         assert!(exists(db, kept).await, "{kept} was dropped");
     }
     assert_eq!(aged_left(db).await, 0);
+}
+
+/// Worker processes SIGKILLed after the first drop, after the last drop
+/// and midway through the rows deleted one by one (`log_recent` given
+/// 20,000 more aged rows): each new worker takes over from what the last
+/// one committed, and at the end the operation has counted every aged row
+/// once — a drop recorded twice, or not at all, would show — and exactly
+/// the aged rows are gone.
+async fn workers_killed_between_drops_and_deletes_count_every_aged_row_once(db: &TestDb) {
+    create_log(db).await;
+    db.execute(
+        "INSERT INTO log (id, at) SELECT 40000 + g, timestamptz '2023-01-01' + g * interval '1 minute' \
+         FROM generate_series(1, 20000) g",
+    )
+    .await;
+    let aged = AGED + 20_000;
+    let enqueued = sluice(
+        db,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "log",
+            "--column",
+            "at",
+            "--key",
+            "id,at",
+            "--older-than",
+            "30d",
+            "--sub-batch-size",
+            "100",
+            "--json",
+        ],
+    );
+    assert!(enqueued.status.success(), "{enqueued:?}");
+    let id = serde_json::from_slice::<serde_json::Value>(&enqueued.stdout).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let worker = || spawn_worker(db, &["--node", "partition-worker", "--lease-ttl", "1s"]);
+    let partitions_left = |names: &str| {
+        format!(
+            "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relname IN ({names}) \
+             AND relnamespace = current_schema()::regnamespace"
+        )
+    };
+    let moments = [
+        ("the first drop", partitions_left("'log_2019'")),
+        (
+            "the last drop",
+            partitions_left("'log_2019', 'log_2020', 'log_2021'"),
+        ),
+        (
+            "half the rows one by one",
+            "SELECT CASE WHEN COUNT(*) < 10000 THEN 0::bigint ELSE 1::bigint END FROM log_recent \
+             WHERE at < now() - interval '30 days'"
+                .to_owned(),
+        ),
+    ];
+    for (moment, left) in moments {
+        let mut child = worker();
+        common::until_within(moment, Duration::from_secs(120), || async {
+            db.scalar(&left).await == 0
+        })
+        .await;
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let _last = worker();
+    common::until_within(
+        "the operation finishes after the kills",
+        Duration::from_secs(300),
+        || async {
+            db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+        },
+    )
+    .await;
+    let state = db.store.operation(id).await.unwrap().state;
+    assert_eq!(state.rows_done, aged, "every aged row counted once");
+    assert_eq!(aged_left(db).await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
 }
