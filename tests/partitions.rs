@@ -71,9 +71,9 @@ async fn aged_left(db: &TestDb) -> i64 {
         .await
 }
 
-/// `sluice enqueue delete-aged-rows` on `log`, then `sluice run
-/// --until-idle`; both succeed. Returns the operation's rows done.
-fn delete_aged(db: &TestDb, more: &[&str]) -> i64 {
+/// `enqueue delete-aged-rows` of the rows of `log` older than 30 days,
+/// by `(id, at)`, with `more` options.
+fn enqueue_aged<'a>(more: &[&'a str]) -> Vec<&'a str> {
     let mut enqueue = vec![
         "enqueue",
         "delete-aged-rows",
@@ -85,10 +85,17 @@ fn delete_aged(db: &TestDb, more: &[&str]) -> i64 {
         "id,at",
         "--older-than",
         "30d",
-        "--sub-batch-size",
-        "150",
     ];
     enqueue.extend_from_slice(more);
+    enqueue
+}
+
+/// `sluice enqueue delete-aged-rows` on `log`, then `sluice run
+/// --until-idle`; both succeed. Returns the operation's rows done.
+fn delete_aged(db: &TestDb, more: &[&str]) -> i64 {
+    let mut options = vec!["--sub-batch-size", "150"];
+    options.extend_from_slice(more);
+    let enqueue = enqueue_aged(&options);
     for command in [enqueue, vec!["run", "--until-idle"]] {
         let done = sluice(db, &command);
         assert!(
@@ -113,22 +120,9 @@ fn delete_aged(db: &TestDb, more: &[&str]) -> i64 {
 /// none.
 async fn partitions_wholly_older_than_the_cutoff_drop_and_the_rest_go_row_by_row(db: &TestDb) {
     create_log(db).await;
-    let planned = sluice(
-        db,
-        &[
-            "plan",
-            "delete-aged-rows",
-            "--table",
-            "log",
-            "--column",
-            "at",
-            "--key",
-            "id,at",
-            "--older-than",
-            "30d",
-            "--no-probe",
-        ],
-    );
+    let mut plan = enqueue_aged(&["--no-probe"]);
+    plan[0] = "plan";
+    let planned = sluice(db, &plan);
     let planned = String::from_utf8_lossy(&planned.stdout);
     for partition in ["log_2019", "log_2020", "log_2021"] {
         let rows = db
@@ -274,23 +268,7 @@ async fn a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one(db: &
     let run = tokio::task::spawn_blocking({
         let db_url = db.url.clone();
         move || {
-            let enqueue = common::sluice_on(
-                &db_url,
-                &[
-                    "enqueue",
-                    "delete-aged-rows",
-                    "--table",
-                    "log",
-                    "--column",
-                    "at",
-                    "--key",
-                    "id,at",
-                    "--older-than",
-                    "30d",
-                    "--sub-batch-size",
-                    "150",
-                ],
-            );
+            let enqueue = common::sluice_on(&db_url, &enqueue_aged(&["--sub-batch-size", "150"]));
             assert!(enqueue.status.success(), "{enqueue:?}");
             common::sluice_on(&db_url, &["run", "--until-idle"])
         }
@@ -366,24 +344,7 @@ async fn workers_killed_between_drops_and_deletes_count_every_aged_row_once(db: 
     )
     .await;
     let aged = AGED + 20_000;
-    let enqueued = sluice(
-        db,
-        &[
-            "enqueue",
-            "delete-aged-rows",
-            "--table",
-            "log",
-            "--column",
-            "at",
-            "--key",
-            "id,at",
-            "--older-than",
-            "30d",
-            "--sub-batch-size",
-            "100",
-            "--json",
-        ],
-    );
+    let enqueued = sluice(db, &enqueue_aged(&["--sub-batch-size", "100", "--json"]));
     assert!(enqueued.status.success(), "{enqueued:?}");
     let id = serde_json::from_slice::<serde_json::Value>(&enqueued.stdout).unwrap()["id"]
         .as_i64()

@@ -208,7 +208,8 @@ pub fn seek_end(
 /// `seek` (MySQL's `LIMIT` form only), also between its two values, and
 /// its keys' if it has them. A key of several columns is compared as a row
 /// (`(a, b) IN (SELECT a, b …)`); on PostgreSQL its picked values come back
-/// as one array per column, zipped ([`composite_key_array`]).
+/// as one array per column, zipped, so each is reached through the key's
+/// index.
 pub fn loop_rows(
     shape: &Shape,
     key: &[Ident],
@@ -248,17 +249,7 @@ pub fn loop_rows(
         }
         (LoopPick::InSubquery, _) => (row_of(head.push(" WHERE "), key).push(" IN (SELECT "), ")"),
     };
-    let inner = head
-        .idents(key)
-        .push(" FROM ")
-        .ident(shape.table())
-        .push(" WHERE 1 = 1");
-    let picked = shape
-        .filter()
-        .and_to(inner)
-        .push(" LIMIT ")
-        .value(limit.into())
-        .push(close);
+    let picked = in_scope(shape, head.idents(key), limit).push(close);
     // The scope again on the rows reached by key: should the key not be
     // unique after all, a row sharing a picked key but outside the scope
     // is still not touched.
@@ -275,41 +266,49 @@ pub fn loop_rows(
 /// is a few thousand; an array of row values is not indexable at all). The
 /// guard ([`Statement::guard`]) stands where it is tested once.
 fn composite_key_array(shape: &Shape, key: &[Ident], limit: i64, head: Statement) -> Statement {
-    let mut statement = row_of(head.push(" WHERE "), key).push(" IN (SELECT ");
-    for (i, column) in key.iter().enumerate() {
-        if i > 0 {
-            statement = statement.push(", ");
-        }
-        statement = statement
-            .push("unnest(sluice_keys.")
-            .ident(column)
-            .push(")");
-    }
-    statement = statement.push(" FROM (SELECT ");
-    for (i, column) in key.iter().enumerate() {
-        if i > 0 {
-            statement = statement.push(", ");
-        }
-        statement = statement
-            .push("array_agg(")
+    let statement = row_of(head.push(" WHERE "), key).push(" IN (SELECT ");
+    let statement = listed(statement, key, |s, column| {
+        s.push("unnest(sluice_keys.").ident(column).push(")")
+    });
+    let statement = listed(statement.push(" FROM (SELECT "), key, |s, column| {
+        s.push("array_agg(")
             .ident(column)
             .push(") AS ")
-            .ident(column);
-    }
-    let inner = statement
-        .push(" FROM (SELECT ")
-        .idents(key)
+            .ident(column)
+    });
+    in_scope(shape, statement.push(" FROM (SELECT ").idents(key), limit)
+        .push(") AS sluice_picked) AS sluice_keys WHERE ")
+        .guard()
+        .push(")")
+}
+
+/// Appends ` FROM table WHERE 1 = 1 AND <scope> LIMIT n` to `head` (a
+/// `SELECT` of what a loop picks).
+fn in_scope(shape: &Shape, head: Statement, limit: i64) -> Statement {
+    let statement = head
         .push(" FROM ")
         .ident(shape.table())
         .push(" WHERE 1 = 1");
     shape
         .filter()
-        .and_to(inner)
+        .and_to(statement)
         .push(" LIMIT ")
         .value(limit.into())
-        .push(") AS sluice_picked) AS sluice_keys WHERE ")
-        .guard()
-        .push(")")
+}
+
+/// Appends `item` for each of `columns`, separated by commas.
+fn listed(
+    mut statement: Statement,
+    columns: &[Ident],
+    item: impl Fn(Statement, &Ident) -> Statement,
+) -> Statement {
+    for (i, column) in columns.iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(", ");
+        }
+        statement = item(statement, column);
+    }
+    statement
 }
 
 /// Appends `column` to `statement`, or `(a, b)` for several.
@@ -330,19 +329,11 @@ fn row_of(statement: Statement, columns: &[Ident]) -> Statement {
 /// `GLOB` and `julianday`, and a statement calling a function inside a
 /// transaction keeps the first image of every page it changes).
 pub fn rowid_pick(shape: &Shape, rowid: &'static str, limit: i64) -> Statement {
-    let inner = Statement::new("SELECT json_group_array(")
+    let head = Statement::new("SELECT json_group_array(")
         .push(rowid)
         .push(") FROM (SELECT ")
-        .push(rowid)
-        .push(" FROM ")
-        .ident(shape.table())
-        .push(" WHERE 1 = 1");
-    shape
-        .filter()
-        .and_to(inner)
-        .push(" LIMIT ")
-        .value(limit.into())
-        .push(")")
+        .push(rowid);
+    in_scope(shape, head, limit).push(")")
 }
 
 /// Appends ` WHERE rowid IN (SELECT value FROM json_each($n))` to `head`:

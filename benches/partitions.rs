@@ -1,0 +1,215 @@
+//! End-to-end harness: partition-aware `delete-aged-rows` against the
+//! row-by-row way, on PostgreSQL. A table of `SLUICE_BENCH_ROWS` rows
+//! (default 10,000,000) spread evenly over the last 450 days, partitioned
+//! by month with a default partition, primary key `(id, created_at)`, takes
+//! a steady foreground load from four connections (each a point read by id
+//! of a row that stays — it reaches every partition — then an insert of a
+//! young row, every 2 ms) while its rows older than 90 days (80 %) are
+//! deleted by Sluice with its defaults:
+//! - dropping the partitions wholly older than the cutoff, the straddling
+//!   month's aged rows deleted row by row;
+//! - row by row throughout (`--no-drop-partitions`).
+//!
+//! Each is timed from its enqueue to its end, with the WAL it and the load
+//! wrote (`pg_current_wal_lsn` before and after); the table is built afresh
+//! before each. Prints one markdown row per run: seconds, WAL, the
+//! foreground's p50 and p99, and the p99 over the idle p99.
+//!
+//! `cargo bench --bench partitions` (env: `SLUICE_BENCH_ROWS`,
+//! `SLUICE_TEST_POSTGRES_URL`).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_operations::DeleteAgedRows;
+use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
+use sluice_store::Store;
+use sluice_target::{SqlValue, Statement};
+
+use common::{alter_autovacuum, env, percentile, postgres_or_skip, set_autovacuum};
+
+const CLIENTS: u64 = 4;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rows: i64 = env("SLUICE_BENCH_ROWS", 10_000_000);
+    let url = common::postgres_url();
+    let Some(store) = postgres_or_skip(Store::connect(&url).await) else {
+        return;
+    };
+    let load = Store::connect(&url).await.unwrap();
+    let autovacuum = set_autovacuum(&store).await;
+    println!(
+        "rows {rows} over 450 days by month, 80 % older than 90 days; {CLIENTS} clients: a point \
+         read by id and an insert each, every 2 ms"
+    );
+    println!();
+    println!("| purge | s | rows/s | WAL MiB | fg p50 ms | fg p99 ms | p99 / idle |");
+    println!("|---|---|---|---|---|---|---|");
+    fill(&store, rows).await;
+    let idle = under_load(&load, rows, async {
+        tokio::time::sleep(Duration::from_secs(8)).await;
+    })
+    .await;
+    let idle_p99 = percentile(&idle, 0.99);
+    report("none", None, 0, &idle, idle_p99, 0);
+    for (name, drop_partitions) in [
+        ("Sluice, defaults: partitions dropped", true),
+        ("Sluice, defaults, --no-drop-partitions", false),
+    ] {
+        fill(&store, rows).await;
+        let aged = store
+            .target()
+            .fetch_int(&Statement::new(
+                "SELECT COUNT(*) FROM bench_parted WHERE created_at < now() - interval '90 days'",
+            ))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        let before = wal(&store).await;
+        let mut took = Duration::ZERO;
+        let latencies = under_load(&load, rows, async {
+            let started = Instant::now();
+            purge(&store, drop_partitions).await;
+            took = started.elapsed();
+        })
+        .await;
+        let written = wal(&store).await - before;
+        report(name, Some(took), written, &latencies, idle_p99, aged);
+    }
+    let _ = store
+        .target()
+        .execute(&Statement::new("DROP TABLE IF EXISTS bench_parted"))
+        .await;
+    if let Some(previous) = autovacuum {
+        alter_autovacuum(&store, &previous).await;
+    }
+}
+
+/// `delete-aged-rows --older-than 90d --key id,created_at` with every
+/// other option at its default, on a runtime as users run it.
+async fn purge(store: &Store, drop_partitions: bool) {
+    let builder = RuntimeBuilder::with_store(store.clone()).config(RuntimeConfig {
+        node: "partitions".into(),
+        ..RuntimeConfig::default()
+    });
+    let runtime = common::as_users_run(builder).start().await.unwrap();
+    let mut arguments = DeleteAgedRows::arguments(
+        store,
+        "bench_parted",
+        "created_at",
+        "id,created_at",
+        Duration::from_secs(90 * 86_400),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    arguments.drop_partitions &= drop_partitions;
+    let op = runtime
+        .enqueue(
+            &DeleteAgedRows,
+            &arguments,
+            &sluice_operations::EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    runtime
+        .wait(op.id, Duration::from_secs(7_200))
+        .await
+        .unwrap();
+    runtime.shutdown().await.unwrap();
+}
+
+/// The server's WAL position, in bytes.
+async fn wal(store: &Store) -> i64 {
+    let position = Statement::new("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint");
+    store.target().fetch_int(&position).await.unwrap().unwrap()
+}
+
+/// Runs `purge` while the clients each read a young row by id and insert
+/// a young one, every 2 ms; their latencies (microseconds), sorted.
+async fn under_load(load: &Store, rows: i64, purge: impl Future<Output = ()>) -> Vec<u64> {
+    let next_id = Arc::new(AtomicI64::new(rows + 1));
+    let young_from = rows * 4 / 5 + rows / 50;
+    let load = load.clone();
+    let query = move |seed: u64| {
+        let (load, next_id) = (load.clone(), Arc::clone(&next_id));
+        async move {
+            let id = young_from + (seed % (rows - young_from) as u64) as i64;
+            let read = Statement::new("SELECT payload FROM bench_parted WHERE id = ")
+                .value(SqlValue::Int(id));
+            load.target().fetch_cursor(&read, 1).await.unwrap();
+            let insert =
+                Statement::new("INSERT INTO bench_parted (id, created_at, payload) VALUES (")
+                    .value(SqlValue::Int(next_id.fetch_add(1, Ordering::SeqCst)))
+                    .push(", now(), 'foreground')");
+            load.target().execute(&insert).await.unwrap();
+        }
+    };
+    common::under_load(CLIENTS, query, purge).await
+}
+
+/// `bench_parted`, afresh: `rows` rows, row `g` written `(rows − g) / rows ×
+/// 450` days ago, a partition per month from the oldest row's to next
+/// month's and a default one, an index on `created_at`; vacuumed and
+/// analysed, then a checkpoint.
+async fn fill(store: &Store, rows: i64) {
+    let insert =
+        Statement::new("INSERT INTO bench_parted SELECT g, now() - interval '450 days' * (CAST(")
+            .value(SqlValue::Int(rows))
+            .push(" - g AS double precision) / CAST(")
+            .value(SqlValue::Int(rows))
+            .push(" AS double precision)), repeat('x', 64) FROM generate_series(1, ")
+            .value(SqlValue::Int(rows))
+            .push(") g");
+    let statements = [
+        Statement::new("DROP TABLE IF EXISTS bench_parted"),
+        Statement::new(
+            "CREATE TABLE bench_parted (id BIGINT NOT NULL, created_at TIMESTAMPTZ NOT NULL, \
+             payload TEXT NOT NULL, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)",
+        ),
+        Statement::new(
+            "DO $$ DECLARE m date := date_trunc('month', now() - interval '451 days')::date; \
+             BEGIN WHILE m < now() + interval '1 month' LOOP \
+             EXECUTE format('CREATE TABLE bench_parted_%s PARTITION OF bench_parted \
+             FOR VALUES FROM (%L) TO (%L)', to_char(m, 'YYYYMM'), m, m + interval '1 month'); \
+             m := m + interval '1 month'; END LOOP; END $$",
+        ),
+        Statement::new("CREATE TABLE bench_parted_default PARTITION OF bench_parted DEFAULT"),
+        insert,
+        Statement::new("CREATE INDEX bench_parted_created_at ON bench_parted (created_at)"),
+        Statement::new("VACUUM ANALYZE bench_parted"),
+        Statement::new("CHECKPOINT"),
+    ];
+    for statement in statements {
+        store.target().execute(&statement).await.unwrap();
+    }
+}
+
+fn report(
+    purge: &str,
+    took: Option<Duration>,
+    wal: i64,
+    latencies: &[u64],
+    idle_p99: u64,
+    aged: i64,
+) {
+    let (p50, p99) = (percentile(latencies, 0.50), percentile(latencies, 0.99));
+    let (seconds, pace, wal) = match took {
+        Some(took) => (
+            format!("{:.1}", took.as_secs_f64()),
+            format!("{:.0}", aged as f64 / took.as_secs_f64()),
+            format!("{:.0}", wal as f64 / (1 << 20) as f64),
+        ),
+        None => ("-".into(), "-".into(), "-".into()),
+    };
+    println!(
+        "| {purge} | {seconds} | {pace} | {wal} | {:.2} | {:.2} | {:.2} |",
+        p50 as f64 / 1e3,
+        p99 as f64 / 1e3,
+        p99 as f64 / idle_p99.max(1) as f64
+    );
+}
