@@ -24,6 +24,7 @@ postgres_only!(
     a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one,
     a_delete_trigger_keeps_every_partition,
     workers_killed_between_drops_and_deletes_count_every_aged_row_once,
+    pg_partmans_retention_decides_whether_partitions_drop,
 );
 
 /// Rows of `log` older than 30 days: 3,000 in the partitions of 2019–2021,
@@ -391,4 +392,114 @@ async fn workers_killed_between_drops_and_deletes_count_every_aged_row_once(db: 
     assert_eq!(state.rows_done, aged, "every aged row counted once");
     assert_eq!(aged_left(db).await, 0);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+}
+
+/// A table pg_partman manages: with no retention, or one that drops old
+/// partitions, Sluice drops the partitions wholly older than the cutoff
+/// and never the ones pg_partman made ahead of time; with a retention
+/// that keeps retired partitions as tables (`retention_keep_table`), it
+/// drops none and deletes their rows one by one, and `plan` says why.
+/// Skipped where the extension is not installed (`.ci/run` installs it).
+async fn pg_partmans_retention_decides_whether_partitions_drop(db: &TestDb) {
+    let available = db
+        .scalar("SELECT COUNT(*) FROM pg_available_extensions WHERE name = 'pg_partman'")
+        .await;
+    if available == 0 {
+        eprintln!("pg_partman is not installed: skipped");
+        return;
+    }
+    let schema = db.schema.clone().unwrap();
+    let partman = format!("{schema}_partman");
+    for sql in [
+        // One pg_partman a database: a run that failed half-way left its own.
+        "DROP EXTENSION IF EXISTS pg_partman CASCADE".to_owned(),
+        format!("CREATE SCHEMA {partman}"),
+        format!("CREATE EXTENSION pg_partman SCHEMA {partman}"),
+        "CREATE TABLE pm (id BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL, \
+         PRIMARY KEY (id, at)) PARTITION BY RANGE (at)"
+            .to_owned(),
+        format!(
+            "SELECT {partman}.create_parent('{schema}.pm', 'at', 'native', 'monthly', \
+             p_premake := 2, p_start_partition := to_char(now() - interval '5 months', 'YYYY-MM-01'))"
+        ),
+        "CREATE INDEX pm_at ON pm (at)".to_owned(),
+        "INSERT INTO pm SELECT g, now() - g * interval '1 hour' FROM generate_series(1, 3000) g"
+            .to_owned(),
+        format!(
+            "UPDATE {partman}.part_config SET retention = '1 month', retention_keep_table = true \
+             WHERE parent_table = '{schema}.pm'"
+        ),
+    ] {
+        db.execute(&sql).await;
+    }
+    let partitions = || async {
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM pg_catalog.pg_inherits WHERE inhparent = '{schema}.pm'::regclass"
+        ))
+        .await
+    };
+    let before = partitions().await;
+    let aged = |older_than: &'static str| {
+        vec![
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "pm",
+            "--column",
+            "at",
+            "--key",
+            "id,at",
+            "--older-than",
+            older_than,
+        ]
+    };
+    let mut plan = aged("40d");
+    plan[0] = "plan";
+    plan.push("--no-probe");
+    let planned = sluice(db, &plan);
+    let planned = String::from_utf8_lossy(&planned.stdout);
+    assert!(
+        planned.contains("none dropped: pg_partman manages it"),
+        "{planned}"
+    );
+    for command in [aged("40d"), vec!["run", "--until-idle"]] {
+        let done = sluice(db, &command);
+        assert!(done.status.success(), "{command:?}: {done:?}");
+    }
+    assert_eq!(
+        partitions().await,
+        before,
+        "a partition pg_partman keeps was dropped"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM pm WHERE at < now() - interval '40 days'")
+            .await,
+        0
+    );
+
+    // Retention that drops: Sluice's drops are pg_partman's own kind.
+    db.execute(&format!(
+        "UPDATE {partman}.part_config SET retention_keep_table = false WHERE parent_table = '{schema}.pm'"
+    ))
+    .await;
+    db.execute("INSERT INTO pm SELECT 10000 + g, now() - interval '100 days' - g * interval '1 hour' FROM generate_series(1, 1000) g")
+        .await;
+    for command in [aged("30d"), vec!["run", "--until-idle"]] {
+        let done = sluice(db, &command);
+        assert!(done.status.success(), "{command:?}: {done:?}");
+    }
+    assert!(partitions().await < before, "no partition was dropped");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM pm WHERE at < now() - interval '30 days'")
+            .await,
+        0
+    );
+    let premade = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid \
+             WHERE i.inhparent = '{schema}.pm'::regclass AND c.relname >= 'pm_p' || to_char(now(), 'YYYY_MM')"
+        ))
+        .await;
+    assert_eq!(premade, 3, "this month's and the two made ahead stay");
+    db.execute(&format!("DROP SCHEMA {partman} CASCADE")).await;
 }

@@ -141,6 +141,9 @@ pub(crate) async fn partition_drop_blocker(
         .bind(table.quoted())
         .fetch_one(pool)
         .await?;
+    if let Some(reason) = partman_keeps_tables(pool, table).await? {
+        return Ok(Some(reason));
+    }
     Ok(if let Some(names) = triggers {
         Some(format!(
             "DELETE triggers ({names}) fire for each deleted row, and a dropped partition fires none"
@@ -161,6 +164,47 @@ pub(crate) async fn partition_drop_blocker(
             )
         })
     })
+}
+
+/// When pg_partman manages `table` with a retention that keeps the
+/// partitions it retires as tables (`part_config.retention` set and
+/// `retention_keep_table` true), why Sluice must not drop them: the
+/// operator's configuration says old partitions are kept. Otherwise (no
+/// pg_partman, another table, no retention, or one that drops) `None`:
+/// a drop of a partition wholly older than the cutoff is what pg_partman's
+/// own retention does, and the partitions it makes ahead of time (its
+/// `premake`) and its default partition are never older than a cutoff.
+async fn partman_keeps_tables(
+    pool: &PgPool,
+    table: &Ident,
+) -> Result<Option<String>, DatabaseError> {
+    let schema: Option<String> = sqlx::query_scalar(
+        "SELECT n.nspname::text FROM pg_catalog.pg_extension e \
+         JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_partman'",
+    )
+    .fetch_optional(pool)
+    .await?;
+    let Some(schema) = schema.and_then(|s| Ident::parse(&s).ok()) else {
+        return Ok(None);
+    };
+    let query = format!(
+        "SELECT retention FROM {}.part_config \
+         WHERE retention IS NOT NULL AND retention_keep_table \
+         AND parent_table = (SELECT n.nspname || '.' || c.relname FROM pg_catalog.pg_class c \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1))",
+        schema.quoted()
+    );
+    let retention: Option<String> = sqlx::query_scalar(AssertSqlSafe(query))
+        .bind(table.quoted())
+        .fetch_optional(pool)
+        .await?;
+    Ok(retention.map(|retention| {
+        format!(
+            "pg_partman manages it and retires partitions older than {retention} by detaching \
+             them and keeping the tables (retention_keep_table), so Sluice does not drop them; \
+             set retention_keep_table = false in {schema}.part_config to let it"
+        )
+    }))
 }
 
 /// The statements dropping `partition` of `table` ([`PartitionDrop`]).
