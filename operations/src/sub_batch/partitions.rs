@@ -24,7 +24,7 @@ use super::*;
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
 
 /// What this process learnt of the partition drops of the operations it
-/// runs, by table and bound.
+/// runs, by table and scope.
 static DROPS: LazyLock<Mutex<HashMap<String, Drops>>> = LazyLock::new(Default::default);
 
 #[derive(Debug, Default)]
@@ -73,17 +73,17 @@ pub(super) async fn drop_a_partition(
     {
         return Ok(None);
     }
-    let Some(layout) = store.target().range_partitions(table).await? else {
-        return Ok(None);
-    };
-    let Some(bound) = shape.filter().below(&layout.column) else {
-        return Ok(None);
-    };
-    let key = format!("{table} {bound:?}");
+    // By table and scope: once no drop is left, no catalogue is read.
+    let key = format!("{table} {:?}", shape.filter());
     let (done, allowed) = remembered(&key, |d| (d.done, d.allowed));
     if done {
         return Ok(None);
     }
+    let layout = store.target().range_partitions(table).await?;
+    let Some(bound) = layout.and_then(|l| shape.filter().below(&l.column).cloned()) else {
+        remembered(&key, |d| d.done = true);
+        return Ok(None);
+    };
     if !allowed {
         if let Some(reason) = store.target().partition_drop_blocker(table).await? {
             tracing::warn!(
@@ -95,7 +95,7 @@ pub(super) async fn drop_a_partition(
         }
         remembered(&key, |d| d.allowed = true);
     }
-    let candidates = store.target().partitions_below(table, bound).await?;
+    let candidates = store.target().partitions_below(table, &bound).await?;
     let now = Instant::now();
     let next = remembered(&key, |d| {
         let open: Vec<&Ident> = candidates
