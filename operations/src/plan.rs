@@ -280,7 +280,7 @@ async fn partition_drops(
     };
     let blocked = store.target().partition_drop_blocker(table).await?;
     let mut dropped = Vec::new();
-    for partition in store.target().partitions_below(table, bound).await? {
+    for partition in store.target().partitions_below(&layout, bound).await? {
         let rows = |head: &'static str| Statement::new(head).ident(&partition);
         let all = ScopeRows {
             count: rows("SELECT COUNT(*) FROM "),

@@ -39,6 +39,8 @@ struct Drops {
     /// Partitions whose locks were not granted in time: when to try again,
     /// and the attempts so far.
     waiting: HashMap<String, (Instant, u32)>,
+    /// Every partition left is waiting: no catalogue is read before then.
+    quiet_until: Option<Instant>,
 }
 
 /// Why a drop did not happen.
@@ -73,14 +75,22 @@ pub(super) async fn drop_a_partition(
     {
         return Ok(None);
     }
-    // By table and scope: once no drop is left, no catalogue is read.
+    // By table and scope: once no drop is left, or while every one left
+    // waits, no catalogue is read.
     let key = format!("{table} {:?}", shape.filter());
-    let (done, allowed) = remembered(&key, |d| (d.done, d.allowed));
+    let now = Instant::now();
+    let (done, allowed) = remembered(&key, |d| {
+        let quiet = d.quiet_until.is_some_and(|until| now < until);
+        (d.done || quiet, d.allowed)
+    });
     if done {
         return Ok(None);
     }
-    let layout = store.target().range_partitions(table).await?;
-    let Some(bound) = layout.and_then(|l| shape.filter().below(&l.column).cloned()) else {
+    let Some(layout) = store.target().range_partitions(table).await? else {
+        remembered(&key, |d| d.done = true);
+        return Ok(None);
+    };
+    let Some(bound) = shape.filter().below(&layout.column) else {
         remembered(&key, |d| d.done = true);
         return Ok(None);
     };
@@ -95,8 +105,7 @@ pub(super) async fn drop_a_partition(
         }
         remembered(&key, |d| d.allowed = true);
     }
-    let candidates = store.target().partitions_below(table, &bound).await?;
-    let now = Instant::now();
+    let candidates = store.target().partitions_below(&layout, bound).await?;
     let next = remembered(&key, |d| {
         let open: Vec<&Ident> = candidates
             .iter()
@@ -105,13 +114,19 @@ pub(super) async fn drop_a_partition(
         if open.is_empty() {
             d.done = true;
         }
-        open.into_iter()
+        let next = open
+            .iter()
             .find(|p| {
                 d.waiting
                     .get(&p.to_string())
                     .is_none_or(|(at, _)| *at <= now)
             })
-            .cloned()
+            .map(|p| (*p).clone());
+        d.quiet_until = match next {
+            Some(_) => None,
+            None => d.waiting.values().map(|(at, _)| *at).min(),
+        };
+        next
     });
     let Some(partition) = next else {
         return Ok(None);

@@ -46,22 +46,19 @@ impl Target {
         self.catalogue().range_partitions(table).await
     }
 
-    /// The partitions of `table` ([`Target::range_partitions`]) whose whole
-    /// range lies below `bound` — their exclusive upper bound is at most
-    /// `bound`, compared by the database in the partition column's type, as
-    /// a statement's `column < bound` compares — oldest first. A partition
-    /// whose name is not a plain identifier is left out.
+    /// The partitions of a table ([`Target::range_partitions`]'s `layout`
+    /// of it) whose whole range lies below `bound` — their exclusive upper
+    /// bound is at most `bound`, compared by the database in the partition
+    /// column's type, as a statement's `column < bound` compares — oldest
+    /// first. A partition whose name is not a plain identifier is left out.
     ///
     /// Errors: the database's.
     pub async fn partitions_below(
         &self,
-        table: &Ident,
+        layout: &RangePartitions,
         bound: &SqlValue,
     ) -> Result<Vec<Ident>, DatabaseError> {
-        let Some(layout) = self.range_partitions(table).await? else {
-            return Ok(Vec::new());
-        };
-        self.catalogue().partitions_below(&layout, bound).await
+        self.catalogue().partitions_below(layout, bound).await
     }
 
     /// Why the partitions of `table` must not be dropped in place of
