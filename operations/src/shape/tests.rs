@@ -1,6 +1,6 @@
 use super::*;
 use chrono::{DateTime, Utc};
-use sluice_target::dialect;
+use sluice_target::{SqlValue, Statement, dialect};
 
 #[test]
 fn filters_bind_values_and_quote_columns() {
