@@ -51,6 +51,10 @@ pub enum EnqueueCommand {
         /// The condition, e.g. "status = 'stale'" (your own SQL; every row when omitted).
         #[arg(long = "where")]
         condition: Option<String>,
+        /// Keep each changed row's values before and after the change in an
+        /// undo table beside the table, so `sluice revert <id>` can put them back.
+        #[arg(long)]
+        undo: bool,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -188,6 +192,7 @@ impl From<EnqueueCommand> for Recipe {
                 table,
                 set,
                 condition,
+                undo,
                 common,
             } => {
                 let arguments = UpdateInBatchesArguments {
@@ -195,6 +200,9 @@ impl From<EnqueueCommand> for Recipe {
                     key: common.key.clone(),
                     set,
                     condition,
+                    undo,
+                    undo_table: None,
+                    undo_columns: Vec::new(),
                 };
                 (
                     "update-in-batches",

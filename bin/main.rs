@@ -123,6 +123,10 @@ enum Command {
     Cancel(control::ControlArgs),
     /// Retry failed operations from their persisted cursor and failed batches.
     Retry(control::ControlArgs),
+    /// Put back what an operation run with --undo changed: enqueues a revert
+    /// operation, which `sluice run` runs in batches, paced, exactly once.
+    /// Rows changed again since are left alone and listed by `sluice show`.
+    Revert(RevertArgs),
     /// Limit the rows a second of one operation, a kind or everything, all
     /// workers together (a token bucket in the database), or the foreground
     /// latency it may cost (--latency-budget).
@@ -135,6 +139,25 @@ enum Command {
     Completions(reference::CompletionsArgs),
     /// Print a manual page, of sluice or a subcommand, as roff: `sluice man enqueue | man -l -`.
     Man(reference::ManArgs),
+}
+
+#[derive(Debug, Args)]
+struct RevertArgs {
+    /// The operation to revert (finished or cancelled, run with --undo).
+    id: i64,
+    /// Put back rows changed again since the operation too, overwriting
+    /// those changes.
+    #[arg(long)]
+    force: bool,
+    /// Rows per batch (by default the reverted operation's).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=10_000_000))]
+    batch_size: Option<i64>,
+    /// Rows per sub-batch (by default the reverted operation's).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
+    sub_batch_size: Option<i64>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -297,6 +320,12 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     .await?
                     .into_iter()
                     .find(|c| c.table_name == record.state.table),
+                undo: sluice_operations::builtin::undo_summary(
+                    store,
+                    &record.state.kind,
+                    &record.state.arguments,
+                )
+                .await?,
             };
             render::show(&record, &pace, held, json)
         }
@@ -308,6 +337,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Resume(args) => control::apply(store, control::Action::Resume, &args).await,
         Command::Cancel(args) => control::apply(store, control::Action::Cancel, &args).await,
         Command::Retry(args) => control::apply(store, control::Action::Retry, &args).await,
+        Command::Revert(args) => revert(store, &args).await,
         Command::Limit(args) => control::limit(store, &args).await,
         Command::Serve(args) => serve::run(store, args).await,
         Command::Completions(_) | Command::Man(_) => unreachable!("answered before connecting"),
@@ -316,6 +346,36 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             render::pruned(deleted, args.older_than, args.json)
         }
     }
+}
+
+/// `sluice revert`: enqueues the revert, sized as the operation reverted
+/// was unless told otherwise, and prints its id.
+async fn revert(store: &Store, args: &RevertArgs) -> Result<(), Failure> {
+    let registry = sluice_operations::Registry::with_builtins();
+    let mut options = sluice_operations::EnqueueOptions::default();
+    if let Ok(original) = store.operation(args.id).await {
+        options.batch_size = original.state.batch_size;
+        options.sub_batch_size = original.state.sub_batch_size;
+        options.pause = std::time::Duration::from_millis(original.state.pause_ms.max(0) as u64);
+    }
+    options.batch_size = args.batch_size.unwrap_or(options.batch_size);
+    options.sub_batch_size = args.sub_batch_size.unwrap_or(options.sub_batch_size);
+    let enqueued =
+        sluice_operations::builtin::revert(store, &registry, args.id, args.force, &options).await?;
+    let record = store.operation(enqueued.id).await?;
+    if args.json {
+        let value = serde_json::json!({
+            "id": enqueued.id,
+            "created": enqueued.created,
+            "reverts": args.id,
+            "status": record.state.status.as_str(),
+            "estimated_rows": record.state.estimated_rows,
+        });
+        println!("{value}");
+        return Ok(());
+    }
+    render::enqueued(&record, enqueued.created, &[]);
+    Ok(())
 }
 
 /// A command-line usage error as one line on stderr, exit code 2.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
-use sluice_operations::{Plan, RowCount};
+use sluice_operations::{Plan, RowCount, builtin::UndoSummary};
 use sluice_store::{
     CanaryReading, Event, Health, LatencyBudget, OperationRecord, RateLimit, RecentPace,
     RecordedEvent, binding_limit,
@@ -135,6 +135,8 @@ pub struct Held {
     pub latency_budget: (LatencyBudget, Option<String>),
     /// Its table's latest canary reading, if one is fresh.
     pub canary: Option<CanaryReading>,
+    /// What its undo table holds (`--undo`, and a revert's), if it has one.
+    pub undo: Option<UndoSummary>,
 }
 
 /// What holds a running operation's pace now: a health stop, the health
@@ -230,6 +232,7 @@ pub fn show(
         });
         value["latency"] =
             json!(running_canary(record, held.canary.as_ref()).map(CanaryReading::to_json));
+        value["undo"] = json!(held.undo);
         return print_json(&value);
     }
     let Held {
@@ -239,6 +242,7 @@ pub fn show(
         binding_limit,
         latency_budget,
         canary,
+        undo,
     } = held;
     let binding = Binding::of(record, binding_limit);
     let s = &record.state;
@@ -357,6 +361,9 @@ pub fn show(
         ("ended", s.finished_at.map_or("-".into(), time)),
         ("events", s.last_seq.to_string()),
     ];
+    if let Some(undo) = &undo {
+        lines.push(("undo", undo_text(record, undo)));
+    }
     if let Some(tenant) = &s.tenant_id {
         lines.push(("tenant", tenant.clone()));
     }
@@ -651,8 +658,31 @@ fn detail(event: &Event) -> String {
             at,
             new_ordinal,
         } => format!("batch {ordinal} now ends at {at}; batch {new_ordinal} takes the rest"),
+        Event::Reverted { by } => format!("operation {by} reverts it"),
         Event::Resumed | Event::Finished | Event::Retried => String::new(),
     }
+}
+
+/// `12,000 rows kept in items_undo_x`, and for a revert (or an operation
+/// reverted) how many rows went back and which were left alone.
+fn undo_text(record: &OperationRecord, undo: &UndoSummary) -> String {
+    let mut text = format!("{} rows kept in {}", undo.rows, undo.table);
+    if record.state.kind == "revert" || undo.reverted + undo.conflicts > 0 {
+        text.push_str(&format!("; {} put back", undo.reverted));
+    }
+    if undo.conflicts > 0 {
+        text.push_str(&format!(
+            ", {} left alone as changed since (first: {}{})",
+            undo.conflicts,
+            undo.first_conflicts.join("; "),
+            if undo.conflicts > undo.first_conflicts.len() as i64 {
+                "; …"
+            } else {
+                ""
+            }
+        ));
+    }
+    text
 }
 
 fn health(health: Health) -> String {

@@ -22,15 +22,17 @@ use sluice_target::{CursorValue, Ident, SqlValue, Statement};
 use crate::error::OperationError;
 use crate::operation::Operation;
 use crate::shape::{Filter, Shape};
-use crate::sub_batch::SubBatchRows;
+use crate::sub_batch::{SubBatch, SubBatchRows};
 
 mod archive;
 mod text_times;
+mod undo;
 mod zoneless;
 
 pub use archive::{ArchiveRows, ArchiveRowsArguments, enqueue_kind};
 pub use text_times::{EPOCH_SECONDS_CEILING, EPOCH_SECONDS_FLOOR};
 use text_times::{iso_like, names_a_day, refuse_mixed_formats, refuse_other_units};
+pub use undo::{Revert, RevertArguments, UndoSummary, revert, undo_summary};
 
 /// `delete-aged-rows`: deletes the rows of `table` whose `column` is older
 /// than the cutoff fixed when the operation was enqueued.
@@ -113,6 +115,19 @@ pub struct UpdateInBatchesArguments {
     /// The operator's condition (`None`: every row).
     #[serde(rename = "where")]
     pub condition: Option<String>,
+    /// Keep each changed row's values before and after the change in an
+    /// undo table, in the sub-batch's transaction, so that [`revert`] can
+    /// put them back. Enqueue it with [`UpdateInBatches::enqueue`] (or
+    /// [`enqueue_kind`]), which creates the table.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undo: bool,
+    /// The undo table, named and created at enqueue (never given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_table: Option<String>,
+    /// The columns the undo table keeps (those `set` writes, as the table
+    /// spells them), filled at enqueue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undo_columns: Vec<String>,
 }
 
 impl Cutoff {
@@ -360,18 +375,64 @@ impl Operation for UpdateInBatches {
         let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
         let shape = Shape::keyset(&arguments.table, &columns)?;
         shape.checked_set(&arguments.set)?;
+        if let Some(undo_table) = &arguments.undo_table {
+            undo::undo_of(
+                &arguments.table,
+                &arguments.key,
+                undo_table,
+                &arguments.undo_columns,
+            )?;
+        }
+        if arguments.undo != arguments.undo_table.is_some() {
+            return Err(OperationError::Arguments(
+                "update-in-batches --undo needs the undo table its enqueue creates \
+                 (UpdateInBatches::enqueue)"
+                    .into(),
+            ));
+        }
         match &arguments.condition {
             Some(condition) => shape.scope(Filter::new().expression(condition)),
             None => Ok(shape),
         }
     }
 
+    /// The `UPDATE` alone; with `--undo`, `None`: [`Operation::run`] keeps
+    /// the images too.
     fn sub_batch_statement(
         &self,
         arguments: &Self::Arguments,
         rows: &SubBatchRows<'_>,
     ) -> Result<Option<Statement>, OperationError> {
+        if arguments.undo {
+            return Ok(None);
+        }
         rows.update_expression_statement(&arguments.set).map(Some)
+    }
+
+    async fn run(
+        &self,
+        arguments: &Self::Arguments,
+        sub_batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        if arguments.undo {
+            return undo::keep_and_update(arguments, sub_batch).await;
+        }
+        sub_batch.update_expression(&arguments.set).await
+    }
+
+    fn other_tables_written(&self, arguments: &Self::Arguments) -> Vec<String> {
+        arguments.undo_table.iter().cloned().collect()
+    }
+
+    /// The request as asked: the undo table's name, chosen at each
+    /// enqueue, is not part of it.
+    fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
+        let asked = UpdateInBatchesArguments {
+            undo_table: None,
+            undo_columns: Vec::new(),
+            ..arguments.clone()
+        };
+        serde_json::to_value(asked).unwrap_or_default()
     }
 
     fn columns_written(&self, arguments: &Self::Arguments) -> Vec<String> {
@@ -401,6 +462,14 @@ pub fn key_columns(key: &str) -> Result<Vec<String>, OperationError> {
         }
     }
     Ok(columns)
+}
+
+/// The key's columns (`--key a,b`) as identifiers.
+pub(crate) fn key_idents(key: &str) -> Result<Vec<Ident>, OperationError> {
+    key_columns(key)?
+        .iter()
+        .map(|column| Ident::parse(column).map_err(OperationError::from))
+        .collect()
 }
 
 /// Refuses to delete from `table` when a foreign key of `table` to itself

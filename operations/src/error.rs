@@ -46,6 +46,9 @@ pub enum OperationError {
     /// The operation's own code reported a failure.
     #[error("{0}")]
     Failed(String),
+    /// An operation cannot be reverted as asked (nothing was enqueued).
+    #[error("cannot revert: {0}")]
+    NotRevertible(String),
     /// One operation of a bulk enqueue was refused (nothing was written).
     #[error("operation {index} of the bulk enqueue: {source}")]
     InBulk {
@@ -86,7 +89,8 @@ impl OperationError {
             | OperationError::Arguments(_)
             | OperationError::Expression(_)
             | OperationError::Spec(_)
-            | OperationError::InvalidSql(_) => true,
+            | OperationError::InvalidSql(_)
+            | OperationError::NotRevertible(_) => true,
             OperationError::Target(e) => e.is_bad_input(),
             OperationError::Store(e) => e.is_bad_input(),
             OperationError::InBulk { source, .. } => source.is_bad_input(),

@@ -201,12 +201,14 @@ impl Registry {
     }
 
     /// A registry with the built-in kinds (`delete-aged-rows`,
-    /// `update-in-batches`, `archive-rows`).
+    /// `update-in-batches`, `archive-rows`, and `revert`, which
+    /// [`crate::builtin::revert`] enqueues).
     pub fn with_builtins() -> Self {
         let mut registry = Registry::new();
         registry.register(crate::builtin::DeleteAgedRows);
         registry.register(crate::builtin::UpdateInBatches);
         registry.register(crate::builtin::ArchiveRows);
+        registry.register(crate::builtin::Revert);
         registry
     }
 

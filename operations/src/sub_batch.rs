@@ -163,6 +163,11 @@ impl<'a> SubBatchRows<'a> {
         }
     }
 
+    /// The operation's shape (its table, batching and scope).
+    pub fn shape(&self) -> &Shape {
+        self.shape
+    }
+
     /// `DELETE` of this sub-batch's rows.
     pub fn delete_statement(&self) -> Statement {
         self.rows_where(Statement::new("DELETE FROM ").ident(self.shape.table()))

@@ -121,6 +121,14 @@ pub enum Event {
         /// The batch holding the second half, `(at, old end]`.
         new_ordinal: i64,
     },
+    /// A revert of this ended operation was enqueued: operation `by` puts
+    /// back what it changed. The operation stays as it ended. (Added after
+    /// `BatchSplit` as the last variant, so earlier payloads decode
+    /// unchanged.)
+    Reverted {
+        /// The revert operation.
+        by: i64,
+    },
 }
 
 /// An event as stored: its place in the log and when it was recorded.
@@ -173,6 +181,7 @@ impl Event {
             Event::Cancelled { .. } => "cancelled",
             Event::Retried => "retried",
             Event::BatchSplit { .. } => "batch_split",
+            Event::Reverted { .. } => "reverted",
         }
     }
 }

@@ -243,6 +243,7 @@ impl Event {
             Event::Resumed => &[Paused],
             Event::Cancelled { .. } => &[Pending, Running, Paused, Failed],
             Event::Retried => &[Failed],
+            Event::Reverted { .. } => &[Finished, Cancelled],
         }
     }
 }
@@ -424,6 +425,8 @@ fn transition(
             next.finished_at = None;
             Ok(vec![Effect::RequeueFailedBatches])
         }
+        // A note in the log: the operation has ended and stays as it is.
+        Event::Reverted { .. } => Ok(Vec::new()),
     }
 }
 

@@ -27,6 +27,7 @@ mod session_defaults;
 pub mod sql;
 mod statistics;
 pub mod target_table;
+pub mod undo;
 
 pub use connection::{Backend, ConnectOptions, KeptPlace, Target, redact_url};
 pub use cursor::{Cursor, CursorValue};
@@ -44,3 +45,4 @@ pub use target_table::{
     ColumnDefinition, DeleteAction, Index, NonTransactional, RangePartition, RangePartitions,
     TableKeys, Trigger,
 };
+pub use undo::{UndoTable, UndoTableError};

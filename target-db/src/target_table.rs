@@ -106,6 +106,26 @@ impl Target {
         })
     }
 
+    /// Runs a read statement outside any transaction and returns each
+    /// row's first `width` columns as a cursor (integers, else text); a row
+    /// with a NULL among them is left out.
+    pub async fn fetch_cursors(
+        &self,
+        statement: &Statement,
+        width: usize,
+    ) -> Result<Vec<Cursor>, DatabaseError> {
+        on_pool!(self, |pool| {
+            let rows = bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                .fetch_all(pool)
+                .await?;
+            let mut cursors = Vec::with_capacity(rows.len());
+            for row in &rows {
+                cursors.extend(row_cursor(row, width)?);
+            }
+            Ok(cursors)
+        })
+    }
+
     /// How many rows the planner expects `statement` (a `SELECT`) to return,
     /// from the table's statistics, without running it: PostgreSQL's
     /// `EXPLAIN (FORMAT JSON)` estimate for the plan's top node. `None` on

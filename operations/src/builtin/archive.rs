@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sluice_store::Store;
 use sluice_target::{Ident, Statement};
 
-use super::{Cutoff, DeleteAgedRows};
+use super::{Cutoff, DeleteAgedRows, key_idents};
 use crate::batching::range_predicate;
 use crate::error::OperationError;
 use crate::operation::Operation;
@@ -279,7 +279,8 @@ impl Operation for ArchiveRows {
 
 /// Enqueues `kind` as [`crate::enqueue()`] does, after what a built-in
 /// kind needs first: `archive-rows` gets its archive table
-/// ([`ArchiveRows::enqueue`]). The command line and schedules enqueue
+/// ([`ArchiveRows::enqueue`]), `update-in-batches --undo` its undo table
+/// ([`super::UpdateInBatches::enqueue`]). The command line and schedules enqueue
 /// through it.
 pub async fn enqueue_kind(
     store: &Store,
@@ -290,6 +291,8 @@ pub async fn enqueue_kind(
 ) -> Result<sluice_store::Enqueued, OperationError> {
     if kind == ArchiveRows.kind() {
         ArchiveRows::enqueue(store, registry, arguments, options).await
+    } else if kind == super::UpdateInBatches.kind() {
+        super::UpdateInBatches::enqueue(store, registry, arguments, options).await
     } else {
         crate::enqueue::enqueue(store, registry, kind, arguments, options).await
     }
@@ -366,14 +369,6 @@ async fn refuse_delete_actions(store: &Store, table: &Ident) -> Result<(), Opera
          the foreign key NO ACTION while archiving",
         listed.join(", ")
     )))
-}
-
-/// The key's columns (`--key a,b`) as identifiers.
-fn key_idents(key: &str) -> Result<Vec<Ident>, OperationError> {
-    super::key_columns(key)?
-        .iter()
-        .map(|column| Ident::parse(column).map_err(OperationError::from))
-        .collect()
 }
 
 #[cfg(test)]

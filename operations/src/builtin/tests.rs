@@ -27,6 +27,9 @@ fn update_in_batches_refuses_smuggled_statements() {
         key: "id".into(),
         set: "a = 1; DROP TABLE t".into(),
         condition: None,
+        undo: false,
+        undo_table: None,
+        undo_columns: Vec::new(),
     };
     assert!(matches!(
         UpdateInBatches.shape(&args),
@@ -46,6 +49,9 @@ fn update_in_batches_refuses_a_set_that_writes_its_key() {
             key: "id".into(),
             set: set.into(),
             condition: None,
+            undo: false,
+            undo_table: None,
+            undo_columns: Vec::new(),
         };
         let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
         assert!(err.contains("walk by (`id`)"), "{set}: {err}");
@@ -57,6 +63,9 @@ fn update_in_batches_refuses_a_set_that_writes_its_key() {
             key: "id".into(),
             set: format!("hits = 1, {alias} = {alias} + 1000"),
             condition: None,
+            undo: false,
+            undo_table: None,
+            undo_columns: Vec::new(),
         };
         let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
         assert!(
@@ -86,8 +95,42 @@ fn update_in_batches_walks_a_key_of_several_columns_in_order() {
         key: "site,seq".into(),
         set: "n = n + 1".into(),
         condition: None,
+        undo: false,
+        undo_table: None,
+        undo_columns: Vec::new(),
     };
     let shape = UpdateInBatches.shape(&args).unwrap();
     let names: Vec<&str> = shape.batching_columns().iter().map(Ident::name).collect();
     assert_eq!(names, ["site", "seq"]);
+}
+
+#[test]
+fn an_undo_table_is_not_part_of_what_makes_two_updates_the_same() {
+    let asked = |undo_table: Option<&str>| UpdateInBatchesArguments {
+        table: "t".into(),
+        key: "id".into(),
+        set: "n = n + 1".into(),
+        condition: None,
+        undo: true,
+        undo_table: undo_table.map(Into::into),
+        undo_columns: vec!["n".into()],
+    };
+    assert_eq!(
+        UpdateInBatches.identity(&asked(Some("t_undo_a"))),
+        UpdateInBatches.identity(&asked(Some("t_undo_b")))
+    );
+    assert!(UpdateInBatches.shape(&asked(Some("t_undo_a"))).is_ok());
+    let error = UpdateInBatches.shape(&asked(None)).unwrap_err().to_string();
+    assert!(error.contains("needs the undo table"), "{error}");
+    let plain = UpdateInBatchesArguments {
+        undo: false,
+        undo_table: None,
+        undo_columns: Vec::new(),
+        ..asked(None)
+    };
+    assert_ne!(
+        UpdateInBatches.identity(&plain),
+        UpdateInBatches.identity(&asked(Some("t_undo_a"))),
+        "with and without --undo are two requests"
+    );
 }

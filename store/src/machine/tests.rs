@@ -18,7 +18,7 @@ struct Step {
 }
 
 fn step() -> impl Strategy<Value = Step> {
-    (0u8..25, prop::bool::weighted(0.8), -3i64..50).prop_map(|(pick, plausible, n)| Step {
+    (0u8..26, prop::bool::weighted(0.8), -3i64..50).prop_map(|(pick, plausible, n)| Step {
         pick,
         plausible,
         n,
@@ -57,6 +57,7 @@ fn build(step: &Step, state: &Projection) -> Event {
         19..=21 => 10,
         22 => 11,
         23 => 13,
+        24 => 14,
         _ => 12,
     };
     match category {
@@ -146,6 +147,7 @@ fn build(step: &Step, state: &Projection) -> Event {
                 new_ordinal: next_ordinal,
             }
         }
+        14 => Event::Reverted { by: n },
         _ => {
             if step.plausible {
                 Event::Retried
@@ -189,6 +191,7 @@ fn table_allows(from: OperationStatus, kind: &str) -> bool {
         "failed" => matches!(from, Pending | Running),
         "cancelled" => matches!(from, Pending | Running | Paused | Failed),
         "retried" => from == Failed,
+        "reverted" => matches!(from, Finished | Cancelled),
         _ => false,
     }
 }

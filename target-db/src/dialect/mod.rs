@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
 use crate::sql::{Ident, IdentError, Statement};
+use crate::undo::{KeyRange, UndoTable, qualified};
 
 mod backend;
 pub(crate) mod catalogue;
@@ -204,6 +205,76 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The statements creating `undo`'s table, empty: its key columns and
+    /// two images of each kept column, of the live table's types, and a
+    /// state column; the key its primary key. `declared` are the live
+    /// table's declared types of the key's columns, then of the kept
+    /// columns (read where the table is declared column by column); `None`
+    /// when one of them cannot be written into a statement.
+    fn create_undo_table(&self, undo: &UndoTable, declared: &[String]) -> Option<Vec<Statement>>;
+
+    /// The statements a sub-batch runs to keep its rows' images in `undo`
+    /// and apply the operator's `set` to them ([`UndoTable::keep_and_update`]);
+    /// the first one's count is the rows changed. By default three
+    /// ([`UndoTable::keep_in_three`]), the rows locked as they are read
+    /// where [`Dialect::locks_rows_read`] says so.
+    fn keep_and_update(
+        &self,
+        undo: &UndoTable,
+        set: &Assignments,
+        rows: &dyn Fn(Statement) -> Statement,
+        range: KeyRange<'_>,
+    ) -> Vec<Statement> {
+        let lock = self.locks_rows_read();
+        undo.keep_in_three(self.as_dialect(), set, rows, range, lock)
+    }
+
+    /// True where a read inside a transaction must say `FOR UPDATE` to
+    /// read the value a later change in it replaces (not so on a database
+    /// with one writer at a time).
+    fn locks_rows_read(&self) -> bool {
+        false
+    }
+
+    /// `UPDATE target AS alias … SET column = source_alias.x, … WHERE
+    /// <target's key = source's key>`, ending inside its `WHERE` (the
+    /// caller appends `AND …`): `target` changed from the rows of `source`
+    /// with the same `key` (`set`: each target column, unqualified, and
+    /// the qualified source column it takes). By default `UPDATE … FROM`.
+    fn update_join(
+        &self,
+        target: (&Ident, &str),
+        source: (&Ident, &str),
+        key: &[Ident],
+        set: &[(Ident, Ident)],
+    ) -> Statement {
+        let mut statement = Statement::new("UPDATE ")
+            .ident(target.0)
+            .push(" AS ")
+            .ident(&alias(target.1))
+            .push(" SET ");
+        for (i, (column, value)) in set.iter().enumerate() {
+            if i > 0 {
+                statement = statement.push(", ");
+            }
+            statement = statement.ident(column).push(" = ").ident(value);
+        }
+        statement = statement
+            .push(" FROM ")
+            .ident(source.0)
+            .push(" AS ")
+            .ident(&alias(source.1))
+            .push(" WHERE ");
+        join_key(statement, target.1, source.1, key)
+    }
+
+    /// Appends a condition true when `a` and `b` hold the same value, two
+    /// `NULL`s alike, whatever the columns' type.
+    fn same_value(&self, statement: Statement, a: &Ident, b: &Ident) -> Statement;
+
+    /// This dialect as a trait object (for default methods that pass it on).
+    fn as_dialect(&self) -> &dyn Dialect;
+
     /// A statement reading the names of `table`'s columns, comma-separated
     /// in one text value, as the catalogue lists them now.
     fn column_list(&self, table: &Ident) -> Statement;
@@ -228,6 +299,25 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// every row of `table`, if any: a missing index, not the optimizer's
     /// choice beside a usable one.
     fn full_scan_line(&self, plan: &[String], table: &str) -> Option<String>;
+}
+
+/// Appends `a.k = b.k AND …` over `key`'s columns.
+pub(crate) fn join_key(mut statement: Statement, a: &str, b: &str, key: &[Ident]) -> Statement {
+    for (i, column) in key.iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(" AND ");
+        }
+        statement = statement
+            .ident(&qualified(a, column))
+            .push(" = ")
+            .ident(&qualified(b, column));
+    }
+    statement
+}
+
+/// A table alias this crate writes itself.
+pub(crate) fn alias(name: &str) -> Ident {
+    Ident::parse(name).expect("aliases are plain identifiers")
 }
 
 /// The index a plan reads, as `dialect` names it: the first plan line that

@@ -7,9 +7,10 @@ pub(crate) mod catalogue;
 pub(crate) mod health;
 pub mod sessions;
 
-use super::{Dialect, LoopPick, word_after};
+use super::{Dialect, LoopPick, alias, join_key, word_after};
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
 use crate::sql::{Ident, Statement};
+use crate::undo::{UndoTable, qualified};
 
 /// MySQL's and MariaDB's dialect.
 #[derive(Debug, Clone, Copy, Default)]
@@ -66,6 +67,55 @@ impl Dialect for MySql {
                 .ident(table)
                 .push(" WHERE 1 = 0"),
         )
+    }
+
+    fn create_undo_table(&self, undo: &UndoTable, _declared: &[String]) -> Option<Vec<Statement>> {
+        Some(undo.copied_columns(" ENGINE = InnoDB"))
+    }
+
+    /// InnoDB reads a committed snapshot unless told to lock.
+    fn locks_rows_read(&self) -> bool {
+        true
+    }
+
+    /// `UPDATE target AS a JOIN source AS b ON <keys equal> SET a.c = b.x …
+    /// WHERE 1 = 1`: MySQL has no `UPDATE … FROM`.
+    fn update_join(
+        &self,
+        target: (&Ident, &str),
+        source: (&Ident, &str),
+        key: &[Ident],
+        set: &[(Ident, Ident)],
+    ) -> Statement {
+        let statement = Statement::new("UPDATE ")
+            .ident(target.0)
+            .push(" AS ")
+            .ident(&alias(target.1))
+            .push(" JOIN ")
+            .ident(source.0)
+            .push(" AS ")
+            .ident(&alias(source.1))
+            .push(" ON ");
+        let mut statement = join_key(statement, target.1, source.1, key).push(" SET ");
+        for (i, (column, value)) in set.iter().enumerate() {
+            if i > 0 {
+                statement = statement.push(", ");
+            }
+            statement = statement
+                .ident(&qualified(target.1, column))
+                .push(" = ")
+                .ident(value);
+        }
+        statement.push(" WHERE 1 = 1")
+    }
+
+    /// `a <=> b`, MySQL's equality with `NULL`s alike.
+    fn same_value(&self, statement: Statement, a: &Ident, b: &Ident) -> Statement {
+        statement.ident(a).push(" <=> ").ident(b)
+    }
+
+    fn as_dialect(&self) -> &dyn Dialect {
+        self
     }
 
     fn column_list(&self, table: &Ident) -> Statement {

@@ -5,11 +5,14 @@ pub(crate) mod catalogue;
 pub(crate) mod health;
 pub(crate) mod partitions;
 pub(crate) mod sessions;
+mod undo;
 
 use super::{Dialect, LoopPick, PartitionDrop, plan_node, word_after};
 use chrono::{DateTime, Utc};
 
+use crate::operator_sql::Assignments;
 use crate::sql::{Ident, SqlValue, Statement};
+use crate::undo::{KeyRange, UndoTable};
 
 /// PostgreSQL's dialect.
 #[derive(Debug, Clone, Copy, Default)]
@@ -79,6 +82,28 @@ impl Dialect for Postgres {
 
     fn partition_drop(&self, table: &Ident, partition: &Ident) -> Option<PartitionDrop> {
         Some(partitions::partition_drop(table, partition))
+    }
+
+    fn create_undo_table(&self, undo: &UndoTable, _declared: &[String]) -> Option<Vec<Statement>> {
+        Some(undo.copied_columns(""))
+    }
+
+    fn keep_and_update(
+        &self,
+        undo: &UndoTable,
+        set: &Assignments,
+        rows: &dyn Fn(Statement) -> Statement,
+        range: KeyRange<'_>,
+    ) -> Vec<Statement> {
+        undo::keep_and_update(undo, set, rows, range)
+    }
+
+    fn same_value(&self, statement: Statement, a: &Ident, b: &Ident) -> Statement {
+        undo::same_value(statement, a, b)
+    }
+
+    fn as_dialect(&self) -> &dyn Dialect {
+        self
     }
 
     fn column_list(&self, table: &Ident) -> Statement {

@@ -6,6 +6,7 @@ pub(crate) mod health;
 
 use super::{Dialect, LoopPick, plan_node, word_after};
 use crate::sql::{Ident, IdentError, Statement};
+use crate::undo::UndoTable;
 
 /// Begins a write transaction that takes the database's write lock at
 /// once, so nothing read inside it is changed by another writer.
@@ -83,6 +84,21 @@ impl Dialect for Sqlite {
                 .ident(table)
                 .push(" ("),
         ))
+    }
+
+    /// Each column declared as the live table declares it: SQLite's
+    /// `CREATE TABLE … AS` keeps no `NOT NULL`, and no key can be added later.
+    fn create_undo_table(&self, undo: &UndoTable, declared: &[String]) -> Option<Vec<Statement>> {
+        undo.declared_columns(declared)
+    }
+
+    /// `a IS b`, SQLite's equality with `NULL`s alike.
+    fn same_value(&self, statement: Statement, a: &Ident, b: &Ident) -> Statement {
+        statement.ident(a).push(" IS ").ident(b)
+    }
+
+    fn as_dialect(&self) -> &dyn Dialect {
+        self
     }
 
     fn column_list(&self, table: &Ident) -> Statement {

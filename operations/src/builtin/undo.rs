@@ -1,0 +1,466 @@
+//! `--undo` and `revert`: an `update-in-batches` run with `--undo` keeps
+//! each changed row's values before and after the change in an undo table,
+//! in the sub-batch's own transaction; `revert` enqueues an operation that
+//! walks that table in ranges of the key and puts the before-images back,
+//! exactly once, over the rows still holding what the operation wrote.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sluice_store::{Enqueued, Event, Expected, OperationStatus, Store, StoreError};
+use sluice_target::{Assignments, CursorValue, Ident, Statement, UndoTable};
+
+use super::{UpdateInBatches, UpdateInBatchesArguments, key_idents};
+use crate::batching::range_predicate;
+use crate::enqueue::EnqueueOptions;
+use crate::error::OperationError;
+use crate::operation::{Operation, Registry};
+use crate::shape::Shape;
+use crate::sub_batch::{Bounds, SubBatch};
+
+/// `revert`: puts back the values an operation run with `--undo` replaced,
+/// in ranges of its undo table's key. Each sub-batch, in one transaction
+/// with its progress record, restores the rows of its range that still
+/// hold the values the operation wrote (every row, with `force`) and marks
+/// each row of the range `reverted` or `conflict`: a row changed again
+/// since is left as it is, counted and listed ([`undo_summary`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Revert;
+
+/// Arguments of [`Revert`], filled by [`revert`] from the operation reverted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevertArguments {
+    /// The operation whose changes are put back.
+    pub of: i64,
+    /// Its table.
+    pub table: String,
+    /// Its key (one column, or several separated by commas).
+    pub key: String,
+    /// Its undo table.
+    pub undo_table: String,
+    /// The columns it changed, as the table names them.
+    pub columns: Vec<String>,
+    /// Put back rows changed again since, too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+}
+
+#[async_trait]
+impl Operation for Revert {
+    type Arguments = RevertArguments;
+
+    fn kind(&self) -> &'static str {
+        "revert"
+    }
+
+    fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
+        let key = super::key_columns(&arguments.key)?;
+        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        undo_of(
+            &arguments.table,
+            &arguments.key,
+            &arguments.undo_table,
+            &arguments.columns,
+        )?;
+        Shape::keyset(&arguments.undo_table, &key)
+    }
+
+    fn other_tables_written(&self, arguments: &Self::Arguments) -> Vec<String> {
+        vec![arguments.table.clone()]
+    }
+
+    fn columns_written(&self, _: &Self::Arguments) -> Vec<String> {
+        vec!["sluice_state".into()]
+    }
+
+    async fn run(
+        &self,
+        arguments: &Self::Arguments,
+        sub_batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        let undo = undo_of(
+            &arguments.table,
+            &arguments.key,
+            &arguments.undo_table,
+            &arguments.columns,
+        )?;
+        let Bounds::Range { start, end } = sub_batch.bounds().clone() else {
+            return Err(OperationError::Failed(
+                "revert runs over ranges of its undo table's key".into(),
+            ));
+        };
+        let range = |statement: Statement, key: &[Ident]| {
+            range_predicate(statement, key, start.as_ref(), Some(&end))
+        };
+        let statements = undo.restore(sub_batch.dialect(), arguments.force, &range);
+        run_counting_first(sub_batch, &statements).await
+    }
+}
+
+impl UpdateInBatches {
+    /// Enqueues `update-in-batches` with `arguments`. With `undo`, every
+    /// check runs first, then its undo table is created beside the live
+    /// table (named `<table>_undo_<time>`), then the operation is enqueued
+    /// naming it; a refusal, or an identical operation already active,
+    /// drops the new table again, so nothing is left behind.
+    pub async fn enqueue(
+        store: &Store,
+        registry: &Registry,
+        arguments: &serde_json::Value,
+        options: &EnqueueOptions,
+    ) -> Result<Enqueued, OperationError> {
+        const KIND: &str = "update-in-batches";
+        let mut parsed: UpdateInBatchesArguments = serde_json::from_value(arguments.clone())
+            .map_err(|e| OperationError::Arguments(format!("{KIND}: {e}")))?;
+        if !parsed.undo {
+            return crate::enqueue::enqueue(store, registry, KIND, arguments, options).await;
+        }
+        if parsed.undo_table.is_some() || !parsed.undo_columns.is_empty() {
+            return Err(OperationError::Arguments(
+                "update-in-batches: undo_table and undo_columns are named at enqueue, not given"
+                    .into(),
+            ));
+        }
+        let plain = UpdateInBatchesArguments {
+            undo: false,
+            ..parsed.clone()
+        };
+        let plain = serde_json::to_value(plain).expect("arguments serialise");
+        crate::enqueue::check(store, registry, KIND, &plain, options).await?;
+        let undo = create_undo_table(store, &parsed).await?;
+        parsed.undo_table = Some(undo.undo().to_string());
+        parsed.undo_columns = undo.columns().iter().map(|c| c.name().to_owned()).collect();
+        let arguments = serde_json::to_value(parsed).expect("arguments serialise");
+        let enqueued = crate::enqueue::enqueue(store, registry, KIND, &arguments, options).await;
+        if !matches!(enqueued, Ok(Enqueued { created: true, .. })) {
+            store.target().execute(&undo.drop_statement()).await?;
+        }
+        enqueued
+    }
+}
+
+/// Runs one sub-batch of `update-in-batches --undo`: keeps the images of
+/// its rows and changes them ([`UndoTable::keep_and_update`]).
+pub(super) async fn keep_and_update(
+    arguments: &UpdateInBatchesArguments,
+    sub_batch: &mut SubBatch<'_>,
+) -> Result<u64, OperationError> {
+    let (Some(undo_table), false) = (&arguments.undo_table, arguments.undo_columns.is_empty())
+    else {
+        return Err(OperationError::Failed(
+            "update-in-batches --undo has no undo table: enqueue it with UpdateInBatches::enqueue"
+                .into(),
+        ));
+    };
+    let undo = undo_of(
+        &arguments.table,
+        &arguments.key,
+        undo_table,
+        &arguments.undo_columns,
+    )?;
+    let set = sub_batch.rows().shape().checked_set(&arguments.set)?;
+    let Bounds::Range { start, end } = sub_batch.bounds().clone() else {
+        return Err(OperationError::Failed(
+            "update-in-batches runs over ranges of its key".into(),
+        ));
+    };
+    let range = |statement: Statement, key: &[Ident]| {
+        range_predicate(statement, key, start.as_ref(), Some(&end))
+    };
+    let rows = |head: Statement| sub_batch.rows_where(head);
+    let statements = undo.keep_and_update(sub_batch.dialect(), &set, &rows, &range);
+    run_counting_first(sub_batch, &statements).await
+}
+
+/// Enqueues the revert of operation `id` ([`Revert`]), with `force` putting
+/// back rows changed again since too, and notes it in `id`'s log
+/// ([`Event::Reverted`]). A revert of `id` already active is returned as it
+/// is (`created: false`).
+///
+/// Errors ([`OperationError::NotRevertible`], nothing enqueued): no such
+/// operation; a revert; a kind that keeps no undo, or an operation run
+/// without `--undo`; one pending, running, paused or failed (cancel a
+/// failed one first); one reverted by a finished revert; an undo table
+/// removed since. Those of [`crate::enqueue()`] otherwise.
+pub async fn revert(
+    store: &Store,
+    registry: &Registry,
+    id: i64,
+    force: bool,
+    options: &EnqueueOptions,
+) -> Result<Enqueued, OperationError> {
+    let refuse = |why: String| Err(OperationError::NotRevertible(why));
+    let record = match store.operation(id).await {
+        Ok(record) => record,
+        Err(StoreError::NotFound(_)) => return refuse(format!("there is no operation {id}")),
+        Err(e) => return Err(e.into()),
+    };
+    let state = &record.state;
+    if state.kind == Revert.kind() {
+        return refuse(format!(
+            "operation {id} is itself a revert; a revert is not reverted"
+        ));
+    }
+    if state.kind != UpdateInBatches.kind() {
+        return refuse(format!(
+            "operation {id} is {}, which keeps no undo (update-in-batches --undo does)",
+            state.kind
+        ));
+    }
+    let original: UpdateInBatchesArguments = serde_json::from_str(&state.arguments)
+        .map_err(|e| OperationError::Arguments(format!("operation {id}'s arguments: {e}")))?;
+    let Some(undo_table) = original.undo_table.clone() else {
+        return refuse(format!(
+            "operation {id} ran without --undo: it kept no values to put back"
+        ));
+    };
+    match state.status {
+        OperationStatus::Finished | OperationStatus::Cancelled => {}
+        OperationStatus::Failed => {
+            return refuse(format!(
+                "operation {id} failed: retry it to the end, or cancel it (sluice cancel {id}), \
+                 then revert what it did"
+            ));
+        }
+        status => {
+            return refuse(format!(
+                "operation {id} is {}: let it finish, or cancel it (sluice cancel {id}), \
+                 then revert",
+                status.as_str()
+            ));
+        }
+    }
+    for event in store.events(id, 0).await? {
+        if let Event::Reverted { by } = event.event {
+            let earlier = store.operation(by).await?;
+            match earlier.state.status {
+                OperationStatus::Finished => {
+                    return refuse(format!(
+                        "operation {id} was reverted already, by operation {by}"
+                    ));
+                }
+                status if !status.is_terminal() => {
+                    return Ok(Enqueued {
+                        id: by,
+                        created: false,
+                    });
+                }
+                // A cancelled or failed revert: a new one puts back the rest.
+                _ => {}
+            }
+        }
+    }
+    let undo = undo_of(
+        &original.table,
+        &original.key,
+        &undo_table,
+        &original.undo_columns,
+    )?;
+    if store.target().table_columns(undo.undo()).await?.is_empty() {
+        return refuse(format!(
+            "the undo table {undo_table} of operation {id} is gone (pruned)"
+        ));
+    }
+    let arguments = RevertArguments {
+        of: id,
+        table: original.table,
+        key: original.key,
+        undo_table,
+        columns: original.undo_columns,
+        force,
+    };
+    let arguments = serde_json::to_value(arguments).expect("arguments serialise");
+    let enqueued =
+        crate::enqueue::enqueue(store, registry, Revert.kind(), &arguments, options).await?;
+    if enqueued.created {
+        store
+            .append(
+                id,
+                Expected::Any,
+                None,
+                &[Event::Reverted { by: enqueued.id }],
+            )
+            .await?;
+    }
+    Ok(enqueued)
+}
+
+/// What an undo table holds: the rows kept, and how a revert left them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UndoSummary {
+    /// The undo table.
+    pub table: String,
+    /// Rows whose images it keeps.
+    pub rows: i64,
+    /// Rows a revert put back.
+    pub reverted: i64,
+    /// Rows a revert left alone: changed again, or deleted, since.
+    pub conflicts: i64,
+    /// The keys of the first of those, in key order (at most 10).
+    pub first_conflicts: Vec<String>,
+}
+
+/// The [`UndoSummary`] of an operation's undo table, for
+/// `update-in-batches --undo` and its `revert`s (`None` for any other, or
+/// when the table is gone).
+pub async fn undo_summary(
+    store: &Store,
+    kind: &str,
+    arguments: &str,
+) -> Result<Option<UndoSummary>, OperationError> {
+    let undo = if kind == UpdateInBatches.kind() {
+        let Ok(a) = serde_json::from_str::<UpdateInBatchesArguments>(arguments) else {
+            return Ok(None);
+        };
+        let Some(undo_table) = a.undo_table else {
+            return Ok(None);
+        };
+        undo_of(&a.table, &a.key, &undo_table, &a.undo_columns)?
+    } else if kind == Revert.kind() {
+        let Ok(a) = serde_json::from_str::<RevertArguments>(arguments) else {
+            return Ok(None);
+        };
+        undo_of(&a.table, &a.key, &a.undo_table, &a.columns)?
+    } else {
+        return Ok(None);
+    };
+    if store.target().table_columns(undo.undo()).await?.is_empty() {
+        return Ok(None);
+    }
+    let counts = store.target().fetch_cursor(&undo.summary(), 3).await?;
+    let count = |i: usize| match counts.as_ref().and_then(|c| c.0.get(i)) {
+        Some(CursorValue::Int(n)) => *n,
+        _ => 0,
+    };
+    let mut first_conflicts = Vec::new();
+    if count(2) > 0 {
+        let conflicts = undo.conflicts(10);
+        for key in store
+            .target()
+            .fetch_cursors(&conflicts, undo.key().len())
+            .await?
+        {
+            first_conflicts.push(key.to_string());
+        }
+    }
+    Ok(Some(UndoSummary {
+        table: undo.undo().to_string(),
+        rows: count(0),
+        reverted: count(1),
+        conflicts: count(2),
+        first_conflicts,
+    }))
+}
+
+/// Creates the undo table of `arguments` (an `update-in-batches` with
+/// `--undo`): beside its live table, named `<table>_undo_<time>`, keeping
+/// the columns its `SET` writes, as the table spells them.
+async fn create_undo_table(
+    store: &Store,
+    arguments: &UpdateInBatchesArguments,
+) -> Result<UndoTable, OperationError> {
+    let live = Ident::parse(&arguments.table)?;
+    let named = store.target().table_columns(&live).await?;
+    let set = Assignments::parse(&arguments.set)?;
+    let mut columns = Vec::new();
+    for written in set.columns() {
+        let spelled = named
+            .iter()
+            .find(|c| c.eq_ignore_ascii_case(written))
+            .ok_or_else(|| {
+                OperationError::Arguments(format!(
+                    "`{}` has no column `{written}` to keep for --undo",
+                    arguments.table
+                ))
+            })?;
+        if !columns.contains(spelled) {
+            columns.push(spelled.clone());
+        }
+    }
+    let stamp = chrono::Utc::now().timestamp_millis();
+    let base: String = live.name().chars().take(40).collect();
+    let mut name = format!("{base}_undo_{}", radix36(stamp as u64));
+    if live.schema().is_none()
+        && let Some(schema) = store.target().schema_of(&live).await?
+    {
+        name = format!("{schema}.{name}");
+    } else if let Some(schema) = live.schema() {
+        name = format!("{schema}.{name}");
+    }
+    let undo = undo_of(&arguments.table, &arguments.key, &name, &columns)?;
+    let mut declared = Vec::new();
+    for column in undo.key().iter().chain(undo.columns()) {
+        declared.push(
+            store
+                .target()
+                .column_type(&live, column.name())
+                .await?
+                .unwrap_or_default(),
+        );
+    }
+    let dialect = store.backend().dialect();
+    let create = undo.create(dialect, &declared).ok_or_else(|| {
+        OperationError::Arguments(format!(
+            "a column type of `{}` cannot be declared in an undo table",
+            arguments.table
+        ))
+    })?;
+    for (i, statement) in create.iter().enumerate() {
+        if let Err(error) = store.target().execute(statement).await {
+            if i > 0 {
+                let _ = store.target().execute(&undo.drop_statement()).await;
+            }
+            return Err(error.into());
+        }
+    }
+    Ok(undo)
+}
+
+/// The [`UndoTable`] of `undo_table` keeping `columns` of `table` by `key`.
+pub(super) fn undo_of(
+    table: &str,
+    key: &str,
+    undo_table: &str,
+    columns: &[String],
+) -> Result<UndoTable, OperationError> {
+    let columns = columns
+        .iter()
+        .map(|c| Ident::parse(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    UndoTable::new(
+        Ident::parse(table)?,
+        Ident::parse(undo_table)?,
+        key_idents(key)?,
+        columns,
+    )
+    .map_err(|e| OperationError::Arguments(e.to_string()))
+}
+
+/// Runs `statements` in order in the sub-batch's transaction; returns the
+/// first one's count (the rows kept, or put back).
+async fn run_counting_first(
+    sub_batch: &mut SubBatch<'_>,
+    statements: &[Statement],
+) -> Result<u64, OperationError> {
+    let mut counted = None;
+    for statement in statements {
+        let rows = sub_batch.execute(statement).await?;
+        counted.get_or_insert(rows);
+    }
+    Ok(counted.unwrap_or(0))
+}
+
+/// `n` in base 36, lowercase: a short, sortable suffix.
+fn radix36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ASCII digits")
+}

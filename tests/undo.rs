@@ -1,0 +1,270 @@
+//! `update-in-batches --undo` and `sluice revert`, through the command
+//! line, on every backend: a revert puts every row back as it was before
+//! the operation (compared row by row), leaves alone and lists the rows
+//! changed again since (overwrites them with `--force`), and refuses what
+//! it cannot revert with one line, exit 2, nothing changed.
+
+mod common;
+
+use common::{TestDb, json, sluice};
+use sluice_store::{ListFilter, OperationStatus};
+
+for_each_backend!(
+    a_revert_puts_back_every_row_and_leaves_rows_changed_since,
+    a_forced_revert_overwrites_rows_changed_since,
+    revert_refuses_what_it_cannot_revert_and_changes_nothing,
+);
+
+/// `items(id, grp, counter, note)`: ids `1..=rows`, `grp = id % 3`,
+/// counters `id % 7`, notes NULL on every fifth row, `n<id>` otherwise.
+async fn create_items(db: &TestDb, rows: i64) {
+    db.execute(
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, \
+         counter INTEGER NOT NULL DEFAULT 0, note VARCHAR(20) NULL)",
+    )
+    .await;
+    let note = match db.backend {
+        "mysql" => "CASE WHEN g % 5 = 0 THEN NULL ELSE CONCAT('n', g) END",
+        _ => "CASE WHEN g % 5 = 0 THEN NULL ELSE 'n' || g END",
+    };
+    let select = format!("g, g % 3, g % 7, {note}");
+    db.insert_series("items (id, grp, counter, note)", &select, rows, "")
+        .await;
+    common::analyze_items(db).await;
+}
+
+/// Every row of `items`, in key order, as text: what a revert must restore.
+async fn every_row(db: &TestDb) -> Vec<String> {
+    let row = match db.backend {
+        "mysql" => "CONCAT_WS('|', id, grp, counter, COALESCE(note, '<null>'))",
+        _ => "id || '|' || grp || '|' || counter || '|' || COALESCE(note, '<null>')",
+    };
+    db.texts(&format!("SELECT {row} FROM items ORDER BY id"))
+        .await
+}
+
+/// Runs workers until no operation is left to run.
+fn run_until_idle(db: &TestDb) {
+    common::succeeded(&sluice(db, &["run", "--until-idle"]));
+}
+
+/// Enqueues the `--undo` update of group 1 and runs it; returns its id.
+fn update_group_one_with_undo(db: &TestDb) -> i64 {
+    let enqueued = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 10, note = 'touched'",
+            "--where",
+            "grp = 1",
+            "--undo",
+            "--batch-size",
+            "200",
+            "--sub-batch-size",
+            "37",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    run_until_idle(db);
+    id
+}
+
+async fn a_revert_puts_back_every_row_and_leaves_rows_changed_since(db: &TestDb) {
+    create_items(db, 2_000).await;
+    let before = every_row(db).await;
+    let id = update_group_one_with_undo(db).await_finished(db).await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE note = 'touched'")
+            .await,
+        667
+    );
+    let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+    assert_eq!(shown["undo"]["rows"], 667, "{shown}");
+
+    // Changed again since: one row's counter, one row deleted.
+    db.execute("UPDATE items SET counter = 999 WHERE id = 4")
+        .await;
+    db.execute("DELETE FROM items WHERE id = 1000").await;
+    let revert = json(&sluice(db, &["revert", &id.to_string(), "--json"]));
+    let revert_id = revert["id"].as_i64().unwrap();
+    assert_eq!(revert["reverts"], id);
+    run_until_idle(db);
+    revert_id.await_finished(db).await;
+
+    let after = every_row(db).await;
+    let left_alone = |row: &&String| row.starts_with("4|") || row.starts_with("1000|");
+    let expected: Vec<&String> = before.iter().filter(|r| !left_alone(r)).collect();
+    let restored: Vec<&String> = after.iter().filter(|r| !left_alone(r)).collect();
+    assert_eq!(restored, expected, "every other row is as before");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE id = 4 AND counter = 999")
+            .await,
+        1,
+        "a row changed since is left as it is"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE id = 1000")
+            .await,
+        0
+    );
+
+    let shown = json(&sluice(db, &["show", &revert_id.to_string(), "--json"]));
+    assert_eq!(shown["undo"]["reverted"], 665, "{shown}");
+    assert_eq!(shown["undo"]["conflicts"], 2, "{shown}");
+    assert_eq!(
+        shown["undo"]["first_conflicts"],
+        serde_json::json!(["(4)", "(1000)"])
+    );
+    let text = sluice(db, &["show", &revert_id.to_string()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("2 left alone as changed since (first: (4); (1000))"),
+        "{text}"
+    );
+    assert_eq!(revert_id_in_log(db, id).await, Some(revert_id));
+
+    // Run again: every row's state is set, nothing more changes.
+    let again = sluice(db, &["revert", &id.to_string()]);
+    assert_eq!(again.status.code(), Some(2));
+    let again = String::from_utf8_lossy(&again.stderr);
+    assert!(again.contains("reverted already, by operation"), "{again}");
+    every_log_replays(db).await;
+}
+
+async fn a_forced_revert_overwrites_rows_changed_since(db: &TestDb) {
+    create_items(db, 600).await;
+    let before = every_row(db).await;
+    let id = update_group_one_with_undo(db).await_finished(db).await;
+    db.execute("UPDATE items SET counter = 999, note = NULL WHERE id = 4")
+        .await;
+    let revert = json(&sluice(
+        db,
+        &["revert", &id.to_string(), "--force", "--json"],
+    ));
+    run_until_idle(db);
+    revert["id"].as_i64().unwrap().await_finished(db).await;
+    assert_eq!(
+        every_row(db).await,
+        before,
+        "every row as before, row 4 too"
+    );
+}
+
+async fn revert_refuses_what_it_cannot_revert_and_changes_nothing(db: &TestDb) {
+    create_items(db, 300).await;
+    let plain = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--json",
+        ],
+    ))["id"]
+        .as_i64()
+        .unwrap();
+    let pending = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "note = 'x'",
+            "--undo",
+            "--json",
+        ],
+    ))["id"]
+        .as_i64()
+        .unwrap();
+    let operations = || async {
+        db.store
+            .list(&ListFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.id, r.state.status, r.state.last_seq))
+            .collect::<Vec<_>>()
+    };
+    let known = operations().await;
+    let rows = every_row(db).await;
+    for (id, says) in [
+        (plain.to_string(), "ran without --undo"),
+        (
+            pending.to_string(),
+            "is pending: let it finish, or cancel it",
+        ),
+        ("4242".to_owned(), "there is no operation 4242"),
+    ] {
+        let output = sluice(db, &["revert", &id]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{id}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(says), "{id}: {stderr}");
+    }
+    assert_eq!(
+        operations().await,
+        known,
+        "no operation enqueued or changed"
+    );
+    assert_eq!(every_row(db).await, rows);
+
+    // A revert is not reverted.
+    run_until_idle(db);
+    let revert = json(&sluice(db, &["revert", &pending.to_string(), "--json"]))["id"]
+        .as_i64()
+        .unwrap();
+    run_until_idle(db);
+    let output = sluice(db, &["revert", &revert.to_string()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is itself a revert"), "{stderr}");
+}
+
+/// The operation that reverts `id`, as `id`'s own log records it.
+async fn revert_id_in_log(db: &TestDb, id: i64) -> Option<i64> {
+    db.store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.event {
+            sluice_store::Event::Reverted { by } => Some(by),
+            _ => None,
+        })
+}
+
+/// Every operation's event log replays to its stored state.
+async fn every_log_replays(db: &TestDb) {
+    for operation in db.store.list(&ListFilter::default()).await.unwrap() {
+        db.store.verify(operation.id).await.unwrap();
+    }
+}
+
+/// Waits for nothing: asserts the operation finished (the worker ran
+/// until idle) and passes its id on.
+trait Finished {
+    async fn await_finished(self, db: &TestDb) -> i64;
+}
+
+impl Finished for i64 {
+    async fn await_finished(self, db: &TestDb) -> i64 {
+        let state = db.store.operation(self).await.unwrap().state;
+        assert_eq!(
+            state.status,
+            OperationStatus::Finished,
+            "operation {self}: {:?}",
+            state.last_error
+        );
+        self
+    }
+}
