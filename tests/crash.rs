@@ -7,7 +7,8 @@
 //! batch ahead and the other helps, so kills land on owners and helpers.
 //!
 //! The same kills run an `archive-rows`: every row ends in exactly one of
-//! the live and archive tables, with its values.
+//! the live and archive tables, with its values; and an `update-in-batches
+//! --undo` and then its revert: every row ends as it was before both.
 //!
 //! `SLUICE_CRASH_ROWS` (default 1,000,000) and `SLUICE_CRASH_KILLS`
 //! (default 20) size it; a soak run raises them. `SLUICE_CRASH_SEED`
@@ -26,6 +27,7 @@ use sluice_store::{BatchStatus, ListFilter, OperationStatus};
 postgres_and_mysql!(
     workers_killed_at_random_moments_change_every_row_exactly_once,
     archiving_workers_killed_at_random_moments_move_every_row_exactly_once,
+    an_undone_update_and_its_revert_under_kills_leave_every_row_as_before,
 );
 
 fn env(name: &str, default: u64) -> u64 {
@@ -268,4 +270,80 @@ async fn archiving_workers_killed_at_random_moments_move_every_row_exactly_once(
         "archived rows hold their values"
     );
     assert_finished_after_takeovers(db, id, matching).await;
+}
+
+/// `update-in-batches --undo` and then `sluice revert` of it, each under
+/// the same kills: the update changes every row of its scope once, and
+/// after the revert every row of the table is as it was before the update
+/// (a hash of each row, summed), each row put back once
+/// (`SLUICE_UNDO_ROWS`, default 100,000, and `SLUICE_UNDO_KILLS`, default
+/// 6, size it).
+async fn an_undone_update_and_its_revert_under_kills_leave_every_row_as_before(db: &TestDb) {
+    let rows = env("SLUICE_UNDO_ROWS", 100_000) as i64;
+    let kills = env("SLUICE_UNDO_KILLS", 6);
+    let seed = seed();
+    eprintln!("undo crash suite: {rows} rows, {kills} kills, SLUICE_CRASH_SEED={seed}");
+    let mut dice = Dice(seed);
+    create_counted_items(db, rows).await;
+    db.execute("UPDATE items SET counter = id % 1000").await;
+    let matching = db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await;
+    let row_hash = match db.backend {
+        "mysql" => "CRC32(CONCAT_WS(':', id, grp, counter))",
+        _ => "hashtext(id || ':' || grp || ':' || counter)",
+    };
+    let checksum = || async {
+        db.scalar(&format!(
+            "SELECT CAST(SUM({row_hash}) AS BIGINT) + COUNT(*) FROM items"
+        ))
+        .await
+    };
+    let before = checksum().await;
+    let enqueued = enqueue_increment(
+        db,
+        &[
+            "--where",
+            "grp = 1",
+            "--undo",
+            "--batch-size",
+            "2000",
+            "--sub-batch-size",
+            "500",
+            "--pause",
+            "10ms",
+        ],
+    );
+    let id = enqueued["id"].as_i64().unwrap();
+    let killed = run_with_kills(db, id, matching, kills, &mut dice).await;
+    assert_eq!(
+        killed, kills,
+        "every kill landed before the end of the update"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1 AND counter <> id % 1000 + 1")
+            .await,
+        0,
+        "every row of the scope changed once"
+    );
+    assert_finished_after_takeovers(db, id, matching).await;
+
+    let revert = common::json(&common::sluice(db, &["revert", &id.to_string(), "--json"]));
+    let revert = revert["id"].as_i64().unwrap();
+    let killed = run_with_kills(db, revert, matching, kills, &mut dice).await;
+    eprintln!("undo crash suite: {killed} workers killed during the revert");
+    assert_eq!(
+        killed, kills,
+        "every kill landed before the end of the revert"
+    );
+    assert_eq!(
+        checksum().await,
+        before,
+        "every row as it was before the update"
+    );
+    assert_finished_after_takeovers(db, revert, matching).await;
+    let shown = common::json(&common::sluice(
+        db,
+        &["show", &revert.to_string(), "--json"],
+    ));
+    assert_eq!(shown["undo"]["reverted"], matching, "{shown}");
+    assert_eq!(shown["undo"]["conflicts"], 0, "{shown}");
 }
