@@ -593,6 +593,19 @@ async fn the_api_enqueues_with_the_checks_of_the_command_line(db: &TestDb) {
         (status, code(&body)),
         (StatusCode::BAD_REQUEST, "bad_request")
     );
+
+    // `undo` as the command line's --undo: the undo table comes with it.
+    let undone = serde_json::json!({"table": "items", "key": "id", "set": "counter = 3",
+        "undo": true});
+    let (status, created) = call().post_json("/api/operations", update(undone)).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_i64().unwrap();
+    let arguments = db.store.operation(id).await.unwrap().state.arguments;
+    let arguments: Value = serde_json::from_str(&arguments).unwrap();
+    let undo_table = arguments["undo_table"].as_str().expect("an undo table");
+    assert_eq!(arguments["undo_columns"], serde_json::json!(["counter"]));
+    db.scalar(&format!("SELECT COUNT(*) FROM {undo_table}"))
+        .await;
 }
 
 async fn schedules_and_retention_are_managed_through_the_api(db: &TestDb) {

@@ -27,6 +27,7 @@ for_each_backend!(
     aged_rows_are_deleted_and_young_rows_kept,
     each_batch_boundary_is_one_commit,
     update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts,
+    an_embedding_service_reverts_an_update_it_ran_with_undo,
     keyset_batches_cover_duplicate_timestamps_exactly_once,
     a_stop_signal_holds_every_new_sub_batch_until_it_clears,
     a_stop_signal_ends_a_workers_run_between_two_sub_batches,
@@ -253,6 +254,53 @@ async fn each_batch_boundary_is_one_commit(db: &TestDb) {
             ordinal - 1
         );
     }
+}
+
+async fn an_embedding_service_reverts_an_update_it_ran_with_undo(db: &TestDb) {
+    common::create_counted_items(db, 500).await;
+    let runtime = builder(db).start().await.unwrap();
+    let options = EnqueueOptions {
+        batch_size: 100,
+        sub_batch_size: 30,
+        ..EnqueueOptions::default()
+    };
+    let args = serde_json::json!({"table": "items", "key": "id",
+        "set": "counter = counter + 5", "where": "grp = 1", "undo": true});
+    let update = runtime
+        .enqueue_json("update-in-batches", &args, &options)
+        .await
+        .unwrap();
+    assert_eq!(
+        finish(&runtime, update.id).await.state.status,
+        OperationStatus::Finished
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 5")
+            .await,
+        250
+    );
+    let revert = runtime.revert(update.id, false, &options).await.unwrap();
+    let record = finish(&runtime, revert.id).await;
+    assert_eq!(
+        (record.state.status, record.state.rows_done),
+        (OperationStatus::Finished, 250)
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter <> 0")
+            .await,
+        0
+    );
+    let again = runtime.revert(revert.id, false, &options).await;
+    assert!(
+        matches!(
+            again,
+            Err(sluice_runtime::RuntimeError::Operation(
+                OperationError::NotRevertible(_)
+            ))
+        ),
+        "{again:?}"
+    );
+    runtime.shutdown().await.unwrap();
 }
 
 async fn update_in_batches_changes_each_matching_row_once_despite_gaps_and_inserts(db: &TestDb) {

@@ -10,7 +10,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_operations::{EnqueueOptions, OperationError, enqueue};
+use sluice_operations::{EnqueueOptions, OperationError, builtin::enqueue_kind};
 use sluice_store::Limits;
 
 use crate::Console;
@@ -76,7 +76,7 @@ pub(crate) async fn create(
         .arguments_at(&request.kind, store, request.arguments, chrono::Utc::now())
         .await
         .map_err(refused)?;
-    let enqueued = enqueue(store, registry, &request.kind, &arguments, &options)
+    let enqueued = enqueue_kind(store, registry, &request.kind, &arguments, &options)
         .await
         .map_err(refused)?;
     let record = store.operation(enqueued.id).await?;

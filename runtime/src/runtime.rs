@@ -181,6 +181,27 @@ impl Runtime {
         Ok(enqueued)
     }
 
+    /// Enqueues the revert of operation `id`, which ran with `--undo`
+    /// ([`sluice_operations::builtin::revert`]): a `revert` operation that
+    /// puts back, in batches and exactly once, the values `id` replaced,
+    /// leaving alone the rows changed again since unless `force`. Sized by
+    /// `options`.
+    ///
+    /// Errors: [`OperationError::NotRevertible`] (nothing enqueued) for an
+    /// unknown operation, a revert, one run without `--undo` or not ended.
+    pub async fn revert(
+        &self,
+        id: i64,
+        force: bool,
+        options: &EnqueueOptions,
+    ) -> Result<Enqueued, RuntimeError> {
+        let (store, registry) = (&self.context.store, &self.context.registry);
+        let enqueued =
+            sluice_operations::builtin::revert(store, registry, id, force, options).await?;
+        let _ = self.supervisor.cast(SupervisorMessage::ReconcileNow);
+        Ok(enqueued)
+    }
+
     /// Checks and enqueues many operations at once, written in chunks (one
     /// statement per chunk on PostgreSQL); see
     /// [`sluice_operations::enqueue_many`]. Returns one [`Enqueued`] per
