@@ -37,6 +37,11 @@ pub enum EnqueueCommand {
         /// too, instead of dropping those partitions.
         #[arg(long)]
         no_drop_partitions: bool,
+        /// Move the aged rows into an undo table beside the table instead of
+        /// deleting them, so `sluice revert <id>` can move them back (no
+        /// partition is dropped).
+        #[arg(long)]
+        undo: bool,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -80,6 +85,10 @@ pub enum EnqueueCommand {
         /// enqueue (each fire, for a schedule).
         #[arg(long, requires = "column", value_parser = duration_as_typed, allow_hyphen_values = true)]
         older_than: Option<String>,
+        /// Keep the keys of the rows moved in an undo table, so `sluice
+        /// revert <id>` can move exactly them back.
+        #[arg(long)]
+        undo: bool,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -175,6 +184,7 @@ impl From<EnqueueCommand> for Recipe {
                 column,
                 older_than,
                 no_drop_partitions,
+                undo,
                 common,
             } => {
                 let mut arguments = json!({
@@ -185,6 +195,9 @@ impl From<EnqueueCommand> for Recipe {
                 });
                 if no_drop_partitions {
                     arguments["drop_partitions"] = false.into();
+                }
+                if undo {
+                    arguments["undo"] = true.into();
                 }
                 ("delete-aged-rows", arguments, common)
             }
@@ -216,6 +229,7 @@ impl From<EnqueueCommand> for Recipe {
                 condition,
                 column,
                 older_than,
+                undo,
                 common,
             } => {
                 let mut arguments = json!({
@@ -224,6 +238,9 @@ impl From<EnqueueCommand> for Recipe {
                     "key": common.key,
                     "where": condition,
                 });
+                if undo {
+                    arguments["undo"] = true.into();
+                }
                 if let (Some(column), Some(older_than)) = (column, older_than) {
                     arguments["column"] = column.into();
                     arguments["older_than"] = older_than.into();
@@ -277,6 +294,12 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
         .arguments_at(recipe.kind, store, recipe.arguments, chrono::Utc::now())
         .await?;
     if planning || recipe.dry_run {
+        // The change planned as it would run; --undo's table is made at
+        // enqueue.
+        let mut arguments = arguments;
+        if let Some(fields) = arguments.as_object_mut() {
+            fields.remove("undo");
+        }
         let plan = plan(
             store,
             &registry,

@@ -13,6 +13,8 @@ for_each_backend!(
     a_revert_puts_back_every_row_and_leaves_rows_changed_since,
     a_forced_revert_overwrites_rows_changed_since,
     revert_refuses_what_it_cannot_revert_and_changes_nothing,
+    a_reverted_archive_moves_back_exactly_its_rows_but_not_over_live_keys,
+    a_reverted_delete_moves_every_aged_row_back,
 );
 
 /// `items(id, grp, counter, note)`: ids `1..=rows`, `grp = id % 3`,
@@ -228,6 +230,148 @@ async fn revert_refuses_what_it_cannot_revert_and_changes_nothing(db: &TestDb) {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is itself a revert"), "{stderr}");
+}
+
+async fn a_reverted_archive_moves_back_exactly_its_rows_but_not_over_live_keys(db: &TestDb) {
+    create_items(db, 900).await;
+    let before = every_row(db).await;
+    let archive = |group: &str, undo: bool| {
+        let mut args = vec![
+            "enqueue",
+            "archive-rows",
+            "--table",
+            "items",
+            "--into",
+            "items_archive",
+            "--where",
+            group,
+            "--sub-batch-size",
+            "40",
+            "--json",
+        ];
+        if undo {
+            args.push("--undo");
+        }
+        json(&sluice(db, &args))["id"].as_i64().unwrap()
+    };
+    // An earlier archive into the same table, not reverted: its rows stay.
+    let earlier = archive("grp = 2", false);
+    run_until_idle(db);
+    earlier.await_finished(db).await;
+    let id = archive("grp = 1", true);
+    run_until_idle(db);
+    id.await_finished(db).await;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items").await, 300);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items_archive").await, 600);
+
+    // A key archived by it is live again: that row stays archived.
+    db.execute("INSERT INTO items (id, grp, counter) VALUES (4, 0, 42)")
+        .await;
+    let refused = sluice(db, &["revert", &id.to_string(), "--force"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let revert = json(&sluice(db, &["revert", &id.to_string(), "--json"]))["id"]
+        .as_i64()
+        .unwrap();
+    run_until_idle(db);
+    revert.await_finished(db).await;
+
+    let live = every_row(db).await;
+    let grp_two = |row: &&String| row.split('|').nth(1) == Some("2");
+    let expected: Vec<&String> = before
+        .iter()
+        .filter(|r| !grp_two(r) && !r.starts_with("4|"))
+        .collect();
+    let got: Vec<&String> = live.iter().filter(|r| !r.starts_with("4|")).collect();
+    assert_eq!(
+        got, expected,
+        "every row it archived is live again, as it was"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE id = 4 AND counter = 42")
+            .await,
+        1,
+        "the live row keeping key 4 is left as it is"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items_archive WHERE grp = 2")
+            .await,
+        300,
+        "the earlier archive's rows stay archived"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items_archive WHERE grp = 1")
+            .await,
+        1,
+        "the row whose key is live again stays archived, and no other"
+    );
+    let shown = json(&sluice(db, &["show", &revert.to_string(), "--json"]));
+    assert_eq!(
+        (&shown["undo"]["reverted"], &shown["undo"]["conflicts"]),
+        (&serde_json::json!(299), &serde_json::json!(1)),
+        "{shown}"
+    );
+    every_log_replays(db).await;
+}
+
+async fn a_reverted_delete_moves_every_aged_row_back(db: &TestDb) {
+    // `created_at` in epoch seconds, an hour apart going back from now.
+    db.execute(
+        "CREATE TABLE readings (id BIGINT PRIMARY KEY, created_at BIGINT NOT NULL, \
+         note VARCHAR(20) NULL)",
+    )
+    .await;
+    let now = chrono::Utc::now().timestamp();
+    let select = format!("g, {now} - g * 3600, CASE WHEN g % 4 = 0 THEN NULL ELSE 'r' END");
+    db.insert_series("readings (id, created_at, note)", &select, 1_500, "")
+        .await;
+    let before = all_readings(db).await;
+    let id = json(&sluice(
+        db,
+        &[
+            "enqueue",
+            "delete-aged-rows",
+            "--table",
+            "readings",
+            "--column",
+            "created_at",
+            "--older-than",
+            "30d",
+            "--undo",
+            "--sub-batch-size",
+            "50",
+            "--json",
+        ],
+    ))["id"]
+        .as_i64()
+        .unwrap();
+    run_until_idle(db);
+    id.await_finished(db).await;
+    let aged = 1_500 - 720;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM readings").await, 720);
+    let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+    assert_eq!(shown["undo"]["rows"], aged, "{shown}");
+
+    let revert = json(&sluice(db, &["revert", &id.to_string(), "--json"]))["id"]
+        .as_i64()
+        .unwrap();
+    run_until_idle(db);
+    let record = db
+        .store
+        .operation(revert.await_finished(db).await)
+        .await
+        .unwrap();
+    assert_eq!(record.state.rows_done, aged);
+    assert_eq!(all_readings(db).await, before, "every row back, as it was");
+}
+
+/// Every row of `readings`, in key order, as text.
+async fn all_readings(db: &TestDb) -> Vec<String> {
+    let row = match db.backend {
+        "mysql" => "CONCAT_WS('|', id, created_at, COALESCE(note, '<null>'))",
+        _ => "id || '|' || created_at || '|' || COALESCE(note, '<null>')",
+    };
+    db.texts(&format!("SELECT {row} FROM readings ORDER BY id"))
+        .await
 }
 
 /// The operation that reverts `id`, as `id`'s own log records it.

@@ -67,6 +67,18 @@ pub struct DeleteAgedRowsArguments {
     /// partitioned; `false` (`--no-drop-partitions`) keeps the row-by-row way.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_partitions: bool,
+    /// Move the aged rows into an undo table (a copy of the table's
+    /// columns) instead of deleting them, in ranges of `key`, so that
+    /// [`revert`] can move them back. [`DeleteAgedRows::enqueue`] creates
+    /// the table; no partition is dropped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undo: bool,
+    /// The undo table, named and created at enqueue (never given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_table: Option<String>,
+    /// The columns copied into it (the table's at enqueue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undo_columns: Vec<String>,
 }
 
 /// A cutoff in the representation of the column it is compared with, so the
@@ -259,6 +271,9 @@ impl DeleteAgedRows {
             cutoff,
             older_than: Some(asked),
             drop_partitions,
+            undo: false,
+            undo_table: None,
+            undo_columns: Vec::new(),
         })
     }
 }
@@ -271,10 +286,24 @@ impl Operation for DeleteAgedRows {
         "delete-aged-rows"
     }
 
+    /// Deleting: the loop (`LIMIT n` until fewer match). With `undo`:
+    /// ranges of the key, as `archive-rows` moves rows.
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
         let cutoff = arguments.cutoff.value();
         let key = key_columns(&arguments.key)?;
         let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        if arguments.undo != arguments.undo_table.is_some() {
+            return Err(OperationError::Arguments(
+                "delete-aged-rows --undo needs the undo table its enqueue creates \
+                 (DeleteAgedRows::enqueue)"
+                    .into(),
+            ));
+        }
+        if let Some(undo_table) = &arguments.undo_table {
+            undo::keys_of(&arguments.table, &arguments.key, undo_table)?;
+            return Shape::keyset(&arguments.table, &key)?
+                .scope(Filter::new().lt(&arguments.column, cutoff));
+        }
         let shape = Shape::loop_until_done_by(&arguments.table, &key)?
             .seek_by(&arguments.column)?
             .scope(Filter::new().lt(&arguments.column, cutoff))?;
@@ -287,15 +316,24 @@ impl Operation for DeleteAgedRows {
     /// With an `older_than`, the request as asked (table, column, key and
     /// age), not the cutoff resolved from it to the nanosecond.
     fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
-        match &arguments.older_than {
+        let mut asked = match &arguments.older_than {
             Some(older_than) => serde_json::json!({
                 "table": arguments.table,
                 "column": arguments.column,
                 "key": arguments.key,
                 "older_than": older_than,
             }),
-            None => serde_json::to_value(arguments).unwrap_or_default(),
+            None => serde_json::to_value(DeleteAgedRowsArguments {
+                undo_table: None,
+                undo_columns: Vec::new(),
+                ..arguments.clone()
+            })
+            .unwrap_or_default(),
+        };
+        if arguments.undo {
+            asked["undo"] = true.into();
         }
+        asked
     }
 
     /// One statement: a loop sub-batch records the rows it is expected to
@@ -303,10 +341,39 @@ impl Operation for DeleteAgedRows {
     /// every deleted row) is needed to count them.
     fn sub_batch_statement(
         &self,
-        _: &Self::Arguments,
+        arguments: &Self::Arguments,
         rows: &SubBatchRows<'_>,
     ) -> Result<Option<Statement>, OperationError> {
-        Ok(Some(rows.delete_statement()))
+        Ok((!arguments.undo).then(|| rows.delete_statement()))
+    }
+
+    /// With `undo`, moves the sub-batch's rows into the undo table as
+    /// `archive-rows` moves them (each in exactly one of the two tables).
+    async fn run(
+        &self,
+        arguments: &Self::Arguments,
+        sub_batch: &mut SubBatch<'_>,
+    ) -> Result<u64, OperationError> {
+        let Some(undo_table) = &arguments.undo_table else {
+            return sub_batch.delete().await;
+        };
+        let moved = ArchiveRowsArguments {
+            table: arguments.table.clone(),
+            into: undo_table.clone(),
+            key: arguments.key.clone(),
+            condition: None,
+            column: Some(arguments.column.clone()),
+            older_than: None,
+            cutoff: Some(arguments.cutoff.clone()),
+            columns: arguments.undo_columns.clone(),
+            undo: false,
+            undo_table: None,
+        };
+        ArchiveRows.run(&moved, sub_batch).await
+    }
+
+    fn other_tables_written(&self, arguments: &Self::Arguments) -> Vec<String> {
+        arguments.undo_table.iter().cloned().collect()
     }
 
     /// A schedule stores `{"table", "column", "key", "older_than": "90d"}`
@@ -329,23 +396,31 @@ impl Operation for DeleteAgedRows {
         // unnoticed while every aged row is deleted.
         if let Some(unknown) = stored.as_object().and_then(|fields| {
             fields.keys().find(|k| {
-                !["table", "column", "key", "older_than", "drop_partitions"].contains(&k.as_str())
+                ![
+                    "table",
+                    "column",
+                    "key",
+                    "older_than",
+                    "drop_partitions",
+                    "undo",
+                ]
+                .contains(&k.as_str())
             })
         }) {
             return Err(OperationError::Arguments(format!(
                 "delete-aged-rows has no argument `{unknown}` (it takes table, column, key, \
-                 older_than and drop_partitions)"
+                 older_than, drop_partitions and undo)"
             )));
         }
-        let drop_partitions = match stored.get("drop_partitions") {
-            None => true,
-            Some(serde_json::Value::Bool(drop)) => *drop,
-            Some(other) => {
-                return Err(OperationError::Arguments(format!(
-                    "delete-aged-rows: drop_partitions must be true or false, not {other}"
-                )));
-            }
+        let flag = |name: &str, default: bool| match stored.get(name) {
+            None => Ok(default),
+            Some(serde_json::Value::Bool(set)) => Ok(*set),
+            Some(other) => Err(OperationError::Arguments(format!(
+                "delete-aged-rows: {name} must be true or false, not {other}"
+            ))),
         };
+        let drop_partitions = flag("drop_partitions", true)?;
+        let undo = flag("undo", false)?;
         let field = |name: &str| {
             stored.get(name).and_then(|v| v.as_str()).ok_or_else(|| {
                 OperationError::Arguments(format!("delete-aged-rows needs a `{name}` string"))
@@ -357,8 +432,47 @@ impl Operation for DeleteAgedRows {
         let mut resolved =
             DeleteAgedRows::arguments(store, field("table")?, field("column")?, key, age, now)
                 .await?;
-        resolved.drop_partitions &= drop_partitions;
+        resolved.drop_partitions &= drop_partitions && !undo;
+        resolved.undo = undo;
         serde_json::to_value(resolved).map_err(|e| OperationError::Arguments(e.to_string()))
+    }
+}
+
+impl DeleteAgedRows {
+    /// Enqueues `delete-aged-rows` with `arguments` (as
+    /// [`Operation::arguments_at`] resolved them). With `undo`, every check
+    /// runs first, then its undo table is created beside the table (its
+    /// columns, a state, the key unique), then the operation is enqueued
+    /// naming it; a refusal, or an identical operation already active,
+    /// drops the new table again.
+    pub async fn enqueue(
+        store: &Store,
+        registry: &crate::operation::Registry,
+        arguments: &serde_json::Value,
+        options: &crate::EnqueueOptions,
+    ) -> Result<sluice_store::Enqueued, OperationError> {
+        const KIND: &str = "delete-aged-rows";
+        let mut parsed: DeleteAgedRowsArguments = serde_json::from_value(arguments.clone())
+            .map_err(|e| OperationError::Arguments(format!("{KIND}: {e}")))?;
+        if !parsed.undo {
+            return crate::enqueue::enqueue(store, registry, KIND, arguments, options).await;
+        }
+        if parsed.undo_table.is_some() || !parsed.undo_columns.is_empty() {
+            return Err(OperationError::Arguments(
+                "delete-aged-rows: undo_table and undo_columns are named at enqueue, not given"
+                    .into(),
+            ));
+        }
+        let (undo, columns) = undo::create_rows_table(store, &parsed.table, &parsed.key).await?;
+        parsed.undo_table = Some(undo.undo().to_string());
+        parsed.undo_columns = columns;
+        parsed.drop_partitions = false;
+        let arguments = serde_json::to_value(parsed).expect("arguments serialise");
+        let enqueued = crate::enqueue::enqueue(store, registry, KIND, &arguments, options).await;
+        if !matches!(enqueued, Ok(sluice_store::Enqueued { created: true, .. })) {
+            store.target().execute(&undo.drop_statement()).await?;
+        }
+        enqueued
     }
 }
 

@@ -45,4 +45,4 @@ pub use target_table::{
     ColumnDefinition, DeleteAction, Index, NonTransactional, RangePartition, RangePartitions,
     TableKeys, Trigger,
 };
-pub use undo::{UndoTable, UndoTableError};
+pub use undo::{MoveBack, UndoTable, UndoTableError};

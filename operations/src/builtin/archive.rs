@@ -56,6 +56,14 @@ pub struct ArchiveRowsArguments {
     /// The live table's columns, in table order: the columns copied, by name.
     #[serde(default)]
     pub columns: Vec<String>,
+    /// Keep the keys of the rows moved in an undo table, in the sub-batch's
+    /// transaction, so that [`super::revert`] can move exactly them back.
+    /// [`ArchiveRows::enqueue`] creates the table.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undo: bool,
+    /// The undo table, named and created at enqueue (never given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_table: Option<String>,
 }
 
 #[async_trait]
@@ -85,6 +93,16 @@ impl Operation for ArchiveRows {
         for column in &arguments.columns {
             Ident::parse(column)?;
         }
+        if arguments.undo != arguments.undo_table.is_some() {
+            return Err(OperationError::Arguments(
+                "archive-rows --undo needs the undo table its enqueue creates \
+                 (ArchiveRows::enqueue)"
+                    .into(),
+            ));
+        }
+        if let Some(undo_table) = &arguments.undo_table {
+            super::undo::keys_of(&arguments.table, &arguments.key, undo_table)?;
+        }
         let mut scope = Filter::new();
         if let Some(condition) = &arguments.condition {
             scope = scope.expression(condition);
@@ -104,16 +122,19 @@ impl Operation for ArchiveRows {
     }
 
     fn other_tables_written(&self, arguments: &Self::Arguments) -> Vec<String> {
-        vec![arguments.into.clone()]
+        let mut tables = vec![arguments.into.clone()];
+        tables.extend(arguments.undo_table.iter().cloned());
+        tables
     }
 
     /// With a time scope, the request as asked (the age), not the cutoff
-    /// resolved from it.
+    /// resolved from it; nor the undo table's name, chosen at each enqueue.
     fn identity(&self, arguments: &Self::Arguments) -> serde_json::Value {
         let mut asked = arguments.clone();
         if asked.older_than.is_some() {
             asked.cutoff = None;
         }
+        asked.undo_table = None;
         serde_json::to_value(asked).unwrap_or_default()
     }
 
@@ -129,6 +150,14 @@ impl Operation for ArchiveRows {
             .map(|c| Ident::parse(c))
             .collect::<Result<Vec<_>, _>>()?;
         let table = sub_batch.table().clone();
+        let undo = match &arguments.undo_table {
+            Some(undo_table) => Some(super::undo::keys_of(
+                &arguments.table,
+                &arguments.key,
+                undo_table,
+            )?),
+            None => None,
+        };
         // The columns enqueue saw, named on both sides: a column moved in
         // the live table since is copied into its own column still.
         let insert = || {
@@ -139,12 +168,25 @@ impl Operation for ArchiveRows {
                 .push(") ")
         };
         if sub_batch.dialect().moves_rows_in_one_statement() {
-            // One statement: the rows deleted are exactly the rows copied.
-            let statement = sub_batch
+            // One statement: the rows deleted are exactly the rows copied
+            // (and, with an undo table, the keys kept).
+            let mut statement = sub_batch
                 .rows_where(Statement::new("WITH moved AS (DELETE FROM ").ident(&table))
                 .push(" RETURNING ")
                 .idents(&columns)
-                .push(") INSERT INTO ")
+                .push(")");
+            if let Some(undo) = &undo {
+                statement = statement
+                    .push(", sluice_kept AS (INSERT INTO ")
+                    .ident(undo.undo())
+                    .push(" (")
+                    .idents(undo.key())
+                    .push(") SELECT ")
+                    .idents(undo.key())
+                    .push(" FROM moved)");
+            }
+            let statement = statement
+                .push(" INSERT INTO ")
                 .ident(&into)
                 .push(" (")
                 .idents(&columns)
@@ -155,6 +197,16 @@ impl Operation for ArchiveRows {
             refuse_new_columns(sub_batch, &table, &columns).await?;
             return Ok(moved);
         }
+        // The keys first, the rows locked as they are read: the copy then
+        // reads the same rows.
+        let kept = match &undo {
+            Some(undo) => {
+                let lock = sub_batch.dialect().locks_rows_read();
+                let keep = undo.keep_keys(&|head| sub_batch.rows_where(head), lock);
+                Some(sub_batch.execute(&keep).await?)
+            }
+            None => None,
+        };
         let copied = sub_batch
             .execute(
                 &sub_batch.rows_where(
@@ -201,10 +253,11 @@ impl Operation for ArchiveRows {
             .ident(&into);
         let delete = in_range(delete).push(")");
         let deleted = sub_batch.execute(&delete).await?;
-        if copied != deleted {
+        if copied != deleted || kept.is_some_and(|kept| kept != copied) {
             return Err(OperationError::Failed(format!(
                 "archive-rows copied {copied} rows into `{into}` but found {deleted} to delete \
-                 from `{table}` (rows changed meanwhile); rolled back, to be tried again"
+                 from `{table}`{} (rows changed meanwhile); rolled back, to be tried again",
+                kept.map_or(String::new(), |kept| format!(" and kept {kept} keys"))
             )));
         }
         Ok(deleted)
@@ -279,8 +332,8 @@ impl Operation for ArchiveRows {
 
 /// Enqueues `kind` as [`crate::enqueue()`] does, after what a built-in
 /// kind needs first: `archive-rows` gets its archive table
-/// ([`ArchiveRows::enqueue`]), `update-in-batches --undo` its undo table
-/// ([`super::UpdateInBatches::enqueue`]). The command line and schedules enqueue
+/// ([`ArchiveRows::enqueue`]), a kind run with `--undo` its undo table
+/// ([`super::UpdateInBatches::enqueue`], [`DeleteAgedRows::enqueue`]). The command line and schedules enqueue
 /// through it.
 pub async fn enqueue_kind(
     store: &Store,
@@ -293,6 +346,8 @@ pub async fn enqueue_kind(
         ArchiveRows::enqueue(store, registry, arguments, options).await
     } else if kind == super::UpdateInBatches.kind() {
         super::UpdateInBatches::enqueue(store, registry, arguments, options).await
+    } else if kind == DeleteAgedRows.kind() {
+        DeleteAgedRows::enqueue(store, registry, arguments, options).await
     } else {
         crate::enqueue::enqueue(store, registry, kind, arguments, options).await
     }
@@ -310,20 +365,54 @@ impl ArchiveRows {
         arguments: &serde_json::Value,
         options: &crate::EnqueueOptions,
     ) -> Result<sluice_store::Enqueued, OperationError> {
-        let parsed: ArchiveRowsArguments = serde_json::from_value(arguments.clone())
+        let mut parsed: ArchiveRowsArguments = serde_json::from_value(arguments.clone())
             .map_err(|e| OperationError::Arguments(format!("archive-rows: {e}")))?;
+        if parsed.undo_table.is_some() {
+            return Err(OperationError::Arguments(
+                "archive-rows: undo_table is named at enqueue, not given".into(),
+            ));
+        }
         let created = ArchiveRows::create_archive(store, &parsed).await?;
+        let undo = match parsed.undo {
+            true => {
+                let keys = super::undo::create_keys_table(store, &parsed.table, &parsed.key).await;
+                match keys {
+                    Ok(undo) => Some(undo),
+                    Err(error) => {
+                        drop_created(store, created, &parsed.into).await?;
+                        return Err(error);
+                    }
+                }
+            }
+            false => None,
+        };
+        parsed.undo_table = undo.as_ref().map(|u| u.undo().to_string());
+        let arguments = serde_json::to_value(&parsed).expect("arguments serialise");
         let enqueued =
-            crate::enqueue::enqueue(store, registry, "archive-rows", arguments, options).await;
-        if enqueued.is_err() && created {
-            let into = Ident::parse(&parsed.into)?;
-            store
-                .target()
-                .execute(&Statement::new("DROP TABLE ").ident(&into))
-                .await?;
+            crate::enqueue::enqueue(store, registry, "archive-rows", &arguments, options).await;
+        if !matches!(enqueued, Ok(sluice_store::Enqueued { created: true, .. })) {
+            if let Some(undo) = &undo {
+                store.target().execute(&undo.drop_statement()).await?;
+            }
+            if enqueued.is_err() {
+                drop_created(store, created, &parsed.into).await?;
+            }
         }
         enqueued
     }
+}
+
+/// Drops the archive table `into` when this enqueue `created` it (still
+/// empty): a refused enqueue leaves nothing behind.
+async fn drop_created(store: &Store, created: bool, into: &str) -> Result<(), OperationError> {
+    if created {
+        let into = Ident::parse(into)?;
+        store
+            .target()
+            .execute(&Statement::new("DROP TABLE ").ident(&into))
+            .await?;
+    }
+    Ok(())
 }
 
 /// Fails the sub-batch (rolled back) when `table` has a column that
@@ -386,6 +475,8 @@ mod tests {
             older_than: None,
             cutoff: None,
             columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+            undo: false,
+            undo_table: None,
         };
         let same = ArchiveRows.shape(&args("items", &["id"])).unwrap_err();
         assert!(same.to_string().contains("another table"), "{same}");

@@ -40,9 +40,87 @@ pub struct RevertArguments {
     pub undo_table: String,
     /// The columns it changed, as the table names them.
     pub columns: Vec<String>,
-    /// Put back rows changed again since, too.
+    /// Put back rows changed again since, too (an update's revert).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+    /// Where the rows moved out are (the archive table of `archive-rows`,
+    /// the undo table itself for `delete-aged-rows`): the revert moves
+    /// them back into `table`, copying `columns`. `None`: an update's
+    /// revert, which puts values back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_in: Option<String>,
+}
+
+impl RevertArguments {
+    /// The undo table these arguments walk: an update's (images of
+    /// `columns`) or a move's (keys alone).
+    fn undo_table(&self) -> Result<UndoTable, OperationError> {
+        match &self.held_in {
+            Some(_) => keys_of(&self.table, &self.key, &self.undo_table),
+            None => undo_of(&self.table, &self.key, &self.undo_table, &self.columns),
+        }
+    }
+}
+
+/// The revert of an operation of `kind` with `arguments` (stored as text):
+/// `None` when it ran without `--undo`. Errors: a kind that keeps no undo;
+/// `force` on a move (a row whose key is live again is never overwritten).
+fn what_reverts(
+    kind: &str,
+    arguments: &str,
+    id: i64,
+    force: bool,
+) -> Result<Option<RevertArguments>, OperationError> {
+    let unreadable = |e: serde_json::Error| {
+        OperationError::Arguments(format!("operation {id}'s arguments: {e}"))
+    };
+    let reverted = if kind == UpdateInBatches.kind() {
+        let a: UpdateInBatchesArguments = serde_json::from_str(arguments).map_err(unreadable)?;
+        a.undo_table.map(|undo_table| RevertArguments {
+            of: id,
+            table: a.table,
+            key: a.key,
+            undo_table,
+            columns: a.undo_columns,
+            force,
+            held_in: None,
+        })
+    } else if kind == super::ArchiveRows.kind() {
+        let a: super::ArchiveRowsArguments = serde_json::from_str(arguments).map_err(unreadable)?;
+        a.undo_table.map(|undo_table| RevertArguments {
+            of: id,
+            table: a.table,
+            key: a.key,
+            undo_table,
+            columns: a.columns,
+            force,
+            held_in: Some(a.into),
+        })
+    } else if kind == super::DeleteAgedRows.kind() {
+        let a: super::DeleteAgedRowsArguments =
+            serde_json::from_str(arguments).map_err(unreadable)?;
+        a.undo_table.map(|undo_table| RevertArguments {
+            of: id,
+            table: a.table,
+            key: a.key,
+            held_in: Some(undo_table.clone()),
+            undo_table,
+            columns: a.undo_columns,
+            force,
+        })
+    } else {
+        return Err(OperationError::NotRevertible(format!(
+            "operation {id} is {kind}, which keeps no undo (update-in-batches, archive-rows and \
+             delete-aged-rows do, run with --undo)"
+        )));
+    };
+    if force && reverted.as_ref().is_some_and(|r| r.held_in.is_some()) {
+        return Err(OperationError::NotRevertible(format!(
+            "--force puts back values over rows changed since; operation {id} moved rows, and a \
+             row whose key is live again is never overwritten"
+        )));
+    }
+    Ok(reverted)
 }
 
 #[async_trait]
@@ -56,17 +134,26 @@ impl Operation for Revert {
     fn shape(&self, arguments: &Self::Arguments) -> Result<Shape, OperationError> {
         let key = super::key_columns(&arguments.key)?;
         let key: Vec<&str> = key.iter().map(String::as_str).collect();
-        undo_of(
-            &arguments.table,
-            &arguments.key,
-            &arguments.undo_table,
-            &arguments.columns,
-        )?;
+        arguments.undo_table()?;
+        for column in &arguments.columns {
+            Ident::parse(column)?;
+        }
+        if let Some(held_in) = &arguments.held_in {
+            Ident::parse(held_in)?;
+        }
         Shape::keyset(&arguments.undo_table, &key)
     }
 
     fn other_tables_written(&self, arguments: &Self::Arguments) -> Vec<String> {
-        vec![arguments.table.clone()]
+        let mut tables = vec![arguments.table.clone()];
+        tables.extend(
+            arguments
+                .held_in
+                .iter()
+                .filter(|held_in| **held_in != arguments.undo_table)
+                .cloned(),
+        );
+        tables
     }
 
     fn columns_written(&self, _: &Self::Arguments) -> Vec<String> {
@@ -78,12 +165,7 @@ impl Operation for Revert {
         arguments: &Self::Arguments,
         sub_batch: &mut SubBatch<'_>,
     ) -> Result<u64, OperationError> {
-        let undo = undo_of(
-            &arguments.table,
-            &arguments.key,
-            &arguments.undo_table,
-            &arguments.columns,
-        )?;
+        let undo = arguments.undo_table()?;
         let Bounds::Range { start, end } = sub_batch.bounds().clone() else {
             return Err(OperationError::Failed(
                 "revert runs over ranges of its undo table's key".into(),
@@ -92,8 +174,33 @@ impl Operation for Revert {
         let range = |statement: Statement, key: &[Ident]| {
             range_predicate(statement, key, start.as_ref(), Some(&end))
         };
-        let statements = undo.restore(sub_batch.dialect(), arguments.force, &range);
-        run_counting_first(sub_batch, &statements).await
+        let Some(held_in) = &arguments.held_in else {
+            let statements = undo.restore(sub_batch.dialect(), arguments.force, &range);
+            return run_counting_first(sub_batch, &statements).await;
+        };
+        let held_in = Ident::parse(held_in)?;
+        let columns = arguments
+            .columns
+            .iter()
+            .map(|c| Ident::parse(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let overriding = sub_batch.dialect().insert_overriding();
+        let back = undo.move_back(&held_in, &columns, overriding, &range);
+        sub_batch.execute(&back.conflict).await?;
+        let copied = sub_batch.execute(&back.copy).await?;
+        let deleted = match &back.delete {
+            Some(delete) => sub_batch.execute(delete).await?,
+            None => copied,
+        };
+        if copied != deleted {
+            return Err(OperationError::Failed(format!(
+                "revert copied {copied} rows back into `{}` but found {deleted} to delete from \
+                 `{held_in}` (rows changed meanwhile); rolled back, to be tried again",
+                arguments.table
+            )));
+        }
+        sub_batch.execute(&back.reverted).await?;
+        Ok(copied)
     }
 }
 
@@ -201,17 +308,10 @@ pub async fn revert(
             "operation {id} is itself a revert; a revert is not reverted"
         ));
     }
-    if state.kind != UpdateInBatches.kind() {
+    let Some(mut arguments) = what_reverts(state.kind.as_str(), &state.arguments, id, force)?
+    else {
         return refuse(format!(
-            "operation {id} is {}, which keeps no undo (update-in-batches --undo does)",
-            state.kind
-        ));
-    }
-    let original: UpdateInBatchesArguments = serde_json::from_str(&state.arguments)
-        .map_err(|e| OperationError::Arguments(format!("operation {id}'s arguments: {e}")))?;
-    let Some(undo_table) = original.undo_table.clone() else {
-        return refuse(format!(
-            "operation {id} ran without --undo: it kept no values to put back"
+            "operation {id} ran without --undo: it kept nothing to put back"
         ));
     };
     match state.status {
@@ -250,25 +350,23 @@ pub async fn revert(
             }
         }
     }
-    let undo = undo_of(
-        &original.table,
-        &original.key,
-        &undo_table,
-        &original.undo_columns,
-    )?;
+    let undo = arguments.undo_table()?;
     if store.target().table_columns(undo.undo()).await?.is_empty() {
         return refuse(format!(
-            "the undo table {undo_table} of operation {id} is gone (pruned)"
+            "the undo table {} of operation {id} is gone (pruned)",
+            arguments.undo_table
         ));
     }
-    let arguments = RevertArguments {
-        of: id,
-        table: original.table,
-        key: original.key,
-        undo_table,
-        columns: original.undo_columns,
-        force,
-    };
+    if arguments.held_in.is_some() {
+        // Moved rows go back whole: every column but those the live
+        // table computes itself (its key, whatever computes it, included).
+        let live = Ident::parse(&arguments.table)?;
+        let generated = store.target().generated_columns(&live).await?;
+        let key = super::key_columns(&arguments.key)?;
+        arguments
+            .columns
+            .retain(|c| key.contains(c) || !generated.iter().any(|g| g.eq_ignore_ascii_case(c)));
+    }
     let arguments = serde_json::to_value(arguments).expect("arguments serialise");
     let enqueued =
         crate::enqueue::enqueue(store, registry, Revert.kind(), &arguments, options).await?;
@@ -308,21 +406,16 @@ pub async fn undo_summary(
     kind: &str,
     arguments: &str,
 ) -> Result<Option<UndoSummary>, OperationError> {
-    let undo = if kind == UpdateInBatches.kind() {
-        let Ok(a) = serde_json::from_str::<UpdateInBatchesArguments>(arguments) else {
-            return Ok(None);
-        };
-        let Some(undo_table) = a.undo_table else {
-            return Ok(None);
-        };
-        undo_of(&a.table, &a.key, &undo_table, &a.undo_columns)?
-    } else if kind == Revert.kind() {
+    let undo = if kind == Revert.kind() {
         let Ok(a) = serde_json::from_str::<RevertArguments>(arguments) else {
             return Ok(None);
         };
-        undo_of(&a.table, &a.key, &a.undo_table, &a.columns)?
+        a.undo_table()?
     } else {
-        return Ok(None);
+        match what_reverts(kind, arguments, 0, false) {
+            Ok(Some(a)) => a.undo_table()?,
+            _ => return Ok(None),
+        }
     };
     if store.target().table_columns(undo.undo()).await?.is_empty() {
         return Ok(None);
@@ -377,16 +470,7 @@ async fn create_undo_table(
             columns.push(spelled.clone());
         }
     }
-    let stamp = chrono::Utc::now().timestamp_millis();
-    let base: String = live.name().chars().take(40).collect();
-    let mut name = format!("{base}_undo_{}", radix36(stamp as u64));
-    if live.schema().is_none()
-        && let Some(schema) = store.target().schema_of(&live).await?
-    {
-        name = format!("{schema}.{name}");
-    } else if let Some(schema) = live.schema() {
-        name = format!("{schema}.{name}");
-    }
+    let name = undo_table_name(store, &live).await?;
     let undo = undo_of(&arguments.table, &arguments.key, &name, &columns)?;
     let mut declared = Vec::new();
     for column in undo.key().iter().chain(undo.columns()) {
@@ -398,11 +482,130 @@ async fn create_undo_table(
                 .unwrap_or_default(),
         );
     }
+    create(store, &undo, &declared).await?;
+    Ok(undo)
+}
+
+/// A new undo table's name for `live`: `<table>_undo_<time>`, in the
+/// schema `live` is found in (PostgreSQL), never in Sluice's own.
+async fn undo_table_name(store: &Store, live: &Ident) -> Result<String, OperationError> {
+    let stamp = chrono::Utc::now().timestamp_millis();
+    let base: String = live.name().chars().take(40).collect();
+    let name = format!("{base}_undo_{}", radix36(stamp as u64));
+    let schema = match live.schema() {
+        Some(schema) => Some(schema.to_owned()),
+        None => store.target().schema_of(live).await?,
+    };
+    Ok(match schema {
+        Some(schema) => format!("{schema}.{name}"),
+        None => name,
+    })
+}
+
+/// Creates the undo table of `archive-rows --undo`: the keys of `table`'s
+/// rows by `key`, and a state, beside `table`.
+pub(super) async fn create_keys_table(
+    store: &Store,
+    table: &str,
+    key: &str,
+) -> Result<UndoTable, OperationError> {
+    let live = Ident::parse(table)?;
+    let name = undo_table_name(store, &live).await?;
+    let undo = keys_of(table, key, &name)?;
+    let mut declared = Vec::new();
+    for column in undo.key() {
+        declared.push(
+            store
+                .target()
+                .column_type(&live, column.name())
+                .await?
+                .unwrap_or_default(),
+        );
+    }
+    create(store, &undo, &declared).await?;
+    Ok(undo)
+}
+
+/// Creates the undo table of `delete-aged-rows --undo`: a copy of
+/// `table`'s columns (as an archive table is made) with a state, and a
+/// unique key; returns its name and the columns copied.
+pub(super) async fn create_rows_table(
+    store: &Store,
+    table: &str,
+    key: &str,
+) -> Result<(UndoTable, Vec<String>), OperationError> {
+    let live = Ident::parse(table)?;
+    let name = undo_table_name(store, &live).await?;
+    let undo = keys_of(table, key, &name)?;
+    let columns = store.target().table_columns(&live).await?;
+    if columns.is_empty() {
+        return Err(crate::target::TargetError::UnknownTable {
+            table: table.to_owned(),
+        }
+        .into());
+    }
     let dialect = store.backend().dialect();
-    let create = undo.create(dialect, &declared).ok_or_else(|| {
+    if dialect.create_table_like(undo.undo(), &live).is_none() {
+        // Declared column by column, the key NOT NULL.
+        let idents = columns
+            .iter()
+            .map(|c| Ident::parse(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut declared = Vec::new();
+        for column in &columns {
+            declared.push(
+                store
+                    .target()
+                    .column_type(&live, column)
+                    .await?
+                    .unwrap_or_default(),
+            );
+        }
+        let create = undo.declared_rows(&idents, &declared).ok_or_else(|| {
+            OperationError::Arguments(format!(
+                "a column type of `{table}` cannot be declared in an undo table"
+            ))
+        })?;
+        store.target().execute(&create).await?;
+        return Ok((undo, columns));
+    }
+    let copy = super::ArchiveRowsArguments {
+        table: table.to_owned(),
+        into: undo.undo().to_string(),
+        key: key.to_owned(),
+        condition: None,
+        column: None,
+        older_than: None,
+        cutoff: None,
+        columns: columns.clone(),
+        undo: false,
+        undo_table: None,
+    };
+    super::ArchiveRows::create_archive(store, &copy).await?;
+    let state = Statement::new("ALTER TABLE ")
+        .ident(undo.undo())
+        .push(" ADD COLUMN ")
+        .ident(&undo.state())
+        .push(" CHAR(8)");
+    if let Err(error) = store.target().execute(&state).await {
+        let _ = store.target().execute(&undo.drop_statement()).await;
+        return Err(error.into());
+    }
+    Ok((undo, columns))
+}
+
+/// Runs `undo`'s creating statements, dropping what the first made when a
+/// later one fails.
+async fn create(
+    store: &Store,
+    undo: &UndoTable,
+    declared: &[String],
+) -> Result<(), OperationError> {
+    let dialect = store.backend().dialect();
+    let create = undo.create(dialect, declared).ok_or_else(|| {
         OperationError::Arguments(format!(
             "a column type of `{}` cannot be declared in an undo table",
-            arguments.table
+            undo.live()
         ))
     })?;
     for (i, statement) in create.iter().enumerate() {
@@ -413,7 +616,22 @@ async fn create_undo_table(
             return Err(error.into());
         }
     }
-    Ok(undo)
+    Ok(())
+}
+
+/// The keys-only [`UndoTable`] `undo_table` of `table`'s rows by `key`
+/// (or the rows themselves, for `delete-aged-rows --undo`).
+pub(super) fn keys_of(
+    table: &str,
+    key: &str,
+    undo_table: &str,
+) -> Result<UndoTable, OperationError> {
+    UndoTable::keys_only(
+        Ident::parse(table)?,
+        Ident::parse(undo_table)?,
+        key_idents(key)?,
+    )
+    .map_err(|e| OperationError::Arguments(e.to_string()))
 }
 
 /// The [`UndoTable`] of `undo_table` keeping `columns` of `table` by `key`.

@@ -229,6 +229,14 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         undo.keep_in_three(self.as_dialect(), set, rows, range, lock)
     }
 
+    /// What follows an `INSERT`'s column list so that the values given are
+    /// kept in an identity column that the database otherwise writes
+    /// itself (PostgreSQL's ` OVERRIDING SYSTEM VALUE`); empty where a
+    /// value given is always kept.
+    fn insert_overriding(&self) -> &'static str {
+        ""
+    }
+
     /// True where a read inside a transaction must say `FOR UPDATE` to
     /// read the value a later change in it replaces (not so on a database
     /// with one writer at a time).

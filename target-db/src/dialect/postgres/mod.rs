@@ -102,6 +102,10 @@ impl Dialect for Postgres {
         undo::same_value(statement, a, b)
     }
 
+    fn insert_overriding(&self) -> &'static str {
+        " OVERRIDING SYSTEM VALUE"
+    }
+
     fn as_dialect(&self) -> &dyn Dialect {
         self
     }
