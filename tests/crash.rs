@@ -28,6 +28,7 @@ postgres_and_mysql!(
     workers_killed_at_random_moments_change_every_row_exactly_once,
     archiving_workers_killed_at_random_moments_move_every_row_exactly_once,
     an_undone_update_and_its_revert_under_kills_leave_every_row_as_before,
+    an_undone_archive_and_its_revert_under_kills_leave_every_row_as_before,
 );
 
 fn env(name: &str, default: u64) -> u64 {
@@ -326,18 +327,85 @@ async fn an_undone_update_and_its_revert_under_kills_leave_every_row_as_before(d
     );
     assert_finished_after_takeovers(db, id, matching).await;
 
-    let revert = common::json(&common::sluice(db, &["revert", &id.to_string(), "--json"]));
-    let revert = revert["id"].as_i64().unwrap();
-    let killed = run_with_kills(db, revert, matching, kills, &mut dice).await;
-    eprintln!("undo crash suite: {killed} workers killed during the revert");
-    assert_eq!(
-        killed, kills,
-        "every kill landed before the end of the revert"
-    );
+    revert_under_kills(db, id, matching, kills, &mut dice).await;
     assert_eq!(
         checksum().await,
         before,
         "every row as it was before the update"
+    );
+}
+
+/// `archive-rows --undo` and then its revert, each under the same kills:
+/// after the revert every row is live again as it was, and the archive
+/// table is empty (`SLUICE_UNDO_ROWS` and `SLUICE_UNDO_KILLS` size it).
+async fn an_undone_archive_and_its_revert_under_kills_leave_every_row_as_before(db: &TestDb) {
+    let rows = env("SLUICE_UNDO_ROWS", 100_000) as i64;
+    let kills = env("SLUICE_UNDO_KILLS", 6);
+    let seed = seed();
+    eprintln!("undo archive crash suite: {rows} rows, {kills} kills, SLUICE_CRASH_SEED={seed}");
+    let mut dice = Dice(seed);
+    create_counted_items(db, rows).await;
+    db.execute("UPDATE items SET counter = id % 1000").await;
+    let matching = db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1").await;
+    let checksum = |table: &'static str| async move {
+        db.scalar(&format!(
+            "SELECT CAST(COALESCE(SUM(id * 7 + counter * 3 + grp), 0) AS BIGINT) + COUNT(*) \
+             FROM {table}"
+        ))
+        .await
+    };
+    let before = checksum("items").await;
+    let enqueued = common::json(&common::sluice(
+        db,
+        &[
+            "enqueue",
+            "archive-rows",
+            "--table",
+            "items",
+            "--into",
+            "items_archive",
+            "--where",
+            "grp = 1",
+            "--undo",
+            "--batch-size",
+            "2000",
+            "--sub-batch-size",
+            "500",
+            "--pause",
+            "10ms",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let killed = run_with_kills(db, id, matching, kills, &mut dice).await;
+    assert_eq!(
+        killed, kills,
+        "every kill landed before the end of the archive"
+    );
+    assert_finished_after_takeovers(db, id, matching).await;
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items_archive").await,
+        matching
+    );
+    revert_under_kills(db, id, matching, kills, &mut dice).await;
+    assert_eq!(
+        checksum("items").await,
+        before,
+        "every row live again, as it was"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM items_archive").await, 0);
+}
+
+/// Reverts operation `id` (`matching` rows) under `kills` kills: the
+/// revert finishes having put back every row once, none in conflict.
+async fn revert_under_kills(db: &TestDb, id: i64, matching: i64, kills: u64, dice: &mut Dice) {
+    let revert = common::json(&common::sluice(db, &["revert", &id.to_string(), "--json"]));
+    let revert = revert["id"].as_i64().unwrap();
+    let killed = run_with_kills(db, revert, matching, kills, dice).await;
+    eprintln!("undo crash suite: {killed} workers killed during the revert");
+    assert_eq!(
+        killed, kills,
+        "every kill landed before the end of the revert"
     );
     assert_finished_after_takeovers(db, revert, matching).await;
     let shown = common::json(&common::sluice(

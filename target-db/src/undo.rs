@@ -431,9 +431,12 @@ impl UndoTable {
         // The keys of the range not yet reverted, through a derived table:
         // MySQL reads no table in a subquery of a statement changing it.
         let (open, close) = row_value(&self.key);
+        // The range on the table read too: MariaDB runs `IN (…)` row by
+        // row over what the rest selects, which must not be the whole
+        // table (every row of it locked).
         let pending = |statement: Statement| {
-            let statement = statement
-                .push(" WHERE ")
+            let statement = range(statement.push(" WHERE 1 = 1"), &self.key)
+                .push(" AND ")
                 .push(open)
                 .idents(&self.key)
                 .push(close)
