@@ -42,6 +42,10 @@ pub enum EnqueueCommand {
         /// partition is dropped).
         #[arg(long)]
         undo: bool,
+        /// With --undo: how long after the operation ends `sluice prune`
+        /// keeps its undo table (e.g. 7d; by default prune's --older-than).
+        #[arg(long, requires = "undo", value_parser = duration_as_typed, allow_hyphen_values = true)]
+        keep_undo: Option<String>,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -60,6 +64,10 @@ pub enum EnqueueCommand {
         /// undo table beside the table, so `sluice revert <id>` can put them back.
         #[arg(long)]
         undo: bool,
+        /// With --undo: how long after the operation ends `sluice prune`
+        /// keeps its undo table (e.g. 7d; by default prune's --older-than).
+        #[arg(long, requires = "undo", value_parser = duration_as_typed, allow_hyphen_values = true)]
+        keep_undo: Option<String>,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -89,6 +97,10 @@ pub enum EnqueueCommand {
         /// revert <id>` can move exactly them back.
         #[arg(long)]
         undo: bool,
+        /// With --undo: how long after the operation ends `sluice prune`
+        /// keeps its undo table (e.g. 7d; by default prune's --older-than).
+        #[arg(long, requires = "undo", value_parser = duration_as_typed, allow_hyphen_values = true)]
+        keep_undo: Option<String>,
         #[command(flatten)]
         common: CommonOptions,
     },
@@ -185,6 +197,7 @@ impl From<EnqueueCommand> for Recipe {
                 older_than,
                 no_drop_partitions,
                 undo,
+                keep_undo,
                 common,
             } => {
                 let mut arguments = json!({
@@ -199,6 +212,9 @@ impl From<EnqueueCommand> for Recipe {
                 if undo {
                     arguments["undo"] = true.into();
                 }
+                if let Some(keep) = keep_undo {
+                    arguments["keep_undo"] = keep.into();
+                }
                 ("delete-aged-rows", arguments, common)
             }
             EnqueueCommand::UpdateInBatches {
@@ -206,6 +222,7 @@ impl From<EnqueueCommand> for Recipe {
                 set,
                 condition,
                 undo,
+                keep_undo,
                 common,
             } => {
                 let arguments = UpdateInBatchesArguments {
@@ -216,6 +233,7 @@ impl From<EnqueueCommand> for Recipe {
                     undo,
                     undo_table: None,
                     undo_columns: Vec::new(),
+                    keep_undo,
                 };
                 (
                     "update-in-batches",
@@ -230,6 +248,7 @@ impl From<EnqueueCommand> for Recipe {
                 column,
                 older_than,
                 undo,
+                keep_undo,
                 common,
             } => {
                 let mut arguments = json!({
@@ -240,6 +259,9 @@ impl From<EnqueueCommand> for Recipe {
                 });
                 if undo {
                     arguments["undo"] = true.into();
+                }
+                if let Some(keep) = keep_undo {
+                    arguments["keep_undo"] = keep.into();
                 }
                 if let (Some(column), Some(older_than)) = (column, older_than) {
                     arguments["column"] = column.into();
@@ -299,6 +321,7 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
         let mut arguments = arguments;
         if let Some(fields) = arguments.as_object_mut() {
             fields.remove("undo");
+            fields.remove("keep_undo");
         }
         let plan = plan(
             store,

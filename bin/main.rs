@@ -343,7 +343,10 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
         Command::Completions(_) | Command::Man(_) => unreachable!("answered before connecting"),
         Command::Prune(args) => {
             let deleted = store.prune(args.older_than, args.chunk).await?;
-            render::pruned(deleted, args.older_than, args.json)
+            let undo =
+                sluice_operations::builtin::prune_undo(store, args.older_than, chrono::Utc::now())
+                    .await?;
+            render::pruned(deleted, &undo, args.older_than, args.json)
         }
     }
 }

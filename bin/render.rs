@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
-use sluice_operations::{Plan, RowCount, builtin::UndoSummary};
+use sluice_operations::{
+    Plan, RowCount,
+    builtin::{PrunedUndo, UndoSummary},
+};
 use sluice_store::{
     CanaryReading, Event, Health, LatencyBudget, OperationRecord, RateLimit, RecentPace,
     RecordedEvent, binding_limit,
@@ -578,18 +581,31 @@ pub fn plan(plan: &Plan, as_json: bool) -> Result<(), Failure> {
 }
 
 /// `sluice prune`.
-pub fn pruned(deleted: u64, older_than: Duration, as_json: bool) -> Result<(), Failure> {
+pub fn pruned(
+    deleted: u64,
+    undo: &[PrunedUndo],
+    older_than: Duration,
+    as_json: bool,
+) -> Result<(), Failure> {
     let cutoff = chrono::Utc::now()
         - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::zero());
     if as_json {
-        return print_json(
-            &json!({"batches_deleted": deleted, "ended_before": cutoff.to_rfc3339()}),
-        );
+        return print_json(&json!({
+            "batches_deleted": deleted,
+            "ended_before": cutoff.to_rfc3339(),
+            "undo_tables_dropped": undo,
+        }));
     }
     println!(
         "pruned {deleted} batch records of operations that ended before {}",
         cutoff.format("%Y-%m-%d %H:%M:%S UTC")
     );
+    for dropped in undo {
+        println!(
+            "dropped undo table {} of operation {} (it can no longer be reverted)",
+            dropped.table, dropped.operation
+        );
+    }
     Ok(())
 }
 

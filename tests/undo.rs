@@ -15,6 +15,7 @@ for_each_backend!(
     revert_refuses_what_it_cannot_revert_and_changes_nothing,
     a_reverted_archive_moves_back_exactly_its_rows_but_not_over_live_keys,
     a_reverted_delete_moves_every_aged_row_back,
+    prune_drops_an_undo_table_once_its_keep_has_passed,
 );
 
 /// `items(id, grp, counter, note)`: ids `1..=rows`, `grp = id % 3`,
@@ -362,6 +363,64 @@ async fn a_reverted_delete_moves_every_aged_row_back(db: &TestDb) {
         .unwrap();
     assert_eq!(record.state.rows_done, aged);
     assert_eq!(all_readings(db).await, before, "every row back, as it was");
+}
+
+async fn prune_drops_an_undo_table_once_its_keep_has_passed(db: &TestDb) {
+    create_items(db, 200).await;
+    let update = |set: &str, keep: &str| {
+        json(&sluice(
+            db,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                set,
+                "--undo",
+                "--keep-undo",
+                keep,
+                "--json",
+            ],
+        ))["id"]
+            .as_i64()
+            .unwrap()
+    };
+    let brief = update("counter = 1", "1ms");
+    let kept = update("counter = 2", "30d");
+    run_until_idle(db);
+    let table_of = |id: i64| async move {
+        let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+        shown["undo"]["table"].as_str().map(str::to_owned)
+    };
+    let brief_table = table_of(brief).await.expect("an undo table");
+    assert!(table_of(kept).await.is_some());
+
+    let pruned = json(&sluice(db, &["prune", "--older-than", "90d", "--json"]));
+    assert_eq!(
+        pruned["undo_tables_dropped"],
+        serde_json::json!([{"operation": brief, "table": brief_table}])
+    );
+    assert_eq!(table_of(brief).await, None, "its undo is gone");
+    assert!(table_of(kept).await.is_some(), "the other's stays");
+    let refused = sluice(db, &["revert", &brief.to_string()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("pruned"));
+
+    let without_undo = sluice(
+        db,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = 3",
+            "--keep-undo",
+            "7d",
+        ],
+    );
+    assert_eq!(without_undo.status.code(), Some(2));
 }
 
 /// Every row of `readings`, in key order, as text.

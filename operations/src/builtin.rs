@@ -32,7 +32,9 @@ mod zoneless;
 pub use archive::{ArchiveRows, ArchiveRowsArguments, enqueue_kind};
 pub use text_times::{EPOCH_SECONDS_CEILING, EPOCH_SECONDS_FLOOR};
 use text_times::{iso_like, names_a_day, refuse_mixed_formats, refuse_other_units};
-pub use undo::{Revert, RevertArguments, UndoSummary, revert, undo_summary};
+pub use undo::{
+    PrunedUndo, Revert, RevertArguments, UndoSummary, prune_undo, revert, undo_summary,
+};
 
 /// `delete-aged-rows`: deletes the rows of `table` whose `column` is older
 /// than the cutoff fixed when the operation was enqueued.
@@ -79,6 +81,10 @@ pub struct DeleteAgedRowsArguments {
     /// The columns copied into it (the table's at enqueue).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub undo_columns: Vec<String>,
+    /// How long after the operation ends `sluice prune` keeps its undo
+    /// table (`7d`); by default as long as prune's `--older-than`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_undo: Option<String>,
 }
 
 /// A cutoff in the representation of the column it is compared with, so the
@@ -140,6 +146,10 @@ pub struct UpdateInBatchesArguments {
     /// spells them), filled at enqueue.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub undo_columns: Vec<String>,
+    /// How long after the operation ends `sluice prune` keeps its undo
+    /// table (`7d`); by default as long as prune's `--older-than`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_undo: Option<String>,
 }
 
 impl Cutoff {
@@ -274,6 +284,7 @@ impl DeleteAgedRows {
             undo: false,
             undo_table: None,
             undo_columns: Vec::new(),
+            keep_undo: None,
         })
     }
 }
@@ -299,6 +310,7 @@ impl Operation for DeleteAgedRows {
                     .into(),
             ));
         }
+        undo::check_keep_undo(arguments.undo, arguments.keep_undo.as_deref())?;
         if let Some(undo_table) = &arguments.undo_table {
             undo::keys_of(&arguments.table, &arguments.key, undo_table)?;
             return Shape::keyset(&arguments.table, &key)?
@@ -368,6 +380,7 @@ impl Operation for DeleteAgedRows {
             columns: arguments.undo_columns.clone(),
             undo: false,
             undo_table: None,
+            keep_undo: None,
         };
         ArchiveRows.run(&moved, sub_batch).await
     }
@@ -409,7 +422,7 @@ impl Operation for DeleteAgedRows {
         }) {
             return Err(OperationError::Arguments(format!(
                 "delete-aged-rows has no argument `{unknown}` (it takes table, column, key, \
-                 older_than, drop_partitions and undo)"
+                 older_than, drop_partitions, undo and keep_undo)"
             )));
         }
         let flag = |name: &str, default: bool| match stored.get(name) {
@@ -434,6 +447,15 @@ impl Operation for DeleteAgedRows {
                 .await?;
         resolved.drop_partitions &= drop_partitions && !undo;
         resolved.undo = undo;
+        resolved.keep_undo = match stored.get("keep_undo") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(keep)) => Some(keep.clone()),
+            Some(other) => {
+                return Err(OperationError::Arguments(format!(
+                    "delete-aged-rows: keep_undo must be a duration such as \"7d\", not {other}"
+                )));
+            }
+        };
         serde_json::to_value(resolved).map_err(|e| OperationError::Arguments(e.to_string()))
     }
 }
@@ -489,6 +511,7 @@ impl Operation for UpdateInBatches {
         let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
         let shape = Shape::keyset(&arguments.table, &columns)?;
         shape.checked_set(&arguments.set)?;
+        undo::check_keep_undo(arguments.undo, arguments.keep_undo.as_deref())?;
         if let Some(undo_table) = &arguments.undo_table {
             undo::undo_of(
                 &arguments.table,

@@ -64,6 +64,10 @@ pub struct ArchiveRowsArguments {
     /// The undo table, named and created at enqueue (never given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo_table: Option<String>,
+    /// How long after the operation ends `sluice prune` keeps its undo
+    /// table (`7d`); by default as long as prune's `--older-than`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_undo: Option<String>,
 }
 
 #[async_trait]
@@ -100,6 +104,7 @@ impl Operation for ArchiveRows {
                     .into(),
             ));
         }
+        super::undo::check_keep_undo(arguments.undo, arguments.keep_undo.as_deref())?;
         if let Some(undo_table) = &arguments.undo_table {
             super::undo::keys_of(&arguments.table, &arguments.key, undo_table)?;
         }
@@ -477,6 +482,7 @@ mod tests {
             columns: columns.iter().map(|c| (*c).to_owned()).collect(),
             undo: false,
             undo_table: None,
+            keep_undo: None,
         };
         let same = ArchiveRows.shape(&args("items", &["id"])).unwrap_err();
         assert!(same.to_string().contains("another table"), "{same}");

@@ -30,6 +30,7 @@ fn update_in_batches_refuses_smuggled_statements() {
         undo: false,
         undo_table: None,
         undo_columns: Vec::new(),
+        keep_undo: None,
     };
     assert!(matches!(
         UpdateInBatches.shape(&args),
@@ -52,6 +53,7 @@ fn update_in_batches_refuses_a_set_that_writes_its_key() {
             undo: false,
             undo_table: None,
             undo_columns: Vec::new(),
+            keep_undo: None,
         };
         let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
         assert!(err.contains("walk by (`id`)"), "{set}: {err}");
@@ -66,6 +68,7 @@ fn update_in_batches_refuses_a_set_that_writes_its_key() {
             undo: false,
             undo_table: None,
             undo_columns: Vec::new(),
+            keep_undo: None,
         };
         let err = UpdateInBatches.shape(&args).unwrap_err().to_string();
         assert!(
@@ -98,6 +101,7 @@ fn update_in_batches_walks_a_key_of_several_columns_in_order() {
         undo: false,
         undo_table: None,
         undo_columns: Vec::new(),
+        keep_undo: None,
     };
     let shape = UpdateInBatches.shape(&args).unwrap();
     let names: Vec<&str> = shape.batching_columns().iter().map(Ident::name).collect();
@@ -114,6 +118,7 @@ fn an_undo_table_is_not_part_of_what_makes_two_updates_the_same() {
         undo: true,
         undo_table: undo_table.map(Into::into),
         undo_columns: vec!["n".into()],
+        keep_undo: None,
     };
     assert_eq!(
         UpdateInBatches.identity(&asked(Some("t_undo_a"))),
@@ -126,6 +131,7 @@ fn an_undo_table_is_not_part_of_what_makes_two_updates_the_same() {
         undo: false,
         undo_table: None,
         undo_columns: Vec::new(),
+        keep_undo: None,
         ..asked(None)
     };
     assert_ne!(

@@ -230,6 +230,7 @@ impl UpdateInBatches {
         }
         let plain = UpdateInBatchesArguments {
             undo: false,
+            keep_undo: None,
             ..parsed.clone()
         };
         let plain = serde_json::to_value(plain).expect("arguments serialise");
@@ -381,6 +382,107 @@ pub async fn revert(
             .await?;
     }
     Ok(enqueued)
+}
+
+/// Refuses a `keep_undo` that is not a duration, or one given without
+/// `undo`.
+pub(super) fn check_keep_undo(undo: bool, keep_undo: Option<&str>) -> Result<(), OperationError> {
+    let Some(keep) = keep_undo else {
+        return Ok(());
+    };
+    if !undo {
+        return Err(OperationError::Arguments(
+            "keep_undo (--keep-undo) says how long an undo table is kept; it needs undo (--undo)"
+                .into(),
+        ));
+    }
+    crate::duration::parse_duration(keep)
+        .map(|_| ())
+        .map_err(|e| OperationError::Arguments(format!("keep_undo: {e}")))
+}
+
+/// An undo table [`prune_undo`] dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PrunedUndo {
+    /// The operation it kept the undo of.
+    pub operation: i64,
+    /// The table.
+    pub table: String,
+}
+
+/// Drops the undo tables of the operations run with `--undo` that ended
+/// (finished or cancelled) more than their `keep_undo`, else `older_than`,
+/// before `now`, unless a revert of them is pending, running or paused.
+/// A failed operation keeps its table: a retry goes on writing it. After
+/// this its revert is refused ("pruned").
+pub async fn prune_undo(
+    store: &Store,
+    older_than: std::time::Duration,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<PrunedUndo>, OperationError> {
+    let mut pruned = Vec::new();
+    for kind in [
+        UpdateInBatches.kind(),
+        super::ArchiveRows.kind(),
+        super::DeleteAgedRows.kind(),
+    ] {
+        for status in [OperationStatus::Finished, OperationStatus::Cancelled] {
+            let ended = store
+                .list(&sluice_store::ListFilter {
+                    status: Some(status),
+                    kind: Some(kind.to_owned()),
+                    limit: Some(i64::MAX),
+                    ..Default::default()
+                })
+                .await?;
+            for record in ended {
+                let state = &record.state;
+                let Ok(Some(reverted)) = what_reverts(kind, &state.arguments, record.id, false)
+                else {
+                    continue;
+                };
+                let keep = serde_json::from_str::<serde_json::Value>(&state.arguments)
+                    .ok()
+                    .and_then(|a| a.get("keep_undo")?.as_str().map(str::to_owned))
+                    .and_then(|keep| crate::duration::parse_duration(&keep).ok())
+                    .unwrap_or(older_than);
+                let keep = chrono::Duration::from_std(keep).unwrap_or(chrono::Duration::MAX);
+                let until = state
+                    .finished_at
+                    .unwrap_or(i64::MAX)
+                    .saturating_add(keep.num_milliseconds());
+                if until > now.timestamp_millis() || reverting(store, record.id).await? {
+                    continue;
+                }
+                let undo = reverted.undo_table()?;
+                if store.target().table_columns(undo.undo()).await?.is_empty() {
+                    continue;
+                }
+                store.target().execute(&undo.drop_statement()).await?;
+                pruned.push(PrunedUndo {
+                    operation: record.id,
+                    table: reverted.undo_table,
+                });
+            }
+        }
+    }
+    Ok(pruned)
+}
+
+/// True when a revert of operation `id` may still run: pending, running,
+/// paused, or failed (a retry goes on).
+async fn reverting(store: &Store, id: i64) -> Result<bool, OperationError> {
+    for event in store.events(id, 0).await? {
+        if let Event::Reverted { by } = event.event
+            && !matches!(
+                store.operation(by).await?.state.status,
+                OperationStatus::Finished | OperationStatus::Cancelled
+            )
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// What an undo table holds: the rows kept, and how a revert left them.
@@ -580,6 +682,7 @@ pub(super) async fn create_rows_table(
         columns: columns.clone(),
         undo: false,
         undo_table: None,
+        keep_undo: None,
     };
     super::ArchiveRows::create_archive(store, &copy).await?;
     let state = Statement::new("ALTER TABLE ")
