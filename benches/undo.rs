@@ -1,0 +1,190 @@
+//! End-to-end harness: what `--undo` costs an `update-in-batches`, and how
+//! fast `sluice revert` puts the rows back. On each backend of
+//! `SLUICE_BENCH_BACKENDS` (default `sqlite,postgres,mysql`), a table of
+//! `SLUICE_BENCH_ROWS` rows (default 1,000,000) takes `counter = counter +
+//! 1` over every row with Sluice's defaults (batches of 1,000, sub-batches
+//! of 100, the health indicators and latency budget on), in turns: without
+//! `--undo`, with it, and the revert of the run with it — `SLUICE_BENCH_PAIRS`
+//! times (default 2), so the spread between turns shows beside the gap.
+//! Each run is timed from its enqueue to its end on an embedded runtime.
+//!
+//! `cargo bench --bench undo` (env: `SLUICE_BENCH_ROWS`,
+//! `SLUICE_BENCH_PAIRS`, `SLUICE_BENCH_BACKENDS`, `SLUICE_TEST_POSTGRES_URL`,
+//! `SLUICE_TEST_MYSQL_URL`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use sluice_operations::EnqueueOptions;
+use sluice_runtime::{Runtime, RuntimeBuilder, RuntimeConfig};
+use sluice_store::Store;
+use sluice_target::Statement;
+
+use common::{alter_autovacuum, env, set_autovacuum};
+
+const SCHEMA: &str = "sluice_bench_undo";
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let rows: i64 = env("SLUICE_BENCH_ROWS", 1_000_000);
+    let pairs: usize = env("SLUICE_BENCH_PAIRS", 2);
+    let backends: String = env("SLUICE_BENCH_BACKENDS", "sqlite,postgres,mysql".to_owned());
+    let dir = tempfile::tempdir().unwrap();
+    println!("rows {rows}, `counter = counter + 1` over every row, Sluice's defaults");
+    println!();
+    println!("| backend | run | s | rows/s |");
+    println!("|---|---|---|---|");
+    for backend in backends.split(',') {
+        let store = match backend {
+            "sqlite" => {
+                let url = format!("sqlite:{}", dir.path().join("undo.sqlite").display());
+                Store::connect(&url).await
+            }
+            "postgres" => common::fresh_schema(&common::postgres_url(), SCHEMA, 8).await,
+            "mysql" => match std::env::var("SLUICE_TEST_MYSQL_URL") {
+                Ok(url) => {
+                    let server = url.trim_end_matches('/').to_owned();
+                    let Ok(admin) = Store::connect(&format!("{server}/mysql")).await else {
+                        eprintln!("mysql: not reachable, skipped");
+                        continue;
+                    };
+                    let create = Statement::new("CREATE DATABASE IF NOT EXISTS sluice_bench");
+                    admin.target().execute(&create).await.unwrap();
+                    Store::connect(&format!("{server}/sluice_bench")).await
+                }
+                Err(_) => continue,
+            },
+            other => panic!("unknown backend {other}"),
+        };
+        let Ok(store) = store else {
+            eprintln!("{backend}: not reachable, skipped");
+            continue;
+        };
+        let autovacuum = set_autovacuum(&store).await;
+        measure(backend, &store, rows, pairs).await;
+        let drop = Statement::new("DROP TABLE IF EXISTS bench_items");
+        store.target().execute(&drop).await.unwrap();
+        if let Some(previous) = autovacuum {
+            alter_autovacuum(&store, &previous).await;
+        }
+        store.close().await;
+        if backend == "postgres" {
+            common::drop_schema(&common::postgres_url(), SCHEMA).await;
+        }
+    }
+}
+
+/// `pairs` turns of: the update without `--undo`, with it, its revert.
+async fn measure(backend: &str, store: &Store, rows: i64, pairs: usize) {
+    fill(store, rows).await;
+    let runtime = common::as_users_run(RuntimeBuilder::with_store(store.clone()).config(
+        RuntimeConfig {
+            node: "undo".into(),
+            ..RuntimeConfig::default()
+        },
+    ))
+    .start()
+    .await
+    .unwrap();
+    let options = EnqueueOptions::default();
+    for turn in 0..pairs {
+        for undo in [false, true] {
+            let arguments = serde_json::json!({
+                "table": "bench_items", "key": "id", "set": "counter = counter + 1",
+                // Two identical requests are one operation while one runs.
+                "where": format!("counter >= {}", -1 - turn as i64),
+                "undo": undo,
+            });
+            let started = Instant::now();
+            let update = runtime
+                .enqueue_json("update-in-batches", &arguments, &options)
+                .await
+                .unwrap();
+            finish(&runtime, update.id).await;
+            let name = if undo { "update --undo" } else { "update" };
+            report(backend, name, started.elapsed(), rows);
+            if undo {
+                let started = Instant::now();
+                let revert = runtime.revert(update.id, false, &options).await.unwrap();
+                finish(&runtime, revert.id).await;
+                report(backend, "revert", started.elapsed(), rows);
+                let undo_table = store.operation(update.id).await.unwrap().state.arguments;
+                let undo_table: serde_json::Value = serde_json::from_str(&undo_table).unwrap();
+                let undo_table =
+                    sluice_target::Ident::parse(undo_table["undo_table"].as_str().unwrap())
+                        .unwrap();
+                let drop = Statement::new("DROP TABLE ").ident(&undo_table);
+                store.target().execute(&drop).await.unwrap();
+            }
+        }
+    }
+    runtime.shutdown().await.unwrap();
+}
+
+/// Waits for operation `id` to end, and checks it finished.
+async fn finish(runtime: &Runtime, id: i64) {
+    let record = runtime.wait(id, Duration::from_secs(7_200)).await.unwrap();
+    assert_eq!(
+        record.state.status,
+        sluice_store::OperationStatus::Finished,
+        "{:?}",
+        record.state.last_error
+    );
+}
+
+/// `bench_items(id, grp, counter, note)`, afresh, with `rows` rows.
+async fn fill(store: &Store, rows: i64) {
+    let target = store.target();
+    target
+        .execute(&Statement::new("DROP TABLE IF EXISTS bench_items"))
+        .await
+        .unwrap();
+    target
+        .execute(&Statement::new(
+            "CREATE TABLE bench_items (id BIGINT NOT NULL PRIMARY KEY, grp INTEGER NOT NULL, \
+             counter INTEGER NOT NULL, note VARCHAR(40) NOT NULL)",
+        ))
+        .await
+        .unwrap();
+    let chunk = 100_000;
+    let mysql = matches!(store.backend(), sluice_target::Backend::MySql(_));
+    let mut from = 1;
+    while from <= rows {
+        let to = (from + chunk - 1).min(rows);
+        let series = |head: Statement| {
+            head.push("WITH RECURSIVE s(g) AS (SELECT ")
+                .value(from.into())
+                .push(" UNION ALL SELECT g + 1 FROM s WHERE g < ")
+                .value(to.into())
+                .push(") ")
+        };
+        const INSERT: &str = "INSERT INTO bench_items (id, grp, counter, note) ";
+        const ROWS: &str = "SELECT g, g % 10, 0, 'a row of the bench table' FROM s";
+        // MariaDB's form: the INSERT first, past its default of 1,000
+        // recursions.
+        let insert = match mysql {
+            true => series(Statement::new(
+                "SET STATEMENT max_recursive_iterations = 1000000 FOR INSERT INTO bench_items \
+                 (id, grp, counter, note) ",
+            ))
+            .push(ROWS),
+            false => series(Statement::new("")).push(INSERT).push(ROWS),
+        };
+        target.execute(&insert).await.unwrap();
+        from = to + 1;
+    }
+    let analyze = match store.backend() {
+        sluice_target::Backend::MySql(_) => "ANALYZE TABLE bench_items",
+        _ => "ANALYZE bench_items",
+    };
+    target.execute(&Statement::new(analyze)).await.unwrap();
+}
+
+fn report(backend: &str, run: &str, took: Duration, rows: i64) {
+    println!(
+        "| {backend} | {run} | {:.1} | {:.0} |",
+        took.as_secs_f64(),
+        rows as f64 / took.as_secs_f64()
+    );
+}
