@@ -315,14 +315,16 @@ async fn a_reverted_archive_moves_back_exactly_its_rows_but_not_over_live_keys(d
 }
 
 async fn a_reverted_delete_moves_every_aged_row_back(db: &TestDb) {
-    // `created_at` in epoch seconds, an hour apart going back from now.
+    // `created_at` in epoch seconds, an hour apart going back from now:
+    // rows 720 and up are older than 30 days.
     db.execute(
         "CREATE TABLE readings (id BIGINT PRIMARY KEY, created_at BIGINT NOT NULL, \
          note VARCHAR(20) NULL)",
     )
     .await;
     let now = chrono::Utc::now().timestamp();
-    let select = format!("g, {now} - g * 3600, CASE WHEN g % 4 = 0 THEN NULL ELSE 'r' END");
+    // Half an hour off the hour, so no row is aged by seconds passing.
+    let select = format!("g, {now} - g * 3600 - 1800, CASE WHEN g % 4 = 0 THEN NULL ELSE 'r' END");
     db.insert_series("readings (id, created_at, note)", &select, 1_500, "")
         .await;
     let before = all_readings(db).await;
@@ -347,8 +349,8 @@ async fn a_reverted_delete_moves_every_aged_row_back(db: &TestDb) {
         .unwrap();
     run_until_idle(db);
     id.await_finished(db).await;
-    let aged = 1_500 - 720;
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM readings").await, 720);
+    let aged = 1_500 - 719;
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM readings").await, 719);
     let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
     assert_eq!(shown["undo"]["rows"], aged, "{shown}");
 

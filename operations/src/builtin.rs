@@ -533,15 +533,16 @@ impl Operation for UpdateInBatches {
         }
     }
 
-    /// The `UPDATE` alone; with `--undo`, `None`: [`Operation::run`] keeps
-    /// the images too.
+    /// The `UPDATE` alone; with `--undo`, the statement that keeps the
+    /// images and updates where the database has one (PostgreSQL), else
+    /// `None`: [`Operation::run`] runs the several it takes.
     fn sub_batch_statement(
         &self,
         arguments: &Self::Arguments,
         rows: &SubBatchRows<'_>,
     ) -> Result<Option<Statement>, OperationError> {
         if arguments.undo {
-            return Ok(None);
+            return undo::keep_and_update_statement(arguments, rows);
         }
         rows.update_expression_statement(&arguments.set).map(Some)
     }

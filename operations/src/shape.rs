@@ -186,6 +186,11 @@ impl Shape {
         &self.scope
     }
 
+    /// The dialect its SQL is written in ([`Shape::for_dialect`]).
+    pub fn dialect(&self) -> &'static dyn Dialect {
+        self.scope.dialect
+    }
+
     /// The same shape writing its SQL for `dialect` (the runtime and
     /// enqueue set the store's; PostgreSQL's by default).
     ///

@@ -108,6 +108,9 @@ pub struct Statement {
     /// Where [`Statement::guard`] wrote its `TRUE`: a byte range of `text`
     /// (every other method only appends, so it stays valid).
     guard: Option<std::ops::Range<usize>>,
+    /// Where the statement proper begins after a `WITH …` of its own
+    /// ([`Statement::main`]): a byte offset of `text`.
+    main: Option<usize>,
 }
 
 impl Statement {
@@ -119,6 +122,7 @@ impl Statement {
             text,
             params,
             guard: None,
+            main: None,
         }
     }
 
@@ -128,6 +132,7 @@ impl Statement {
             text: SqlText::new(fragment),
             params: Vec::new(),
             guard: None,
+            main: None,
         }
     }
 
@@ -236,6 +241,28 @@ impl Statement {
     /// The bound values, in placeholder order.
     pub fn params(&self) -> &[SqlValue] {
         &self.params
+    }
+
+    /// Marks where the statement proper begins, after the `WITH a AS (…)`
+    /// written so far: a store fusing the statement into a `WITH` of its
+    /// own hoists these to the top ([`Statement::split_main`]), where
+    /// PostgreSQL wants every data-changing `WITH`.
+    pub fn main(mut self) -> Self {
+        self.main = Some(self.text.0.len());
+        self
+    }
+
+    /// The statement's own `WITH a AS (…)` (`None` without
+    /// [`Statement::main`]) and the statement proper.
+    pub fn split_main(&self) -> (Option<SqlText>, SqlText) {
+        let text = self.text.as_str();
+        match self.main {
+            Some(at) => (
+                Some(SqlText(text[..at].trim_end().to_owned())),
+                SqlText(text[at..].trim_start().to_owned()),
+            ),
+            None => (None, self.text.clone()),
+        }
     }
 
     /// The text with its guard replaced by `condition` (code-written, with

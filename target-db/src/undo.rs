@@ -236,7 +236,10 @@ impl UndoTable {
             .map(|i| (self.new_value(i), qualified(LIVE, &self.columns[i])))
             .collect();
         let fill = dialect.update_join((&self.undo, UNDO), (&self.live, LIVE), &self.key, &after);
+        // Both sides bounded: a planner without statistics on the undo
+        // table (SQLite) may walk the live table first.
         let fill = range(fill, &qualify_all(UNDO, &self.key));
+        let fill = range(fill, &qualify_all(LIVE, &self.key));
         vec![copy, update, fill]
     }
 
@@ -272,6 +275,7 @@ impl UndoTable {
             }
         }
         let put_back = range(put_back, &qualify_all(UNDO, &self.key));
+        let put_back = range(put_back, &qualify_all(LIVE, &self.key));
         let mark = |value: &'static str| {
             let head = Statement::new("UPDATE ")
                 .ident(&self.undo)
@@ -668,6 +672,45 @@ mod tests {
         assert!(postgres[2].starts_with(
             "UPDATE \"items_undo_x\" SET \"sluice_state\" = 'conflict' WHERE \"sluice_state\" IS NULL"
         ));
+    }
+
+    #[test]
+    fn postgresql_s_single_statements_hoist_their_own_with_when_fused() {
+        let set = Assignments::parse("n = n + 1").unwrap();
+        let keep = undo()
+            .keep_and_update(&POSTGRES, &set, &rows, &range)
+            .remove(0);
+        let (lead, main) = keep.split_main();
+        assert!(
+            lead.unwrap()
+                .as_str()
+                .starts_with("WITH sluice_changed AS (UPDATE")
+        );
+        assert!(main.as_str().starts_with("INSERT INTO \"items_undo_x\""));
+        let restore = POSTGRES
+            .restore_in_one_statement(&undo(), false, &range)
+            .unwrap();
+        let (lead, main) = restore.split_main();
+        let lead = lead.unwrap();
+        assert!(
+            lead.as_str()
+                .starts_with("WITH sluice_put_back AS (UPDATE \"items\"")
+        );
+        assert!(
+            lead.as_str()
+                .contains("sluice_conflict AS (UPDATE \"items_undo_x\" SET")
+        );
+        assert!(
+            main.as_str()
+                .starts_with("UPDATE \"items_undo_x\" SET \"sluice_state\" = 'reverted' WHERE"),
+            "{}",
+            main.as_str()
+        );
+        assert!(
+            SQLITE
+                .restore_in_one_statement(&undo(), false, &range)
+                .is_none()
+        );
     }
 
     #[test]

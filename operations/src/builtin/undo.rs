@@ -15,7 +15,7 @@ use crate::enqueue::EnqueueOptions;
 use crate::error::OperationError;
 use crate::operation::{Operation, Registry};
 use crate::shape::Shape;
-use crate::sub_batch::{Bounds, SubBatch};
+use crate::sub_batch::{Bounds, SubBatch, SubBatchRows};
 
 /// `revert`: puts back the values an operation run with `--undo` replaced,
 /// in ranges of its undo table's key. Each sub-batch, in one transaction
@@ -160,6 +160,27 @@ impl Operation for Revert {
         vec!["sluice_state".into()]
     }
 
+    /// An update's revert as one statement where the database has one
+    /// (PostgreSQL), sent with the sub-batch's record; else `None`.
+    fn sub_batch_statement(
+        &self,
+        arguments: &Self::Arguments,
+        rows: &SubBatchRows<'_>,
+    ) -> Result<Option<Statement>, OperationError> {
+        if arguments.held_in.is_some() {
+            return Ok(None);
+        }
+        let undo = arguments.undo_table()?;
+        let Bounds::Range { start, end } = rows.bounds().clone() else {
+            return Ok(None);
+        };
+        let range = |statement: Statement, key: &[Ident]| {
+            range_predicate(statement, key, start.as_ref(), Some(&end))
+        };
+        let dialect = rows.shape().dialect();
+        Ok(dialect.restore_in_one_statement(&undo, arguments.force, &range))
+    }
+
     async fn run(
         &self,
         arguments: &Self::Arguments,
@@ -253,6 +274,27 @@ pub(super) async fn keep_and_update(
     arguments: &UpdateInBatchesArguments,
     sub_batch: &mut SubBatch<'_>,
 ) -> Result<u64, OperationError> {
+    let statements = keep_and_update_statements(arguments, sub_batch.rows())?;
+    run_counting_first(sub_batch, &statements).await
+}
+
+/// The one statement of a sub-batch of `update-in-batches --undo`, where
+/// the dialect has one ([`sluice_target::Dialect::keeps_and_updates_in_one_statement`]).
+pub(super) fn keep_and_update_statement(
+    arguments: &UpdateInBatchesArguments,
+    rows: &SubBatchRows<'_>,
+) -> Result<Option<Statement>, OperationError> {
+    if !rows.shape().dialect().keeps_and_updates_in_one_statement() {
+        return Ok(None);
+    }
+    Ok(keep_and_update_statements(arguments, rows)?.pop())
+}
+
+/// The statements of a sub-batch of `update-in-batches --undo` over `rows`.
+fn keep_and_update_statements(
+    arguments: &UpdateInBatchesArguments,
+    rows: &SubBatchRows<'_>,
+) -> Result<Vec<Statement>, OperationError> {
     let (Some(undo_table), false) = (&arguments.undo_table, arguments.undo_columns.is_empty())
     else {
         return Err(OperationError::Failed(
@@ -266,8 +308,8 @@ pub(super) async fn keep_and_update(
         undo_table,
         &arguments.undo_columns,
     )?;
-    let set = sub_batch.rows().shape().checked_set(&arguments.set)?;
-    let Bounds::Range { start, end } = sub_batch.bounds().clone() else {
+    let set = rows.shape().checked_set(&arguments.set)?;
+    let Bounds::Range { start, end } = rows.bounds().clone() else {
         return Err(OperationError::Failed(
             "update-in-batches runs over ranges of its key".into(),
         ));
@@ -275,9 +317,8 @@ pub(super) async fn keep_and_update(
     let range = |statement: Statement, key: &[Ident]| {
         range_predicate(statement, key, start.as_ref(), Some(&end))
     };
-    let rows = |head: Statement| sub_batch.rows_where(head);
-    let statements = undo.keep_and_update(sub_batch.dialect(), &set, &rows, &range);
-    run_counting_first(sub_batch, &statements).await
+    let selected = |head: Statement| rows.rows_where(head);
+    Ok(undo.keep_and_update(rows.shape().dialect(), &set, &selected, &range))
 }
 
 /// Enqueues the revert of operation `id` ([`Revert`]), with `force` putting

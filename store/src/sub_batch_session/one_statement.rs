@@ -83,8 +83,15 @@ pub(super) fn fused_with_record(
         lease.epoch.into(),
         json(from),
     ]);
-    let text = SqlText::new("WITH changed AS (")
-        .append(statement.text())
+    // The statement's own `WITH` first: PostgreSQL takes a data-changing
+    // one only at the top.
+    let (lead, main) = statement.split_main();
+    let text = match lead {
+        Some(lead) => lead.push(", changed AS ("),
+        None => SqlText::new("WITH changed AS ("),
+    };
+    let text = text
+        .append(&main)
         .push(" RETURNING 1), recorded AS (UPDATE sluice_batches SET progress_cursor = COALESCE(")
         .param(n + 1)
         .push("::TEXT, progress_cursor), rows_affected = rows_affected + (SELECT COUNT(*) FROM changed) WHERE id = ")

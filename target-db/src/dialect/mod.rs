@@ -237,6 +237,25 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         ""
     }
 
+    /// True where [`Dialect::keep_and_update`] is one statement, which a
+    /// store can send with the sub-batch's record as one round trip.
+    fn keeps_and_updates_in_one_statement(&self) -> bool {
+        false
+    }
+
+    /// A revert's sub-batch over a range of `undo` as one statement, whose
+    /// count is the rows put back, where the database has one
+    /// ([`UndoTable::restore`] otherwise).
+    fn restore_in_one_statement(
+        &self,
+        undo: &UndoTable,
+        force: bool,
+        range: KeyRange<'_>,
+    ) -> Option<Statement> {
+        let _ = (undo, force, range);
+        None
+    }
+
     /// True where a read inside a transaction must say `FOR UPDATE` to
     /// read the value a later change in it replaces (not so on a database
     /// with one writer at a time).

@@ -102,6 +102,19 @@ impl Dialect for Postgres {
         undo::same_value(statement, a, b)
     }
 
+    fn keeps_and_updates_in_one_statement(&self) -> bool {
+        true
+    }
+
+    fn restore_in_one_statement(
+        &self,
+        undo: &UndoTable,
+        force: bool,
+        range: KeyRange<'_>,
+    ) -> Option<Statement> {
+        Some(undo::restore(undo, force, range))
+    }
+
     fn insert_overriding(&self) -> &'static str {
         " OVERRIDING SYSTEM VALUE"
     }

@@ -3,9 +3,9 @@
 
 use crate::operator_sql::Assignments;
 use crate::sql::{Ident, Statement};
-use crate::undo::{KeyRange, LIVE, UndoTable, qualified};
+use crate::undo::{KeyRange, LIVE, UNDO, UndoTable, qualified};
 
-use super::super::alias;
+use super::super::{alias, join_key};
 
 /// The alias of the locked rows' values before the change.
 const BEFORE: &str = "sluice_before";
@@ -78,7 +78,9 @@ pub(super) fn keep_and_update(
     }
     vec![
         statement
-            .push(") INSERT INTO ")
+            .push(")")
+            .main()
+            .push(" INSERT INTO ")
             .ident(undo.undo())
             .push(" (")
             .idents(undo.key())
@@ -86,6 +88,86 @@ pub(super) fn keep_and_update(
             .idents(&images)
             .push(") SELECT * FROM sluice_changed"),
     ]
+}
+
+/// A revert's sub-batch over a range of the undo table as one statement:
+/// `WITH sluice_put_back AS (UPDATE live … FROM undo … RETURNING <key>),
+/// sluice_conflict AS (UPDATE undo SET state = 'conflict' WHERE <the rest
+/// of the range>) UPDATE undo SET state = 'reverted' WHERE <key> IN
+/// (SELECT <key> FROM sluice_put_back)`, whose count is the rows put back;
+/// the same rows put back and marked as [`UndoTable::restore`]'s three.
+pub(super) fn restore(undo: &UndoTable, force: bool, range: KeyRange<'_>) -> Statement {
+    let state = undo.state();
+    let mut statement = Statement::new("WITH sluice_put_back AS (UPDATE ")
+        .ident(undo.live())
+        .push(" AS ")
+        .ident(&alias(LIVE))
+        .push(" SET ");
+    for (i, column) in undo.columns().iter().enumerate() {
+        if i > 0 {
+            statement = statement.push(", ");
+        }
+        statement = statement
+            .ident(column)
+            .push(" = ")
+            .ident(&qualified(UNDO, &undo.old(i)));
+    }
+    statement = statement
+        .push(" FROM ")
+        .ident(undo.undo())
+        .push(" AS ")
+        .ident(&alias(UNDO))
+        .push(" WHERE ");
+    statement = join_key(statement, LIVE, UNDO, undo.key())
+        .push(" AND ")
+        .ident(&qualified(UNDO, &state))
+        .push(" IS NULL");
+    if !force {
+        for (i, column) in undo.columns().iter().enumerate() {
+            statement = same_value(
+                statement.push(" AND "),
+                &qualified(LIVE, column),
+                &qualified(UNDO, &undo.new_value(i)),
+            );
+        }
+    }
+    let undo_key: Vec<Ident> = undo.key().iter().map(|k| qualified(UNDO, k)).collect();
+    let live_key: Vec<Ident> = undo.key().iter().map(|k| qualified(LIVE, k)).collect();
+    statement = range(range(statement, &undo_key), &live_key)
+        .push(" RETURNING ")
+        .idents(&undo_key)
+        .push("), sluice_conflict AS (UPDATE ")
+        .ident(undo.undo())
+        .push(" SET ")
+        .ident(&state)
+        .push(" = 'conflict' WHERE ")
+        .ident(&state)
+        .push(" IS NULL");
+    statement =
+        range(statement, undo.key()).push(" AND NOT EXISTS (SELECT 1 FROM sluice_put_back WHERE ");
+    statement = join_key(statement, "sluice_put_back", undo.undo().name(), undo.key())
+        .push("))")
+        .main()
+        .push(" UPDATE ")
+        .ident(undo.undo())
+        .push(" SET ")
+        .ident(&state)
+        .push(" = 'reverted' WHERE ")
+        .ident(&state)
+        .push(" IS NULL");
+    let (open, close) = if undo.key().len() > 1 {
+        ("(", ")")
+    } else {
+        ("", "")
+    };
+    range(statement, undo.key())
+        .push(" AND ")
+        .push(open)
+        .idents(undo.key())
+        .push(close)
+        .push(" IN (SELECT ")
+        .idents(undo.key())
+        .push(" FROM sluice_put_back)")
 }
 
 /// `a::text IS NOT DISTINCT FROM b::text`: every type has a text form,
