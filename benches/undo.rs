@@ -7,10 +7,13 @@
 //! `--undo`, with it, and the revert of the run with it — `SLUICE_BENCH_PAIRS`
 //! times (default 2), so the spread between turns shows beside the gap.
 //! Each run is timed from its enqueue to its end on an embedded runtime.
+//! `SLUICE_BENCH_BUDGET=off` runs every operation with `--latency-budget
+//! off` (a lab setting, said with each run): the foreground's latency then
+//! paces nothing.
 //!
 //! `cargo bench --bench undo` (env: `SLUICE_BENCH_ROWS`,
-//! `SLUICE_BENCH_PAIRS`, `SLUICE_BENCH_BACKENDS`, `SLUICE_TEST_POSTGRES_URL`,
-//! `SLUICE_TEST_MYSQL_URL`).
+//! `SLUICE_BENCH_PAIRS`, `SLUICE_BENCH_BACKENDS`, `SLUICE_BENCH_BUDGET`,
+//! `SLUICE_TEST_POSTGRES_URL`, `SLUICE_TEST_MYSQL_URL`).
 
 mod common;
 
@@ -87,7 +90,12 @@ async fn measure(backend: &str, store: &Store, rows: i64, pairs: usize) {
     .start()
     .await
     .unwrap();
-    let options = EnqueueOptions::default();
+    let budget = env("SLUICE_BENCH_BUDGET", "auto".to_owned());
+    eprintln!("latency budget: {budget}");
+    let options = EnqueueOptions {
+        latency_budget: (budget == "off").then_some(sluice_store::LatencyBudget::Off),
+        ..EnqueueOptions::default()
+    };
     for turn in 0..pairs {
         for undo in [false, true] {
             let arguments = serde_json::json!({

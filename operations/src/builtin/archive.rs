@@ -338,7 +338,8 @@ impl Operation for ArchiveRows {
 /// Enqueues `kind` as [`crate::enqueue()`] does, after what a built-in
 /// kind needs first: `archive-rows` gets its archive table
 /// ([`ArchiveRows::enqueue`]), a kind run with `--undo` its undo table
-/// ([`super::UpdateInBatches::enqueue`], [`DeleteAgedRows::enqueue`]). The command line and schedules enqueue
+/// ([`super::UpdateInBatches::enqueue`], [`DeleteAgedRows::enqueue`]); a
+/// `revert` is refused here ([`super::revert`] enqueues it). The command line and schedules enqueue
 /// through it.
 pub async fn enqueue_kind(
     store: &Store,
@@ -347,7 +348,13 @@ pub async fn enqueue_kind(
     arguments: &serde_json::Value,
     options: &crate::EnqueueOptions,
 ) -> Result<sluice_store::Enqueued, OperationError> {
-    if kind == ArchiveRows.kind() {
+    if kind == super::Revert.kind() {
+        Err(OperationError::NotRevertible(
+            "a revert is enqueued by `sluice revert <id>` (Runtime::revert), which takes its \
+             arguments from the operation it reverts"
+                .into(),
+        ))
+    } else if kind == ArchiveRows.kind() {
         ArchiveRows::enqueue(store, registry, arguments, options).await
     } else if kind == super::UpdateInBatches.kind() {
         super::UpdateInBatches::enqueue(store, registry, arguments, options).await
