@@ -221,6 +221,29 @@ async fn revert_refuses_what_it_cannot_revert_and_changes_nothing(db: &TestDb) {
     );
     assert_eq!(every_row(db).await, rows);
 
+    // A revert is enqueued by `revert` alone, which fills its arguments.
+    let direct = sluice_operations::builtin::enqueue_kind(
+        &db.store,
+        &sluice_operations::Registry::with_builtins(),
+        "revert",
+        &serde_json::json!({"of": plain, "table": "items", "key": "id",
+            "undo_table": "items", "columns": ["counter"]}),
+        &sluice_operations::EnqueueOptions::default(),
+    )
+    .await;
+    assert!(
+        matches!(
+            direct,
+            Err(sluice_operations::OperationError::NotRevertible(_))
+        ),
+        "{direct:?}"
+    );
+    assert_eq!(
+        operations().await,
+        known,
+        "no operation enqueued or changed"
+    );
+
     // A revert is not reverted.
     run_until_idle(db);
     let revert = json(&sluice(db, &["revert", &pending.to_string(), "--json"]))["id"]

@@ -276,18 +276,7 @@ impl UndoTable {
         }
         let put_back = range(put_back, &qualify_all(UNDO, &self.key));
         let put_back = range(put_back, &qualify_all(LIVE, &self.key));
-        let mark = |value: &'static str| {
-            let head = Statement::new("UPDATE ")
-                .ident(&self.undo)
-                .push(" SET ")
-                .ident(&state)
-                .push(" = ")
-                .push(value)
-                .push(" WHERE ")
-                .ident(&state)
-                .push(" IS NULL");
-            range(head, &self.key)
-        };
+        let mark = |value: &'static str| self.mark(value, range);
         let mut reverted = mark("'reverted'")
             .push(" AND EXISTS (SELECT 1 FROM ")
             .ident(&self.live)
@@ -406,18 +395,7 @@ impl UndoTable {
         range: KeyRange<'_>,
     ) -> MoveBack {
         let state = self.state();
-        let mark = |value: &'static str| {
-            let head = Statement::new("UPDATE ")
-                .ident(&self.undo)
-                .push(" SET ")
-                .ident(&state)
-                .push(" = ")
-                .push(value)
-                .push(" WHERE ")
-                .ident(&state)
-                .push(" IS NULL");
-            range(head, &self.key)
-        };
+        let mark = |value: &'static str| self.mark(value, range);
         let exists = |statement: Statement, table: &Ident| {
             let statement = statement
                 .push("EXISTS (SELECT 1 FROM ")
@@ -501,6 +479,22 @@ impl UndoTable {
                 .idents(&self.key)
                 .push("))"),
         )
+    }
+
+    /// `UPDATE undo SET state = <value> WHERE state IS NULL AND <range>`:
+    /// the range's rows not yet marked (`value` a code-written literal).
+    fn mark(&self, value: &'static str, range: KeyRange<'_>) -> Statement {
+        let state = self.state();
+        let head = Statement::new("UPDATE ")
+            .ident(&self.undo)
+            .push(" SET ")
+            .ident(&state)
+            .push(" = ")
+            .push(value)
+            .push(" WHERE ")
+            .ident(&state)
+            .push(" IS NULL");
+        range(head, &self.key)
     }
 
     /// `SELECT COUNT(*), COUNT(CASE WHEN state = 'reverted' …), COUNT(CASE
