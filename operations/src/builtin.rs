@@ -451,11 +451,7 @@ impl DeleteAgedRows {
         parsed.undo_columns = columns;
         parsed.drop_partitions = false;
         let arguments = serde_json::to_value(parsed).expect("arguments serialise");
-        let enqueued = crate::enqueue::enqueue(store, registry, KIND, &arguments, options).await;
-        if !matches!(enqueued, Ok(sluice_store::Enqueued { created: true, .. })) {
-            store.target().execute(&undo.drop_statement()).await?;
-        }
-        enqueued
+        undo::enqueue_keeping(store, registry, KIND, &arguments, options, &undo).await
     }
 }
 

@@ -49,12 +49,27 @@ impl UpdateInBatches {
         parsed.undo_table = Some(undo.undo().to_string());
         parsed.undo_columns = undo.columns().iter().map(|c| c.name().to_owned()).collect();
         let arguments = serde_json::to_value(parsed).expect("arguments serialise");
-        let enqueued = crate::enqueue::enqueue(store, registry, KIND, &arguments, options).await;
-        if !matches!(enqueued, Ok(Enqueued { created: true, .. })) {
-            store.target().execute(&undo.drop_statement()).await?;
-        }
-        enqueued
+        enqueue_keeping(store, registry, KIND, &arguments, options, &undo).await
     }
+}
+
+/// Enqueues `kind` with `arguments`, which name the undo table `undo` just
+/// created: the table is dropped again unless a new operation was
+/// enqueued (a refusal, or an identical operation already active, keeps
+/// its own), so nothing is left behind.
+pub(super) async fn enqueue_keeping(
+    store: &Store,
+    registry: &Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+    options: &EnqueueOptions,
+    undo: &UndoTable,
+) -> Result<Enqueued, OperationError> {
+    let enqueued = crate::enqueue::enqueue(store, registry, kind, arguments, options).await;
+    if !matches!(enqueued, Ok(Enqueued { created: true, .. })) {
+        store.target().execute(&undo.drop_statement()).await?;
+    }
+    enqueued
 }
 
 /// Runs one sub-batch of `update-in-batches --undo`: keeps the images of
