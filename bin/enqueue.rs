@@ -32,7 +32,7 @@ pub enum EnqueueCommand {
         /// Delete rows older than this (e.g. 90d, 12h, 30m).
         #[arg(long, value_parser = duration_as_typed, allow_hyphen_values = true)]
         older_than: String,
-        /// On a PostgreSQL table partitioned by ranges of the column, delete
+        /// On a table partitioned by ranges of the column (PostgreSQL, MySQL), delete
         /// the rows of partitions wholly older than the cutoff one by one
         /// too, instead of dropping those partitions.
         #[arg(long)]

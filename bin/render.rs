@@ -517,7 +517,7 @@ pub fn plan(plan: &Plan, as_json: bool) -> Result<(), Failure> {
                         "                  drops "
                     };
                     println!(
-                        "{label}{} ({}, one transaction, checked under its lock)",
+                        "{label}{} ({}, one batch, its rows checked under a lock first)",
                         partition.name,
                         count(&partition.rows)
                     );

@@ -1,10 +1,12 @@
-//! Partition-aware `delete-aged-rows` on PostgreSQL: on a table partitioned
-//! by ranges of its time column, each partition wholly older than the
-//! cutoff is dropped in one sub-batch, the others' aged rows are deleted
-//! row by row, and exactly the aged rows go. A partition holding a row
-//! outside the scope is not dropped; a drop that cannot get its lock gives
-//! way (the rows go one by one) instead of queueing every query behind it;
-//! a `DELETE` trigger keeps every partition.
+//! Partition-aware `delete-aged-rows` on PostgreSQL and MariaDB: on a
+//! table partitioned by ranges of its time column, each partition wholly
+//! older than the cutoff is dropped in one batch, the others' aged rows are
+//! deleted row by row, and exactly the aged rows go. A partition holding a
+//! row outside the scope is not dropped; a drop that cannot get its lock
+//! gives way (the rows go one by one) instead of queueing every query
+//! behind it; a `DELETE` trigger keeps every partition. On MariaDB, whose
+//! drop commits on its own, a drop intent left by a worker that died is
+//! settled by the next from the table's catalogue, its rows counted once.
 
 mod common;
 
@@ -15,61 +17,142 @@ use common::{TestDb, sluice, spawn_worker};
 use serde_json::json;
 use sluice_operations::{EnqueueOptions, Filter, Operation, OperationError, Registry, Shape};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
-use sluice_store::OperationStatus;
+use sluice_store::{DropIntent, OperationStatus};
 use sqlx::Connection;
 
-postgres_only!(
+postgres_and_mysql!(
     partitions_wholly_older_than_the_cutoff_drop_and_the_rest_go_row_by_row,
     a_partition_holding_a_row_outside_the_scope_is_not_dropped,
     a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one,
     a_delete_trigger_keeps_every_partition,
     workers_killed_between_drops_and_deletes_count_every_aged_row_once,
-    pg_partmans_retention_decides_whether_partitions_drop,
 );
 
+postgres_only!(pg_partmans_retention_decides_whether_partitions_drop);
+
+mysql_only!(a_drop_intent_left_by_a_dead_worker_is_settled_once);
+
 /// Rows of `log` older than 30 days: 3,000 in the partitions of 2019–2021,
-/// 1,000 from 2022 in `log_recent` beside 200 from the last hour, and in
-/// the default partition one from 2010 beside one from 2200.
+/// 1,000 from 2022 in `log_recent` beside 200 from the last hour, and one
+/// from 2010 (PostgreSQL: in the default partition `log_other`, beside one
+/// from 2200; MariaDB: in `log_2019`, whose range is open below, the one
+/// from 2200 in `log_other`, up to `MAXVALUE`).
 const AGED: i64 = 4_001;
 const YOUNG: i64 = 201;
 
 /// `log (id, at, note)`, primary key `(id, at)`, partitioned by year up
-/// to 2022, then one partition to 2100, and a default partition.
+/// to 2022, then one partition to 2100, and one for the rest; on MariaDB
+/// by `RANGE COLUMNS (at)`, or with `by_days` by `RANGE (TO_DAYS(at))`.
 async fn create_log(db: &TestDb) {
-    for sql in [
-        "CREATE TABLE log (id BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL, \
-         note TEXT NOT NULL DEFAULT '', PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
-        "CREATE TABLE log_2019 PARTITION OF log FOR VALUES FROM ('2019-01-01') TO ('2020-01-01')",
-        "CREATE TABLE log_2020 PARTITION OF log FOR VALUES FROM ('2020-01-01') TO ('2021-01-01')",
-        "CREATE TABLE log_2021 PARTITION OF log FOR VALUES FROM ('2021-01-01') TO ('2022-01-01')",
-        "CREATE TABLE log_recent PARTITION OF log FOR VALUES FROM ('2022-01-01') TO ('2100-01-01')",
-        "CREATE TABLE log_other PARTITION OF log DEFAULT",
-        "CREATE INDEX log_at ON log (at)",
-        "INSERT INTO log (id, at) SELECT g, timestamptz '2019-01-01' + (g % 1095) * interval '1 day' \
-         FROM generate_series(1, 3000) g",
-        "INSERT INTO log (id, at) SELECT 10000 + g, timestamptz '2022-01-01' + g * interval '1 hour' \
-         FROM generate_series(1, 1000) g",
-        "INSERT INTO log (id, at) SELECT 20000 + g, now() - interval '1 hour' + g * interval '1 second' \
-         FROM generate_series(1, 200) g",
-        "INSERT INTO log (id, at) VALUES (30001, '2010-06-01'), (30002, '2200-01-01')",
-    ] {
-        db.execute(sql).await;
+    create_log_by(db, false).await;
+}
+
+async fn create_log_by(db: &TestDb, by_days: bool) {
+    let statements: Vec<String> = match db.backend {
+        "postgres" => [
+            "CREATE TABLE log (id BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL, \
+             note TEXT NOT NULL DEFAULT '', PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
+            "CREATE TABLE log_2019 PARTITION OF log FOR VALUES FROM ('2019-01-01') TO ('2020-01-01')",
+            "CREATE TABLE log_2020 PARTITION OF log FOR VALUES FROM ('2020-01-01') TO ('2021-01-01')",
+            "CREATE TABLE log_2021 PARTITION OF log FOR VALUES FROM ('2021-01-01') TO ('2022-01-01')",
+            "CREATE TABLE log_recent PARTITION OF log FOR VALUES FROM ('2022-01-01') TO ('2100-01-01')",
+            "CREATE TABLE log_other PARTITION OF log DEFAULT",
+            "CREATE INDEX log_at ON log (at)",
+            "INSERT INTO log (id, at) SELECT g, timestamptz '2019-01-01' + (g % 1095) * interval '1 day' \
+             FROM generate_series(1, 3000) g",
+            "INSERT INTO log (id, at) SELECT 10000 + g, timestamptz '2022-01-01' + g * interval '1 hour' \
+             FROM generate_series(1, 1000) g",
+            "INSERT INTO log (id, at) SELECT 20000 + g, now() - interval '1 hour' + g * interval '1 second' \
+             FROM generate_series(1, 200) g",
+            "INSERT INTO log (id, at) VALUES (30001, '2010-06-01'), (30002, '2200-01-01')",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        _ => {
+            let (by, bound): (&str, fn(&str) -> String) = match by_days {
+                false => ("RANGE COLUMNS (at)", |day| format!("('{day}')")),
+                true => ("RANGE (TO_DAYS(at))", |day| format!("(TO_DAYS('{day}'))")),
+            };
+            vec![
+                format!(
+                    "CREATE TABLE log (id BIGINT NOT NULL, at DATETIME(6) NOT NULL, \
+                     note VARCHAR(20) NOT NULL DEFAULT '', PRIMARY KEY (id, at), KEY log_at (at)) \
+                     PARTITION BY {by} (\
+                     PARTITION log_2019 VALUES LESS THAN {}, PARTITION log_2020 VALUES LESS THAN {}, \
+                     PARTITION log_2021 VALUES LESS THAN {}, PARTITION log_recent VALUES LESS THAN {}, \
+                     PARTITION log_other VALUES LESS THAN MAXVALUE)",
+                    bound("2020-01-01"),
+                    bound("2021-01-01"),
+                    bound("2022-01-01"),
+                    bound("2100-01-01"),
+                ),
+                "INSERT INTO log (id, at) SELECT seq, TIMESTAMP '2019-01-01 00:00:00' \
+                 + INTERVAL (seq % 1095) DAY FROM seq_1_to_3000"
+                    .into(),
+                "INSERT INTO log (id, at) SELECT 10000 + seq, TIMESTAMP '2022-01-01 00:00:00' \
+                 + INTERVAL seq HOUR FROM seq_1_to_1000"
+                    .into(),
+                "INSERT INTO log (id, at) SELECT 20000 + seq, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR \
+                 + INTERVAL seq SECOND FROM seq_1_to_200"
+                    .into(),
+                "INSERT INTO log (id, at) VALUES (30001, '2010-06-01'), (30002, '2200-01-01')".into(),
+            ]
+        }
+    };
+    for sql in statements {
+        db.execute(&sql).await;
     }
 }
 
-/// True when a partition of that name is attached to `log` or stands alone.
-async fn exists(db: &TestDb, table: &str) -> bool {
-    db.scalar(&format!(
-        "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relname = '{table}' \
-         AND relnamespace = current_schema()::regnamespace"
-    ))
+/// True when a partition of that name is attached to `log` or stands alone
+/// (PostgreSQL), or is a partition of `log` (MariaDB).
+async fn exists(db: &TestDb, partition: &str) -> bool {
+    exist(db, &[partition]).await == 1
+}
+
+/// How many of `partitions` exist ([`exists`]).
+async fn exist(db: &TestDb, partitions: &[&str]) -> i64 {
+    let names = partitions
+        .iter()
+        .map(|p| format!("'{p}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    db.scalar(&match db.backend {
+        "postgres" => format!(
+            "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relname IN ({names}) \
+             AND relnamespace = current_schema()::regnamespace"
+        ),
+        _ => format!(
+            "SELECT COUNT(*) FROM information_schema.partitions WHERE table_schema = DATABASE() \
+             AND table_name = 'log' AND partition_name IN ({names})"
+        ),
+    })
     .await
-        == 1
+}
+
+/// `SELECT COUNT(*)` of the rows of `partition` matching `condition`.
+async fn rows_in(db: &TestDb, partition: &str, condition: &str) -> i64 {
+    db.scalar(&match db.backend {
+        "postgres" => format!("SELECT COUNT(*) FROM {partition} WHERE {condition}"),
+        _ => format!("SELECT COUNT(*) FROM log PARTITION ({partition}) WHERE {condition}"),
+    })
+    .await
+}
+
+/// The condition of the rows older than `days`.
+fn older_than(db: &TestDb, days: u32) -> String {
+    match db.backend {
+        "postgres" => format!("at < now() - interval '{days} days'"),
+        _ => format!("at < UTC_TIMESTAMP(6) - INTERVAL {days} DAY"),
+    }
 }
 
 async fn aged_left(db: &TestDb) -> i64 {
-    db.scalar("SELECT COUNT(*) FROM log WHERE at < now() - interval '30 days'")
-        .await
+    db.scalar(&format!(
+        "SELECT COUNT(*) FROM log WHERE {}",
+        older_than(db, 30)
+    ))
+    .await
 }
 
 /// `enqueue delete-aged-rows` of the rows of `log` older than 30 days,
@@ -126,16 +209,18 @@ async fn partitions_wholly_older_than_the_cutoff_drop_and_the_rest_go_row_by_row
     let planned = sluice(db, &plan);
     let planned = String::from_utf8_lossy(&planned.stdout);
     for partition in ["log_2019", "log_2020", "log_2021"] {
-        let rows = db
-            .scalar(&format!("SELECT COUNT(*) FROM {partition}"))
-            .await;
+        let rows = rows_in(db, partition, "1 = 1").await;
         let rows = match rows {
             1_000.. => format!("{},{:03}", rows / 1_000, rows % 1_000),
             _ => rows.to_string(),
         };
-        let schema = db.schema.as_deref().unwrap();
+        // PostgreSQL's partitions are tables, named with their schema.
+        let name = match &db.schema {
+            Some(schema) => format!("{schema}.{partition}"),
+            None => partition.to_owned(),
+        };
         assert!(
-            planned.contains(&format!("drops {schema}.{partition} ({rows} rows")),
+            planned.contains(&format!("drops {name} ({rows} rows")),
             "{partition} ({rows} rows): {planned}"
         );
     }
@@ -197,15 +282,12 @@ impl Operation for DeleteUnpinned {
 /// A row of `log_2020` outside the scope (pinned) keeps that partition from
 /// being dropped: its other rows are deleted one by one and the pinned row
 /// stays; the partitions wholly in scope are dropped.
+/// On MariaDB the table is partitioned by `TO_DAYS(at)`, not `at` itself.
 async fn a_partition_holding_a_row_outside_the_scope_is_not_dropped(db: &TestDb) {
-    create_log(db).await;
+    create_log_by(db, true).await;
     db.execute("UPDATE log SET note = 'pinned' WHERE id = 500")
         .await;
-    assert_eq!(
-        db.scalar("SELECT COUNT(*) FROM log_2020 WHERE id = 500")
-            .await,
-        1
-    );
+    assert_eq!(rows_in(db, "log_2020", "id = 500").await, 1);
     let mut registry = Registry::new();
     registry.register(DeleteUnpinned);
     let options = EnqueueOptions {
@@ -241,7 +323,7 @@ async fn a_partition_holding_a_row_outside_the_scope_is_not_dropped(db: &TestDb)
         exists(db, "log_2020").await,
         "a partition with a pinned row was dropped"
     );
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM log_2020").await, 1);
+    assert_eq!(rows_in(db, "log_2020", "1 = 1").await, 1);
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM log WHERE note = 'pinned'")
             .await,
@@ -254,17 +336,32 @@ async fn a_partition_holding_a_row_outside_the_scope_is_not_dropped(db: &TestDb)
 
 /// A transaction reading `log_2019` holds it for the whole run: its drop
 /// cannot get its lock, gives way after a short wait, and the rows go one
-/// by one instead; the other old partitions are dropped, and the run ends
-/// while that transaction is still open. Point reads of `log` keep being
-/// answered throughout (their slowest time is printed, not asserted).
+/// by one instead; the run ends while that transaction is still open.
+/// PostgreSQL locks the partition alone, so the other old partitions are
+/// dropped; MariaDB's metadata lock covers the whole table, so none is and
+/// every aged row goes one by one. Point reads of `log` keep being answered
+/// throughout (their slowest time is printed, not asserted).
 async fn a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one(db: &TestDb) {
     create_log(db).await;
-    let mut reader = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut reader).await.unwrap();
-    let _: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM log_2019")
-        .fetch_one(&mut reader)
-        .await
-        .unwrap();
+    let reader: Box<dyn std::any::Any + Send> = match db.backend {
+        "postgres" => {
+            let mut reader = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            for sql in ["BEGIN", "SELECT COUNT(*) FROM log_2019"] {
+                sqlx::raw_sql(sql).execute(&mut reader).await.unwrap();
+            }
+            Box::new(reader)
+        }
+        _ => {
+            let mut reader = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+            for sql in [
+                "START TRANSACTION",
+                "SELECT COUNT(*) FROM log PARTITION (log_2019)",
+            ] {
+                sqlx::raw_sql(sql).execute(&mut reader).await.unwrap();
+            }
+            Box::new(reader)
+        }
+    };
 
     let run = tokio::task::spawn_blocking({
         let db_url = db.url.clone();
@@ -274,17 +371,14 @@ async fn a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one(db: &
             common::sluice_on(&db_url, &["run", "--until-idle"])
         }
     });
-    let mut foreground = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let point_read = format!(
+        "SELECT COUNT(*) FROM log WHERE id = 20001 AND NOT ({})",
+        older_than(db, 1)
+    );
     let (mut reads, mut slowest) = (0_u32, Duration::ZERO);
     while !run.is_finished() {
         let started = Instant::now();
-        let found: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM log WHERE id = 20001 AND at > now() - interval '2 hours'",
-        )
-        .fetch_one(&mut foreground)
-        .await
-        .unwrap();
-        assert_eq!(found, 1);
+        assert_eq!(db.scalar(&point_read).await, 1);
         slowest = slowest.max(started.elapsed());
         reads += 1;
     }
@@ -302,11 +396,15 @@ async fn a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one(db: &
         exists(db, "log_2019").await,
         "dropped under a reader's lock"
     );
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM log_2019").await, 0);
-    assert!(!exists(db, "log_2020").await && !exists(db, "log_2021").await);
+    assert_eq!(rows_in(db, "log_2019", "1 = 1").await, 0);
+    let others_left = exist(db, &["log_2020", "log_2021"]).await;
+    match db.backend {
+        "postgres" => assert_eq!(others_left, 0, "the other old partitions stay"),
+        _ => assert_eq!(others_left, 2, "a partition dropped under a table's reader"),
+    }
     assert_eq!(aged_left(db).await, 0);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
-    sqlx::query("ROLLBACK").execute(&mut reader).await.unwrap();
+    drop(reader); // its transaction ends with its connection
 }
 
 /// A `DELETE` trigger on `log` writes each deleted row's id to an audit
@@ -314,12 +412,19 @@ async fn a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one(db: &
 /// trigger sees every aged row.
 async fn a_delete_trigger_keeps_every_partition(db: &TestDb) {
     create_log(db).await;
-    for sql in [
-        "CREATE TABLE audit (id BIGINT NOT NULL)",
-        "CREATE FUNCTION audit_delete() RETURNS trigger LANGUAGE plpgsql AS \
-         $$ BEGIN INSERT INTO audit VALUES (OLD.id); RETURN OLD; END $$",
-        "CREATE TRIGGER log_audit AFTER DELETE ON log FOR EACH ROW EXECUTE FUNCTION audit_delete()",
-    ] {
+    let statements: &[&str] = match db.backend {
+        "postgres" => &[
+            "CREATE TABLE audit (id BIGINT NOT NULL)",
+            "CREATE FUNCTION audit_delete() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN INSERT INTO audit VALUES (OLD.id); RETURN OLD; END $$",
+            "CREATE TRIGGER log_audit AFTER DELETE ON log FOR EACH ROW EXECUTE FUNCTION audit_delete()",
+        ],
+        _ => &[
+            "CREATE TABLE audit (id BIGINT NOT NULL)",
+            "CREATE TRIGGER log_audit AFTER DELETE ON log FOR EACH ROW INSERT INTO audit VALUES (OLD.id)",
+        ],
+    };
+    for sql in statements {
         db.execute(sql).await;
     }
     let done = delete_aged(db, &[]);
@@ -339,10 +444,16 @@ async fn a_delete_trigger_keeps_every_partition(db: &TestDb) {
 /// the aged rows are gone.
 async fn workers_killed_between_drops_and_deletes_count_every_aged_row_once(db: &TestDb) {
     create_log(db).await;
-    db.execute(
-        "INSERT INTO log (id, at) SELECT 40000 + g, timestamptz '2023-01-01' + g * interval '1 minute' \
-         FROM generate_series(1, 20000) g",
-    )
+    db.execute(match db.backend {
+        "postgres" => {
+            "INSERT INTO log (id, at) SELECT 40000 + g, timestamptz '2023-01-01' + g * interval '1 minute' \
+             FROM generate_series(1, 20000) g"
+        }
+        _ => {
+            "INSERT INTO log (id, at) SELECT 40000 + seq, TIMESTAMP '2023-01-01 00:00:00' \
+             + INTERVAL seq MINUTE FROM seq_1_to_20000"
+        }
+    })
     .await;
     let aged = AGED + 20_000;
     let enqueued = sluice(db, &enqueue_aged(&["--sub-batch-size", "100", "--json"]));
@@ -351,34 +462,28 @@ async fn workers_killed_between_drops_and_deletes_count_every_aged_row_once(db: 
         .as_i64()
         .unwrap();
     let worker = || spawn_worker(db, &["--node", "partition-worker", "--lease-ttl", "1s"]);
-    let partitions_left = |names: &str| {
-        format!(
-            "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relname IN ({names}) \
-             AND relnamespace = current_schema()::regnamespace"
-        )
-    };
-    let moments = [
-        ("the first drop", partitions_left("'log_2019'")),
-        (
-            "the last drop",
-            partitions_left("'log_2019', 'log_2020', 'log_2021'"),
-        ),
-        (
-            "half the rows one by one",
-            "SELECT CASE WHEN COUNT(*) < 10000 THEN 0::bigint ELSE 1::bigint END FROM log_recent \
-             WHERE at < now() - interval '30 days'"
-                .to_owned(),
-        ),
-    ];
-    for (moment, left) in moments {
+    let aged_recent = format!("{} AND id > 40000", older_than(db, 30));
+    for (moment, partitions) in [
+        ("the first drop", &["log_2019"][..]),
+        ("the last drop", &["log_2019", "log_2020", "log_2021"][..]),
+    ] {
         let mut child = worker();
         common::until_within(moment, Duration::from_secs(120), || async {
-            db.scalar(&left).await == 0
+            exist(db, partitions).await == 0
         })
         .await;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
     }
+    let mut child = worker();
+    common::until_within(
+        "half the rows one by one",
+        Duration::from_secs(120),
+        || async { rows_in(db, "log_recent", &aged_recent).await < 10_000 },
+    )
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
     let _last = worker();
     common::until_within(
         "the operation finishes after the kills",
@@ -502,4 +607,68 @@ async fn pg_partmans_retention_decides_whether_partitions_drop(db: &TestDb) {
         .await;
     assert_eq!(premade, 3, "this month's and the two made ahead stay");
     db.execute(&format!("DROP SCHEMA {partman} CASCADE")).await;
+}
+
+/// MariaDB's drop commits on its own, so a worker records its intent to
+/// drop a partition first and settles it after. Here a worker dies between
+/// the two, once after its drop of `log_2019` (the partition gone, its rows
+/// not counted yet) and once before its drop of `log_2020` (the partition
+/// still there). The worker that takes the batch over settles the intent
+/// from the catalogue, and the operation ends having counted every aged row
+/// once — a drop counted twice, or not at all, would show — with no intent
+/// left behind.
+async fn a_drop_intent_left_by_a_dead_worker_is_settled_once(db: &TestDb) {
+    for (partition, dropped) in [("log_2019", true), ("log_2020", false)] {
+        db.execute("DROP TABLE IF EXISTS log").await;
+        create_log(db).await;
+        let enqueued = sluice(db, &enqueue_aged(&["--sub-batch-size", "150", "--json"]));
+        assert!(enqueued.status.success(), "{enqueued:?}");
+        let id = serde_json::from_slice::<serde_json::Value>(&enqueued.stdout).unwrap()["id"]
+            .as_i64()
+            .unwrap();
+        // The dead worker: its claims expire at once.
+        let gone = Duration::from_millis(1);
+        let lease = db
+            .store
+            .claim_operations("dead-worker", 10, gone)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.record.id == id)
+            .and_then(|c| c.record.lease)
+            .unwrap();
+        db.store.plan_batch(&lease, None, 150).await.unwrap();
+        let batch = db
+            .store
+            .claim_batches("dead-worker", Some(id), 1, gone)
+            .await
+            .unwrap()
+            .remove(0)
+            .lease()
+            .unwrap();
+        let intent = DropIntent {
+            partition: partition.into(),
+            rows: rows_in(db, partition, "1 = 1").await,
+        };
+        db.store.intend_drop(&batch, None, &intent).await.unwrap();
+        if dropped {
+            db.execute(&format!("ALTER TABLE log DROP PARTITION {partition}"))
+                .await;
+        }
+
+        let ran = sluice(db, &["run", "--until-idle"]);
+        assert!(ran.status.success(), "{ran:?}");
+        let state = db.store.operation(id).await.unwrap().state;
+        assert_eq!(state.status, OperationStatus::Finished);
+        assert_eq!(state.rows_done, AGED, "{partition}: every aged row once");
+        assert_eq!(aged_left(db).await, 0);
+        assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+        assert_eq!(exist(db, &["log_2019", "log_2020", "log_2021"]).await, 0);
+        assert_eq!(
+            db.scalar("SELECT COUNT(*) FROM sluice_batches WHERE pending_drop IS NOT NULL")
+                .await,
+            0,
+            "an intent was left"
+        );
+    }
 }

@@ -64,7 +64,7 @@ pub struct DeleteAgedRowsArguments {
     /// the cutoff, is what makes two requests the same operation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than: Option<String>,
-    /// On a table partitioned by ranges of `column` (PostgreSQL), a
+    /// On a table partitioned by ranges of `column` (PostgreSQL, MySQL), a
     /// partition wholly older than the cutoff is dropped in one sub-batch
     /// instead of deleted row by row ([`Shape::drop_partitions`]).
     /// [`DeleteAgedRows::arguments`] sets it where the table is so
@@ -229,7 +229,7 @@ impl DeleteAgedRows {
             refuse_other_units(store, &table_ident, &column_ident, &asked).await?;
         }
         let dialect = store.backend().dialect();
-        let drop_partitions = dialect.partition_drop(&table_ident, &table_ident).is_some()
+        let drop_partitions = dialect.drops_partitions()
             && store
                 .target()
                 .range_partitions(&table_ident)

@@ -281,7 +281,9 @@ async fn partition_drops(
     let blocked = store.target().partition_drop_blocker(table).await?;
     let mut dropped = Vec::new();
     for partition in store.target().partitions_below(&layout, bound).await? {
-        let rows = |head: &'static str| Statement::new(head).ident(&partition);
+        let dialect = store.backend().dialect();
+        let rows =
+            |head: &'static str| dialect.partition_rows(Statement::new(head), table, &partition);
         let all = ScopeRows {
             count: rows("SELECT COUNT(*) FROM "),
             select: rows("SELECT 1 FROM "),

@@ -144,8 +144,9 @@ impl Shape {
     }
 
     /// Lets a loop's sub-batch drop a whole partition of the table in place
-    /// of deleting its rows one by one, where the database can do so in the
-    /// sub-batch's transaction (PostgreSQL): on a table partitioned by
+    /// of deleting its rows one by one, in the sub-batch's transaction
+    /// (PostgreSQL) or recorded before and after under a lock on the table
+    /// (MySQL, whose drop commits on its own): on a table partitioned by
     /// ranges of a column the scope bounds from above (`column < value`),
     /// a partition whose whole range lies below that bound, once a check
     /// under its lock finds every row of it in scope. Only for an operation

@@ -27,6 +27,7 @@ pub mod latency;
 pub mod machine;
 mod operation_row;
 pub mod pace;
+mod partition_drops;
 mod queries;
 pub mod rate_limit;
 pub mod record;
@@ -47,6 +48,7 @@ pub use latency::{
 };
 pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection};
 pub use pace::{PACE_WINDOW_MS, RecentPace};
+pub use partition_drops::DropIntent;
 pub use queries::{Appended, Expected, PROMOTE_AFTER_MS};
 pub use rate_limit::{HOLD_GRACE_MS, RateLimit, RowsTaken, binding_limit};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, NextBatch, OperationRecord};

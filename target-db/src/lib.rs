@@ -33,7 +33,8 @@ pub use connection::{Backend, ConnectOptions, KeptPlace, Target, redact_url};
 pub use cursor::{Cursor, CursorValue};
 pub use dialect::mysql::sessions::mysql_sessions;
 pub use dialect::{
-    Dialect, LoopPick, PartitionDrop, ProgressRecord, Recorded, TargetConnection, TargetTx,
+    Dialect, LockedPartitionDrop, LoopPick, PartitionDrop, ProgressRecord, Recorded,
+    TargetConnection, TargetTx,
 };
 pub use enqueuing_session::{EnqueuingSession, SessionMismatch};
 pub use error::DatabaseError;

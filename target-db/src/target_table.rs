@@ -19,6 +19,7 @@ pub(crate) mod triggers;
 
 pub use definitions::ColumnDefinition;
 pub use keys::{Index, TableKeys};
+pub(crate) use partitions::at_positions;
 pub use partitions::{RangePartition, RangePartitions};
 pub use references::DeleteAction;
 pub use triggers::{NonTransactional, Trigger};

@@ -21,7 +21,7 @@ use crate::sub_batch::{Bounds, SubBatch, SubBatchRows};
 /// with its progress record, restores the rows of its range that still
 /// hold the values the operation wrote (every row, with `force`) and marks
 /// each row of the range `reverted` or `conflict`: a row changed again
-/// since is left as it is, counted and listed ([`undo_summary`]).
+/// since is left as it is, counted and listed ([`super::undo_summary`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Revert;
 

@@ -35,9 +35,9 @@ pub struct UpdateInBatchesArguments {
     #[serde(rename = "where")]
     pub condition: Option<String>,
     /// Keep each changed row's values before and after the change in an
-    /// undo table, in the sub-batch's transaction, so that [`revert`] can
+    /// undo table, in the sub-batch's transaction, so that [`super::revert`] can
     /// put them back. Enqueue it with [`UpdateInBatches::enqueue`] (or
-    /// [`enqueue_kind`]), which creates the table.
+    /// [`super::enqueue_kind`]), which creates the table.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub undo: bool,
     /// The undo table, named and created at enqueue (never given).

@@ -12,12 +12,17 @@
 //! one by one as it would have without partitions; the drop is tried again
 //! after a backoff. A partition holding a row outside the scope, or that
 //! the database will not drop, is left to the row-by-row way for good.
+//!
+//! Where a drop commits on its own (MySQL), it is recorded in two steps
+//! instead, under a lock on the table ([`alone`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
 use super::*;
+
+mod alone;
 
 /// The longest a partition whose lock was not granted waits before it is
 /// tried again.
@@ -67,13 +72,14 @@ pub(super) async fn drop_a_partition(
     }
     let store = session.store().clone();
     let table = shape.table();
-    if store
-        .backend()
-        .dialect()
-        .partition_drop(table, table)
-        .is_none()
-    {
+    let dialect = store.backend().dialect();
+    if !dialect.drops_partitions() {
         return Ok(None);
+    }
+    if dialect.partition_drop_alone(table, table).is_some()
+        && let Some(settled) = alone::settle_pending(session, shape, request).await?
+    {
+        return Ok(Some(settled));
     }
     // By table and scope: once no drop is left, or while every one left
     // waits, no catalogue is read.
@@ -132,7 +138,13 @@ pub(super) async fn drop_a_partition(
         return Ok(None);
     };
     let name = partition.to_string();
-    match drop_partition(session, shape, request, &partition).await {
+    let dropped = match dialect.partition_drop_alone(table, &partition) {
+        Some(statements) => {
+            alone::drop_partition(session, shape, request, &partition, statements).await
+        }
+        None => drop_partition(session, shape, request, &partition).await,
+    };
+    match dropped {
         Ok(rows) => {
             remembered(&key, |d| d.waiting.remove(&name));
             tracing::info!(table = %table, partition = %name, rows, "dropped a partition wholly in scope");
@@ -198,12 +210,7 @@ async fn drop_partition(
     let Some(statements) = dialect.partition_drop(shape.table(), partition) else {
         return Err(NotDropped::OutsideScope(0));
     };
-    // `COUNT(*), COUNT(CASE WHEN 1 = 1 AND <scope> THEN 1 END)`: one read.
-    let counts = shape
-        .filter()
-        .and_to(Statement::new("SELECT COUNT(*), COUNT(CASE WHEN 1 = 1"))
-        .push(" THEN 1 END) FROM ")
-        .ident(partition);
+    let counts = partition_counts(dialect, shape, partition);
     let mut connection = session.connection(request.timeout).await.map_err(failed)?;
     // Opened outside the timer, as `run_sub_batch` opens its transactions.
     let done = match connection
@@ -215,14 +222,7 @@ async fn drop_partition(
             let work = async {
                 tx.execute(&statements.lock_timeout).await.map_err(failed)?;
                 tx.execute(&statements.hold).await.map_err(failed)?;
-                let counted = tx.fetch_cursor(&counts, 2).await.map_err(failed)?;
-                let [all, in_scope] = match counted.as_ref().map(|c| c.0.as_slice()) {
-                    Some([CursorValue::Int(all), CursorValue::Int(in_scope)]) => [*all, *in_scope],
-                    _ => return Err(NotDropped::OutsideScope(0)),
-                };
-                if all != in_scope {
-                    return Err(NotDropped::OutsideScope(all - in_scope));
-                }
+                let all = all_in_scope(tx.fetch_cursor(&counts, 2).await.map_err(failed)?)?;
                 tx.execute(&statements.detach).await.map_err(failed)?;
                 tx.execute(&statements.drop).await.map_err(failed)?;
                 tx.commit(None, all).await.map_err(failed)?;
@@ -235,6 +235,27 @@ async fn drop_partition(
     };
     session.put_back(connection, done.is_ok());
     done
+}
+
+/// `SELECT COUNT(*), COUNT(CASE WHEN 1 = 1 AND <scope> THEN 1 END) FROM
+/// <partition>`: its rows, and those in scope, in one read.
+fn partition_counts(dialect: &dyn Dialect, shape: &Shape, partition: &Ident) -> Statement {
+    let counts = shape
+        .filter()
+        .and_to(Statement::new("SELECT COUNT(*), COUNT(CASE WHEN 1 = 1"))
+        .push(" THEN 1 END) FROM ");
+    dialect.partition_rows(counts, shape.table(), partition)
+}
+
+/// The rows [`partition_counts`] counted, when every one is in scope.
+fn all_in_scope(counted: Option<Cursor>) -> Result<i64, NotDropped> {
+    match counted.as_ref().map(|c| c.0.as_slice()) {
+        Some([CursorValue::Int(all), CursorValue::Int(in_scope)]) if all == in_scope => Ok(*all),
+        Some([CursorValue::Int(all), CursorValue::Int(in_scope)]) => {
+            Err(NotDropped::OutsideScope(all - in_scope))
+        }
+        _ => Err(NotDropped::OutsideScope(0)),
+    }
 }
 
 /// `work` on the memory of the drops under `key`.

@@ -205,6 +205,35 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The statements dropping `partition` of `table` where the drop commits
+    /// on its own (MySQL's `ALTER TABLE … DROP PARTITION`): under a lock on
+    /// the whole table, held from the check of the partition's rows to the
+    /// drop, with the drop's intent recorded in between
+    /// ([`LockedPartitionDrop`]); `None` elsewhere.
+    fn partition_drop_alone(
+        &self,
+        table: &Ident,
+        partition: &Ident,
+    ) -> Option<LockedPartitionDrop> {
+        let _ = (table, partition);
+        None
+    }
+
+    /// True where a table partitioned by ranges of a column may have its
+    /// partitions dropped by an operation ([`Dialect::partition_drop`] or
+    /// [`Dialect::partition_drop_alone`]).
+    fn drops_partitions(&self) -> bool {
+        false
+    }
+
+    /// `statement` followed by the rows of `partition` of `table` as a
+    /// `FROM` names them: the partition's own table (PostgreSQL), or the
+    /// table restricted to it (MySQL's `t PARTITION (p)`).
+    fn partition_rows(&self, statement: Statement, table: &Ident, partition: &Ident) -> Statement {
+        let _ = table;
+        statement.ident(partition)
+    }
+
     /// The statements creating `undo`'s table, empty: its key columns and
     /// two images of each kept column, of the live table's types, and a
     /// state column; the key its primary key. `declared` are the live
@@ -374,6 +403,31 @@ pub struct PartitionDrop {
     pub detach: Statement,
     /// Drops the detached partition.
     pub drop: Statement,
+}
+
+/// The statements that drop one partition of a table where the drop
+/// commits on its own ([`Dialect::partition_drop_alone`]), each outside any
+/// transaction, in this order: `lock_timeout`, `lock`; the caller checks
+/// and counts the partition's rows and records its intent to drop it
+/// elsewhere (the store); `drop`; `unlock`. The connection is closed
+/// afterwards, so that no lock or session setting outlives it.
+#[derive(Debug, Clone)]
+pub struct LockedPartitionDrop {
+    /// Bounds how long the lock and the drop wait for the table's metadata
+    /// lock, so that the queries queueing behind them wait no longer.
+    pub lock_timeout: Statement,
+    /// Locks the whole table against reads and writes until `unlock`: the
+    /// rows checked are the rows dropped, and a reconciling worker taking
+    /// the same lock knows no drop is under way.
+    pub lock: Statement,
+    /// Drops the partition (committing on its own).
+    pub drop: Statement,
+    /// Releases `lock`.
+    pub unlock: Statement,
+    /// One row, `1` while the table still has the partition and `0` once
+    /// it is dropped: read under `lock` to settle an intent recorded by a
+    /// worker that may have died before or after its drop.
+    pub listed: Statement,
 }
 
 /// How a loop sub-batch names the rows it picks.

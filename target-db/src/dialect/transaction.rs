@@ -321,6 +321,17 @@ impl TargetTx<'_> {
 }
 
 impl TargetConnection {
+    /// Closes this connection when it is dropped instead of giving it back
+    /// to its pool: nothing it holds (a table lock, a session setting)
+    /// reaches the pool's next user, even when its future is cancelled.
+    pub fn close_on_drop(&mut self) {
+        match &mut self.connection {
+            Held::Postgres(c) => c.close_on_drop(),
+            Held::Sqlite(c) => c.close_on_drop(),
+            Held::MySql(c) => c.close_on_drop(),
+        }
+    }
+
     /// True when a one-statement sub-batch on this connection may carry its
     /// record inside the same statement (PostgreSQL's data-modifying `WITH`),
     /// so it needs no transaction; elsewhere it runs in

@@ -2,8 +2,10 @@
 //! ([`Target::range_partitions`]), and the partitions whose whole range lies
 //! below a bound ([`Target::partitions_below`]): the ones an operation
 //! deleting every row under that bound may drop at once instead of row by
-//! row. PostgreSQL's declarative partitioning only; other databases answer
-//! that no table is partitioned.
+//! row. PostgreSQL's declarative partitioning, and MySQL's `PARTITION BY
+//! RANGE COLUMNS` on one column or `RANGE` of one column or of a
+//! non-decreasing function of it; SQLite answers that no table is
+//! partitioned.
 
 use crate::connection::Target;
 use crate::error::DatabaseError;
@@ -16,6 +18,11 @@ pub struct RangePartitions {
     pub column: String,
     /// Its type, as the catalogue spells it (`timestamp with time zone`).
     pub column_type: String,
+    /// The function of the column the ranges bound, where they bound one
+    /// (MySQL's `PARTITION BY RANGE (TO_DAYS(created_at))`: `TO_DAYS`), one
+    /// that never decreases as the column grows; `None` when they bound the
+    /// column itself.
+    pub function: Option<&'static str>,
     /// The partitions, as the catalogue lists them.
     pub partitions: Vec<RangePartition>,
 }
@@ -35,8 +42,8 @@ pub struct RangePartition {
 
 impl Target {
     /// How `table` is partitioned when it is partitioned by ranges of one
-    /// plain column (not an expression), with its partitions; `None` for
-    /// any other table, and on SQLite and MySQL.
+    /// plain column (MySQL: or of a non-decreasing function of one), with
+    /// its partitions; `None` for any other table, and on SQLite.
     ///
     /// Errors: the database's, on reading its catalogue.
     pub async fn range_partitions(
@@ -75,4 +82,28 @@ impl Target {
     ) -> Result<Option<String>, DatabaseError> {
         self.catalogue().partition_drop_blocker(table).await
     }
+}
+
+impl RangePartitions {
+    /// The partitions with an upper bound and a name Sluice can write, in
+    /// catalogue order: the candidates [`Target::partitions_below`] weighs.
+    pub(crate) fn bounded(&self) -> Vec<(Ident, &String)> {
+        self.partitions
+            .iter()
+            .filter_map(|p| Some((Ident::parse(&p.name).ok()?, p.upper.as_ref()?)))
+            .collect()
+    }
+}
+
+/// The partitions at `positions` (as the database returned them) of
+/// `candidates` ([`RangePartitions::bounded`]).
+pub(crate) fn at_positions(candidates: &[(Ident, &String)], positions: Vec<i64>) -> Vec<Ident> {
+    positions
+        .into_iter()
+        .filter_map(|i| {
+            candidates
+                .get(usize::try_from(i).ok()?)
+                .map(|c| c.0.clone())
+        })
+        .collect()
 }

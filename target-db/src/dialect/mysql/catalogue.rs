@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use crate::dialect::catalogue::Catalogue;
 use crate::error::DatabaseError;
 use crate::session_defaults::SessionsZone;
-use crate::sql::{Ident, SqlText, Statement, bind_values};
+use crate::sql::{Ident, SqlText, SqlValue, Statement, bind_values};
 use crate::target_table::keys::{GENERATED, SET_ON_UPDATE};
 use crate::target_table::triggers::{may_write, reachable_words};
-use crate::target_table::{Index, NonTransactional, TableKeys};
+use crate::target_table::{Index, NonTransactional, RangePartitions, TableKeys};
 
 /// The rows of `information_schema` about table `$2` in database `$1`
 /// (when NULL, the connection's database), its name compared exactly.
@@ -32,6 +32,25 @@ macro_rules! mysql_columns {
 
 #[async_trait]
 impl Catalogue for sqlx::MySqlPool {
+    async fn range_partitions(
+        &self,
+        table: &Ident,
+    ) -> Result<Option<RangePartitions>, DatabaseError> {
+        super::partitions::range_partitions(self, table).await
+    }
+
+    async fn partitions_below(
+        &self,
+        layout: &RangePartitions,
+        bound: &SqlValue,
+    ) -> Result<Vec<Ident>, DatabaseError> {
+        super::partitions::partitions_below(self, layout, bound).await
+    }
+
+    async fn partition_drop_blocker(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {
+        super::partitions::partition_drop_blocker(self, table).await
+    }
+
     async fn table_columns(&self, table: &Ident) -> Result<Vec<String>, DatabaseError> {
         column_names(
             self,

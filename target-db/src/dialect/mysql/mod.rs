@@ -5,9 +5,10 @@
 
 pub(crate) mod catalogue;
 pub(crate) mod health;
+pub(crate) mod partitions;
 pub mod sessions;
 
-use super::{Dialect, LoopPick, alias, join_key, word_after};
+use super::{Dialect, LockedPartitionDrop, LoopPick, alias, join_key, word_after};
 use crate::operator_sql::{Assignments, Condition, OperatorSqlError};
 use crate::sql::{Ident, Statement};
 use crate::undo::{UndoTable, qualified};
@@ -39,6 +40,26 @@ impl Dialect for MySql {
 
     fn has_unsigned_integers(&self) -> bool {
         true
+    }
+
+    fn drops_partitions(&self) -> bool {
+        true
+    }
+
+    fn partition_drop_alone(
+        &self,
+        table: &Ident,
+        partition: &Ident,
+    ) -> Option<LockedPartitionDrop> {
+        Some(partitions::partition_drop(table, partition))
+    }
+
+    fn partition_rows(&self, statement: Statement, table: &Ident, partition: &Ident) -> Statement {
+        statement
+            .ident(table)
+            .push(" PARTITION (")
+            .ident(partition)
+            .push(")")
     }
 
     fn is_zoneless(&self, declared: &str) -> bool {

@@ -84,6 +84,10 @@ impl Dialect for Postgres {
         Some(partitions::partition_drop(table, partition))
     }
 
+    fn drops_partitions(&self) -> bool {
+        true
+    }
+
     fn create_undo_table(&self, undo: &UndoTable, _declared: &[String]) -> Option<Vec<Statement>> {
         Some(undo.copied_columns(""))
     }

@@ -8,7 +8,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 use crate::dialect::PartitionDrop;
 use crate::error::DatabaseError;
 use crate::sql::{Ident, SqlValue, Statement, bind_values};
-use crate::target_table::{RangePartition, RangePartitions};
+use crate::target_table::{RangePartition, RangePartitions, at_positions};
 
 /// How long a partition drop waits for each lock before it gives way: the
 /// queries that queue behind a waiting `ALTER TABLE` wait at most this long.
@@ -55,6 +55,7 @@ pub(crate) async fn range_partitions(
     Ok(Some(RangePartitions {
         column,
         column_type,
+        function: None,
         partitions,
     }))
 }
@@ -64,11 +65,7 @@ pub(crate) async fn partitions_below(
     layout: &RangePartitions,
     bound: &SqlValue,
 ) -> Result<Vec<Ident>, DatabaseError> {
-    let candidates: Vec<(Ident, &String)> = layout
-        .partitions
-        .iter()
-        .filter_map(|p| Some((Ident::parse(&p.name).ok()?, p.upper.as_ref()?)))
-        .collect();
+    let candidates = layout.bounded();
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
@@ -108,14 +105,7 @@ pub(crate) async fn partitions_below(
     let below: Vec<i64> = bind_values!(query, statement.params())
         .fetch_all(pool)
         .await?;
-    Ok(below
-        .into_iter()
-        .filter_map(|i| {
-            candidates
-                .get(usize::try_from(i).ok()?)
-                .map(|c| c.0.clone())
-        })
-        .collect())
+    Ok(at_positions(&candidates, below))
 }
 
 pub(crate) async fn partition_drop_blocker(
