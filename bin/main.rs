@@ -355,14 +355,15 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
 /// was unless told otherwise, and prints its id.
 async fn revert(store: &Store, args: &RevertArgs) -> Result<(), Failure> {
     let registry = sluice_operations::Registry::with_builtins();
-    let mut options = sluice_operations::EnqueueOptions::default();
-    if let Ok(original) = store.operation(args.id).await {
-        options.batch_size = original.state.batch_size;
-        options.sub_batch_size = original.state.sub_batch_size;
-        options.pause = std::time::Duration::from_millis(original.state.pause_ms.max(0) as u64);
-    }
-    options.batch_size = args.batch_size.unwrap_or(options.batch_size);
-    options.sub_batch_size = args.sub_batch_size.unwrap_or(options.sub_batch_size);
+    let options = match store.operation(args.id).await {
+        Ok(original) => sluice_operations::builtin::revert_options(
+            &original,
+            args.batch_size,
+            args.sub_batch_size,
+        ),
+        // `revert` says what is wrong with the id.
+        Err(_) => sluice_operations::EnqueueOptions::default(),
+    };
     let enqueued =
         sluice_operations::builtin::revert(store, &registry, args.id, args.force, &options).await?;
     let record = store.operation(enqueued.id).await?;

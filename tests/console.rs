@@ -27,6 +27,7 @@ for_each_backend!(
     without_a_token_only_this_machine_and_this_origin_may_control,
     a_failed_operation_s_errors_show_no_row_value,
     every_refusal_on_every_route_is_json_and_every_body_is_capped,
+    an_undone_operation_is_reverted_through_the_api,
 );
 
 /// A request to the console and its answer: status and body (JSON when it
@@ -1016,4 +1017,112 @@ async fn every_refusal_on_every_route_is_json_and_every_body_is_capped(db: &Test
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(stored(db, id).await.0, "paused");
+}
+
+/// `POST /api/operations/{id}/revert` enqueues the revert of an operation
+/// run with undo, sized as it ran, as `sluice revert` does: the operation
+/// says it keeps undo, the revert says what it puts back, a second request
+/// finds it active, and running it puts every counter back. An operation
+/// without undo, an unknown id and a body with an unknown field are
+/// refused (400) with the command line's reason, nothing enqueued.
+async fn an_undone_operation_is_reverted_through_the_api(db: &TestDb) {
+    create_counted_items(db, 40).await;
+    let plain = enqueue_increment(db, &["--where", "grp = 0"])["id"]
+        .as_i64()
+        .unwrap();
+    let undone = enqueue_increment(
+        db,
+        &[
+            "--where",
+            "grp = 1",
+            "--undo",
+            "--batch-size",
+            "700",
+            "--sub-batch-size",
+            "7",
+        ],
+    )["id"]
+        .as_i64()
+        .unwrap();
+    let ran = sluice(db, &["run", "--until-idle"]);
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+            .await,
+        40
+    );
+    let console = Console::new(db.store.clone(), Access::default());
+    let call = || Call::new(&console);
+    let (_, original) = call().get(&format!("/api/operations/{undone}")).await;
+    assert_eq!(
+        (&original["undo"], &original["reverts"]),
+        (&Value::Bool(true), &Value::Null)
+    );
+    let (_, shown) = call().get(&format!("/api/operations/{plain}")).await;
+    assert_eq!(shown["undo"], Value::Bool(false));
+
+    for (path, body, says) in [
+        (
+            format!("/api/operations/{plain}/revert"),
+            None,
+            "ran without --undo",
+        ),
+        (
+            "/api/operations/999999/revert".to_owned(),
+            None,
+            "there is no operation 999999",
+        ),
+        (
+            format!("/api/operations/{undone}/revert"),
+            Some(r#"{"forse": true}"#),
+            "forse",
+        ),
+    ] {
+        let (status, refused) = match body {
+            Some(body) => call().post_json(&path, body.to_owned()).await,
+            None => call().post(&path).await,
+        };
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {refused}");
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{path}: {refused}");
+    }
+    let operations = || async { db.store.list(&Default::default()).await.unwrap().len() };
+    assert_eq!(operations().await, 2, "a refusal enqueued something");
+
+    let (status, revert) = call()
+        .post(&format!("/api/operations/{undone}/revert"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{revert}");
+    let id = revert["id"].as_i64().unwrap();
+    let (_, shown) = call().get(&format!("/api/operations/{id}")).await;
+    assert_eq!(
+        (&shown["kind"], &shown["reverts"], &shown["undo"]),
+        (
+            &Value::from("revert"),
+            &Value::from(undone),
+            &Value::Bool(false)
+        )
+    );
+    for size in ["batch_size", "sub_batch_size"] {
+        assert_eq!(shown[size], original[size], "{size} as it ran");
+    }
+    let (status, again) = call()
+        .post_json(&format!("/api/operations/{undone}/revert"), "{}".into())
+        .await;
+    assert_eq!((status, &again["id"]), (StatusCode::OK, &Value::from(id)));
+
+    let ran = sluice(db, &["run", "--until-idle"]);
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE counter = 0")
+            .await,
+        20,
+        "group 1 put back"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 0 AND counter = 1")
+            .await,
+        20,
+        "group 0 left as it was"
+    );
 }

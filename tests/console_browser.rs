@@ -135,6 +135,124 @@ async fn an_operator_pauses_and_resumes_a_running_operation_from_the_dashboard()
     db.cleanup().await;
 }
 
+/// An update run with `--undo` has finished: its page offers Revert; the
+/// operator confirms, the page moves to the revert (which names the
+/// operation it puts back), a worker runs it, and every counter is back.
+/// An operation without undo offers no Revert at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_reverts_an_undone_update_from_the_dashboard() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let db = TestDb::sqlite().await;
+    create_counted_items(&db, 100).await;
+    let plain = enqueue_increment(&db, &["--where", "grp = 0"])["id"]
+        .as_i64()
+        .unwrap();
+    let id = enqueue_increment(&db, &["--where", "grp = 1", "--undo"])["id"]
+        .as_i64()
+        .unwrap();
+    let ran = common::sluice(&db, &["run", "--until-idle"]);
+    assert!(ran.status.success(), "{ran:?}");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(
+        Console::new(db.store.clone(), Access::default()).serve(listener, std::future::pending()),
+    );
+
+    let browser = driver.client().await;
+    browser
+        .goto(&format!("http://{address}/#/operations/{plain}"))
+        .await
+        .unwrap();
+    let shows_finished = || async {
+        match browser.find(Locator::Css("#op-status")).await {
+            Ok(element) => element.text().await.unwrap_or_default() == "finished",
+            Err(_) => false,
+        }
+    };
+    until_within("the page to show the plain update", LIMIT, shows_finished).await;
+    assert!(
+        browser
+            .find(Locator::Css("button[data-action=revert]"))
+            .await
+            .is_err(),
+        "Revert offered on an operation that kept no undo"
+    );
+
+    browser
+        .goto(&format!("http://{address}/#/operations/{id}"))
+        .await
+        .unwrap();
+    until_within("the page to show the undone update", LIMIT, || async {
+        shows_finished().await
+            && browser
+                .find(Locator::Css("button[data-action=revert]"))
+                .await
+                .is_ok()
+    })
+    .await;
+    screenshot(&browser, "revertible").await;
+    confirm(&browser, "revert").await;
+    until_within("the revert to be enqueued", LIMIT, || async {
+        db.store
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.state.kind == "revert")
+    })
+    .await;
+    let reverting = db
+        .store
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|o| o.state.kind == "revert")
+        .unwrap()
+        .id;
+    until_within("the page to show the revert", LIMIT, || async {
+        browser
+            .current_url()
+            .await
+            .is_ok_and(|url| url.as_str().ends_with(&format!("#/operations/{reverting}")))
+            && match browser
+                .find(Locator::LinkText(&format!("operation {id}")))
+                .await
+            {
+                Ok(link) => link.is_displayed().await.unwrap_or(false),
+                Err(_) => false,
+            }
+    })
+    .await;
+    screenshot(&browser, "reverting").await;
+    assert!(
+        browser
+            .find(Locator::Css("button[data-action=revert]"))
+            .await
+            .is_err(),
+        "a revert offers to revert itself"
+    );
+
+    let ran = common::sluice(&db, &["run", "--until-idle"]);
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(status(&db, reverting).await, "finished");
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 1 AND counter = 0")
+            .await,
+        50,
+        "group 1 put back"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM items WHERE grp = 0 AND counter = 1")
+            .await,
+        50
+    );
+    browser.close().await.unwrap();
+    db.cleanup().await;
+}
+
 /// With tokens, the page sends a browser to sign in; the read-only token
 /// shows the operation with its controls disabled, the admin token pauses
 /// it (the session's cookie and CSRF token carry the control).

@@ -134,6 +134,24 @@ async function control(op, action) {
   render();
 }
 
+// A revert puts back what an operation run with undo changed; it is
+// enqueued as an operation of its own, shown once enqueued.
+function revertible(op) {
+  return op.undo && op.kind !== "revert" && ["finished", "cancelled"].includes(op.status);
+}
+
+async function revert(op) {
+  if (!(await confirmed("Revert operation " + op.id + " (" + op.kind + " on " + op.table + ")? Rows changed since it ran are left alone and listed."))) return;
+  try {
+    const enqueued = await api("/api/operations/" + op.id + "/revert", "POST");
+    statusLine.textContent = "revert: operation " + enqueued.id + " puts back operation " + op.id;
+    location.hash = "#/operations/" + enqueued.id;
+  } catch (error) {
+    statusLine.textContent = "revert refused: " + error.message;
+    render();
+  }
+}
+
 // Rows done over time from the event log, with throttled, stopped and
 // paused periods shaded and the planned batch size as a second line.
 function chart(op, events) {
@@ -204,7 +222,9 @@ async function operationView(id) {
       card("batches", number(op.batches_succeeded) + " / " + number(op.batches_planned)), card("node", op.node || "–")),
     el("div", { class: "actions" }, Object.keys(ALLOWED).map((action) =>
       el("button", { "data-action": action, class: action === "cancel" ? "danger" : null, disabled: !session.controls || !ALLOWED[action].includes(op.status), onclick: () => control(op, action) },
-        action[0].toUpperCase() + action.slice(1)))),
+        action[0].toUpperCase() + action.slice(1))),
+      op.undo ? el("button", { "data-action": "revert", disabled: !session.controls || !revertible(op), onclick: () => revert(op) }, "Revert") : null),
+    op.reverts ? el("p", {}, "Puts back what ", el("a", { href: "#/operations/" + op.reverts }, "operation " + op.reverts), " changed.") : null,
     op.last_error ? el("div", { class: "error" }, el("strong", {}, "Last error: "), op.last_error) : null,
     el("h2", {}, "Progress"), chart(op, events),
     el("h2", {}, "Batches"),

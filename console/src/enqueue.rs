@@ -1,16 +1,18 @@
 //! `POST /api/operations`: enqueue an operation of any registered kind,
 //! checked exactly as `sluice enqueue` checks it (names, catalogue, plan,
-//! sizes) before anything is written.
+//! sizes) before anything is written; `POST /api/operations/{id}/revert`:
+//! enqueue the revert of one, as `sluice revert` does.
 
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_operations::{EnqueueOptions, OperationError, builtin::enqueue_kind};
+use sluice_operations::builtin::{enqueue_kind, revert, revert_options};
+use sluice_operations::{EnqueueOptions, OperationError};
 use sluice_store::Limits;
 
 use crate::Console;
@@ -79,11 +81,60 @@ pub(crate) async fn create(
     let enqueued = enqueue_kind(store, registry, &request.kind, &arguments, &options)
         .await
         .map_err(refused)?;
-    let record = store.operation(enqueued.id).await?;
-    let status = if enqueued.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
+    answer(&console, enqueued).await
+}
+
+/// What a revert request may say; an empty body asks for the defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RevertRequest {
+    /// Put back rows changed again since too (`sluice revert --force`).
+    force: bool,
+    /// Rows per batch; by default the reverted operation's.
+    batch_size: Option<i64>,
+    /// Rows per sub-batch; by default the reverted operation's.
+    sub_batch_size: Option<i64>,
+}
+
+/// `POST /api/operations/{id}/revert`, with an optional `{"force",
+/// "batch_size", "sub_batch_size"}`: 201 and the revert enqueued, 200 and
+/// the one already active, 400 naming why the operation cannot be
+/// reverted (nothing written), as `sluice revert` refuses.
+pub(crate) async fn revert_one(
+    State(console): State<Console>,
+    caller: Caller,
+    Path(id): Path<String>,
+    request: Result<Json<RevertRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Right::Control)?;
+    let request = match request {
+        Err(JsonRejection::MissingJsonContentType(_)) => RevertRequest::default(),
+        request => body(request)?,
+    };
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("`{id}` is not an operation id")))?;
+    let store = &console.store;
+    let options = match store.operation(id).await {
+        Ok(original) => revert_options(&original, request.batch_size, request.sub_batch_size),
+        // `revert` says what is wrong with the id.
+        Err(_) => EnqueueOptions::default(),
+    };
+    let enqueued = revert(store, &console.registry, id, request.force, &options)
+        .await
+        .map_err(refused)?;
+    answer(&console, enqueued).await
+}
+
+/// 201 and the operation enqueued, or 200 and the one already active.
+async fn answer(
+    console: &Console,
+    enqueued: sluice_store::Enqueued,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let record = console.store.operation(enqueued.id).await?;
+    let status = match enqueued.created {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
     };
     Ok((
         status,

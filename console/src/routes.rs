@@ -186,6 +186,19 @@ pub(crate) const ENDPOINTS: &[Endpoint] = &[
         handler: || post(enqueue::create),
     },
     Endpoint {
+        method: "post",
+        path: "/api/operations/{id}/revert",
+        summary: "Enqueue the revert of an operation run with undo: {force, batch_size, sub_batch_size}, each optional, as `sluice revert` takes them.",
+        query: &[],
+        needs: Needs::Admin,
+        answers: &[
+            (201, "the revert enqueued"),
+            (200, "a revert of it is already active"),
+        ],
+        returns: Returns::One("Enqueued"),
+        handler: || post(enqueue::revert_one),
+    },
+    Endpoint {
         method: "get",
         path: "/api/operations/{id}",
         summary: "One operation (without its arguments and cursors).",

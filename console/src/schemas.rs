@@ -121,6 +121,8 @@ fn operation() -> Value {
             ("updated_at", INTEGER),
             ("finished_at", INTEGER_OR_NULL),
             ("events", INTEGER),
+            ("undo", BOOLEAN),
+            ("reverts", INTEGER_OR_NULL),
         ],
         &[],
     );

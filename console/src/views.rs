@@ -47,7 +47,29 @@ pub(crate) fn operation(record: &OperationRecord) -> Value {
         "updated_at": s.updated_at,
         "finished_at": s.finished_at,
         "events": s.last_seq,
+        "undo": s.kind != "revert" && keeps_undo(&s.arguments),
+        "reverts": reverts(&s.kind, &s.arguments),
     })
+}
+
+/// True when the operation's arguments name an undo table: run with
+/// `--undo`, a revert may put back what it changed (a revert's own name
+/// the table it reads).
+fn keeps_undo(arguments: &str) -> bool {
+    serde_json::from_str::<Value>(arguments)
+        .is_ok_and(|a| a.get("undo_table").is_some_and(Value::is_string))
+}
+
+/// For a revert, the operation it puts back.
+fn reverts(kind: &str, arguments: &str) -> Option<i64> {
+    (kind == "revert")
+        .then(|| {
+            serde_json::from_str::<Value>(arguments)
+                .ok()?
+                .get("of")?
+                .as_i64()
+        })
+        .flatten()
 }
 
 /// An event: its place, time and kind; the reason an operator or the

@@ -32,7 +32,7 @@ mod update;
 mod zoneless;
 
 pub use archive::{ArchiveRows, ArchiveRowsArguments, enqueue_kind};
-pub use revert::{Revert, RevertArguments, revert};
+pub use revert::{Revert, RevertArguments, revert, revert_options};
 pub use text_times::{EPOCH_SECONDS_CEILING, EPOCH_SECONDS_FLOOR};
 use text_times::{iso_like, names_a_day, refuse_mixed_formats, refuse_other_units};
 pub use undo::{PrunedUndo, UndoSummary, prune_undo, undo_summary};

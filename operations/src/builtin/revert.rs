@@ -4,7 +4,9 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sluice_store::{Enqueued, Event, Expected, OperationStatus, Store, StoreError};
+use sluice_store::{
+    Enqueued, Event, Expected, OperationRecord, OperationStatus, Store, StoreError,
+};
 use sluice_target::{Ident, Statement, UndoTable};
 
 use super::undo::{keys_of, run_counting_first, undo_of};
@@ -221,6 +223,23 @@ impl Operation for Revert {
         }
         sub_batch.execute(&back.reverted).await?;
         Ok(copied)
+    }
+}
+
+/// How a revert of `original` runs unless told otherwise: in batches and
+/// sub-batches of the sizes `original` ran with, and with its pause; a
+/// size given replaces the original's.
+pub fn revert_options(
+    original: &OperationRecord,
+    batch_size: Option<i64>,
+    sub_batch_size: Option<i64>,
+) -> EnqueueOptions {
+    let state = &original.state;
+    EnqueueOptions {
+        batch_size: batch_size.unwrap_or(state.batch_size),
+        sub_batch_size: sub_batch_size.unwrap_or(state.sub_batch_size),
+        pause: std::time::Duration::from_millis(u64::try_from(state.pause_ms).unwrap_or(0)),
+        ..EnqueueOptions::default()
     }
 }
 
