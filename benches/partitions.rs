@@ -1,7 +1,9 @@
 //! End-to-end harness: partition-aware `delete-aged-rows` against the
-//! row-by-row way, on PostgreSQL. A table of `SLUICE_BENCH_ROWS` rows
+//! row-by-row way, on each server of `SLUICE_BENCH_BACKENDS` (default
+//! `postgres`; `mysql` for MariaDB). A table of `SLUICE_BENCH_ROWS` rows
 //! (default 10,000,000) spread evenly over the last 450 days, partitioned
-//! by month with a default partition, primary key `(id, created_at)`, takes
+//! by month (PostgreSQL: with a default partition; MariaDB: `RANGE COLUMNS`
+//! with a `MAXVALUE` one), primary key `(id, created_at)`, takes
 //! a steady foreground load from four connections (each a point read by id
 //! of a row that stays — it reaches every partition — then an insert of a
 //! young row, every 2 ms) while its rows older than 90 days (80 %) are
@@ -10,13 +12,15 @@
 //!   month's aged rows deleted row by row;
 //! - row by row throughout (`--no-drop-partitions`).
 //!
-//! Each is timed from its enqueue to its end, with the WAL it and the load
-//! wrote (`pg_current_wal_lsn` before and after); the table is built afresh
-//! before each. Prints one markdown row per run: seconds, WAL, the
+//! Each is timed from its enqueue to its end, with the log it and the load
+//! wrote (PostgreSQL's WAL, `pg_current_wal_lsn`; InnoDB's redo,
+//! `Innodb_lsn_current`; before and after); the table is built afresh
+//! before each. Prints one markdown row per run: seconds, log, the
 //! foreground's p50 and p99, and the p99 over the idle p99.
 //!
 //! `cargo bench --bench partitions` (env: `SLUICE_BENCH_ROWS`,
-//! `SLUICE_TEST_POSTGRES_URL`).
+//! `SLUICE_BENCH_BACKENDS`, `SLUICE_TEST_POSTGRES_URL`,
+//! `SLUICE_TEST_MYSQL_URL`).
 
 mod common;
 
@@ -36,21 +40,47 @@ const CLIENTS: u64 = 4;
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let rows: i64 = env("SLUICE_BENCH_ROWS", 10_000_000);
-    let url = common::postgres_url();
-    let Some(store) = postgres_or_skip(Store::connect(&url).await) else {
-        return;
-    };
-    let load = Store::connect(&url).await.unwrap();
-    let autovacuum = set_autovacuum(&store).await;
+    let backends: String = env("SLUICE_BENCH_BACKENDS", "postgres".to_owned());
+    for backend in backends.split(',') {
+        let url = match backend {
+            "postgres" => common::postgres_url(),
+            "mysql" => {
+                let Ok(server) = std::env::var("SLUICE_TEST_MYSQL_URL") else {
+                    eprintln!("mysql: SLUICE_TEST_MYSQL_URL unset, skipped");
+                    continue;
+                };
+                let server = server.trim_end_matches('/').to_owned();
+                let admin = Store::connect(&format!("{server}/mysql")).await.unwrap();
+                let create = Statement::new("CREATE DATABASE IF NOT EXISTS sluice_bench");
+                admin.target().execute(&create).await.unwrap();
+                format!("{server}/sluice_bench")
+            }
+            other => panic!("unknown backend {other}"),
+        };
+        let Some(store) = postgres_or_skip(Store::connect(&url).await) else {
+            continue;
+        };
+        let load = Store::connect(&url).await.unwrap();
+        measure(&store, &load, rows).await;
+    }
+}
+
+/// The idle foreground, then both purges, on `store`'s server.
+async fn measure(store: &Store, load: &Store, rows: i64) {
+    let mysql = is_mysql(store);
+    let autovacuum = set_autovacuum(store).await;
+    let server = if mysql { "MariaDB" } else { "PostgreSQL" };
     println!(
-        "rows {rows} over 450 days by month, 80 % older than 90 days; {CLIENTS} clients: a point \
-         read by id and an insert each, every 2 ms"
+        "{server}: rows {rows} over 450 days by month, 80 % older than 90 days; {CLIENTS} \
+         clients: a point read by id and an insert each, every 2 ms"
     );
     println!();
-    println!("| purge | s | rows/s | WAL MiB | fg p50 ms | fg p99 ms | p99 / idle |");
+    println!("| purge | s | rows/s | log MiB | fg p50 ms | fg p99 ms | p99 / idle |");
     println!("|---|---|---|---|---|---|---|");
-    fill(&store, rows).await;
-    let idle = under_load(&load, rows, async {
+    let store = &store;
+    let load = &load;
+    fill(store, rows).await;
+    let idle = under_load(load, rows, async {
         tokio::time::sleep(Duration::from_secs(8)).await;
     })
     .await;
@@ -60,24 +90,26 @@ async fn main() {
         ("Sluice, defaults: partitions dropped", true),
         ("Sluice, defaults, --no-drop-partitions", false),
     ] {
-        fill(&store, rows).await;
-        let aged = store
-            .target()
-            .fetch_int(&Statement::new(
-                "SELECT COUNT(*) FROM bench_parted WHERE created_at < now() - interval '90 days'",
-            ))
-            .await
-            .unwrap()
-            .unwrap_or(0);
-        let before = wal(&store).await;
+        fill(store, rows).await;
+        let aged = Statement::new(match mysql {
+            false => {
+                "SELECT COUNT(*) FROM bench_parted WHERE created_at < now() - interval '90 days'"
+            }
+            true => {
+                "SELECT COUNT(*) FROM bench_parted \
+                 WHERE created_at < UTC_TIMESTAMP(6) - INTERVAL 90 DAY"
+            }
+        });
+        let aged = store.target().fetch_int(&aged).await.unwrap().unwrap_or(0);
+        let before = log_position(store).await;
         let mut took = Duration::ZERO;
-        let latencies = under_load(&load, rows, async {
+        let latencies = under_load(load, rows, async {
             let started = Instant::now();
-            purge(&store, drop_partitions).await;
+            purge(store, drop_partitions).await;
             took = started.elapsed();
         })
         .await;
-        let written = wal(&store).await - before;
+        let written = log_position(store).await - before;
         report(name, Some(took), written, &latencies, idle_p99, aged);
     }
     let _ = store
@@ -85,8 +117,13 @@ async fn main() {
         .execute(&Statement::new("DROP TABLE IF EXISTS bench_parted"))
         .await;
     if let Some(previous) = autovacuum {
-        alter_autovacuum(&store, &previous).await;
+        alter_autovacuum(store, &previous).await;
     }
+    println!();
+}
+
+fn is_mysql(store: &Store) -> bool {
+    matches!(store.backend(), sluice_target::Backend::MySql(_))
 }
 
 /// `delete-aged-rows --older-than 90d --key id,created_at` with every
@@ -123,9 +160,15 @@ async fn purge(store: &Store, drop_partitions: bool) {
     runtime.shutdown().await.unwrap();
 }
 
-/// The server's WAL position, in bytes.
-async fn wal(store: &Store) -> i64 {
-    let position = Statement::new("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint");
+/// The server's log position, in bytes: PostgreSQL's WAL, InnoDB's redo.
+async fn log_position(store: &Store) -> i64 {
+    let position = Statement::new(match is_mysql(store) {
+        false => "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint",
+        true => {
+            "SELECT CAST(variable_value AS SIGNED) FROM information_schema.global_status \
+             WHERE variable_name = 'INNODB_LSN_CURRENT'"
+        }
+    });
     store.target().fetch_int(&position).await.unwrap().unwrap()
 }
 
@@ -135,6 +178,10 @@ async fn under_load(load: &Store, rows: i64, purge: impl Future<Output = ()>) ->
     let next_id = Arc::new(AtomicI64::new(rows + 1));
     let young_from = rows * 4 / 5 + rows / 50;
     let load = load.clone();
+    let now = match is_mysql(&load) {
+        false => ", now(), 'foreground')",
+        true => ", UTC_TIMESTAMP(6), 'foreground')",
+    };
     let query = move |seed: u64| {
         let (load, next_id) = (load.clone(), Arc::clone(&next_id));
         async move {
@@ -145,7 +192,7 @@ async fn under_load(load: &Store, rows: i64, purge: impl Future<Output = ()>) ->
             let insert =
                 Statement::new("INSERT INTO bench_parted (id, created_at, payload) VALUES (")
                     .value(SqlValue::Int(next_id.fetch_add(1, Ordering::SeqCst)))
-                    .push(", now(), 'foreground')");
+                    .push(now);
             load.target().execute(&insert).await.unwrap();
         }
     };
@@ -157,6 +204,9 @@ async fn under_load(load: &Store, rows: i64, purge: impl Future<Output = ()>) ->
 /// month's and a default one, an index on `created_at`; vacuumed and
 /// analysed, then a checkpoint.
 async fn fill(store: &Store, rows: i64) {
+    if is_mysql(store) {
+        return fill_mysql(store, rows).await;
+    }
     let insert =
         Statement::new("INSERT INTO bench_parted SELECT g, now() - interval '450 days' * (CAST(")
             .value(SqlValue::Int(rows))
@@ -186,6 +236,50 @@ async fn fill(store: &Store, rows: i64) {
     ];
     for statement in statements {
         store.target().execute(&statement).await.unwrap();
+    }
+}
+
+/// [`fill`] on MariaDB: `RANGE COLUMNS (created_at)`, a partition per
+/// month and one up to `MAXVALUE`; analysed.
+async fn fill_mysql(store: &Store, rows: i64) {
+    use chrono::{Datelike, NaiveDate};
+    let sluice_target::Backend::MySql(pool) = store.backend() else {
+        unreachable!("a MariaDB store");
+    };
+    let today = chrono::Utc::now().date_naive();
+    let oldest = today - chrono::Duration::days(451);
+    let mut month = NaiveDate::from_ymd_opt(oldest.year(), oldest.month(), 1).unwrap();
+    let mut partitions = Vec::new();
+    while month <= today {
+        let next = month.checked_add_months(chrono::Months::new(1)).unwrap();
+        partitions.push(format!(
+            "PARTITION p{} VALUES LESS THAN ('{next}')",
+            month.format("%Y%m")
+        ));
+        month = next;
+    }
+    partitions.push("PARTITION pmax VALUES LESS THAN (MAXVALUE)".into());
+    // 450 days are 38,880,000 seconds.
+    for sql in [
+        "DROP TABLE IF EXISTS bench_parted".to_owned(),
+        format!(
+            "CREATE TABLE bench_parted (id BIGINT NOT NULL, created_at DATETIME(6) NOT NULL, \
+             payload VARCHAR(64) NOT NULL, PRIMARY KEY (id, created_at), \
+             KEY bench_parted_created_at (created_at)) \
+             PARTITION BY RANGE COLUMNS (created_at) ({})",
+            partitions.join(", ")
+        ),
+        format!(
+            "INSERT INTO bench_parted SELECT seq, UTC_TIMESTAMP(6) - INTERVAL \
+             CAST(38880000 * ({rows} - seq) / {rows} AS SIGNED) SECOND, REPEAT('x', 64) \
+             FROM seq_1_to_{rows}"
+        ),
+        "ANALYZE TABLE bench_parted".to_owned(),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(pool)
+            .await
+            .unwrap();
     }
 }
 

@@ -28,6 +28,12 @@ mod alone;
 /// tried again.
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
 
+/// How long the partitions found below the bound are taken as they were
+/// before the catalogue is read again: reading it costs a few
+/// milliseconds, paid by every sub-batch while a drop waits for its lock.
+/// A partition gone since is refused by its drop, under its lock.
+const CATALOGUE_READ_EVERY: Duration = Duration::from_secs(10);
+
 /// What this process learnt of the partition drops of the operations it
 /// runs, by table and scope.
 static DROPS: LazyLock<Mutex<HashMap<String, Drops>>> = LazyLock::new(Default::default);
@@ -46,6 +52,8 @@ struct Drops {
     waiting: HashMap<String, (Instant, u32)>,
     /// Every partition left is waiting: no catalogue is read before then.
     quiet_until: Option<Instant>,
+    /// The partitions below the bound as last read, and when.
+    candidates: Option<(Instant, Vec<Ident>)>,
 }
 
 /// Why a drop did not happen.
@@ -76,9 +84,9 @@ pub(super) async fn drop_a_partition(
     if !dialect.drops_partitions() {
         return Ok(None);
     }
-    if dialect.partition_drop_alone(table, table).is_some()
-        && let Some(settled) = alone::settle_pending(session, shape, request).await?
-    {
+    // MySQL: a drop that commits alone, under a lock on the whole table.
+    let alone = dialect.partition_drop_alone(table, table).is_some();
+    if alone && let Some(settled) = alone::settle_pending(session, shape, request).await? {
         return Ok(Some(settled));
     }
     // By table and scope: once no drop is left, or while every one left
@@ -92,26 +100,25 @@ pub(super) async fn drop_a_partition(
     if done {
         return Ok(None);
     }
-    let Some(layout) = store.target().range_partitions(table).await? else {
-        remembered(&key, |d| d.done = true);
-        return Ok(None);
+    let cached = remembered(&key, |d| {
+        d.candidates
+            .as_ref()
+            .filter(|(at, _)| now.saturating_duration_since(*at) < CATALOGUE_READ_EVERY)
+            .map(|(_, candidates)| candidates.clone())
+    });
+    let candidates = match cached {
+        Some(candidates) => candidates,
+        None => match below_the_bound(&store, shape, &key, allowed).await? {
+            Some(candidates) => {
+                remembered(&key, |d| d.candidates = Some((now, candidates.clone())));
+                candidates
+            }
+            None => {
+                remembered(&key, |d| d.done = true);
+                return Ok(None);
+            }
+        },
     };
-    let Some(bound) = shape.filter().below(&layout.column) else {
-        remembered(&key, |d| d.done = true);
-        return Ok(None);
-    };
-    if !allowed {
-        if let Some(reason) = store.target().partition_drop_blocker(table).await? {
-            tracing::warn!(
-                table = %table,
-                "the partitions of `{table}` are not dropped, their rows are deleted one by one: {reason}"
-            );
-            remembered(&key, |d| d.done = true);
-            return Ok(None);
-        }
-        remembered(&key, |d| d.allowed = true);
-    }
-    let candidates = store.target().partitions_below(&layout, bound).await?;
     let next = remembered(&key, |d| {
         let open: Vec<&Ident> = candidates
             .iter()
@@ -146,7 +153,12 @@ pub(super) async fn drop_a_partition(
     };
     match dropped {
         Ok(rows) => {
-            remembered(&key, |d| d.waiting.remove(&name));
+            remembered(&key, |d| {
+                d.waiting.remove(&name);
+                if let Some((_, candidates)) = &mut d.candidates {
+                    candidates.retain(|p| p != &partition);
+                }
+            });
             tracing::info!(table = %table, partition = %name, rows, "dropped a partition wholly in scope");
             Ok(Some(SubBatchOutcome {
                 rows: u64::try_from(rows).unwrap_or(0),
@@ -173,6 +185,10 @@ pub(super) async fn drop_a_partition(
                     .saturating_mul(1 << attempts.min(6))
                     .min(LONGEST_BACKOFF);
                 d.waiting.insert(name.clone(), (now + backoff, attempts));
+                if alone {
+                    // The lock was the whole table's: no partition's is free.
+                    d.quiet_until = Some(now + backoff);
+                }
                 attempts
             });
             tracing::info!(
@@ -193,6 +209,36 @@ pub(super) async fn drop_a_partition(
             Ok(None)
         }
     }
+}
+
+/// The partitions of the shape's table wholly below its scope's bound, as
+/// the catalogue lists them now; `None` when there are none to drop, ever:
+/// the table is not partitioned by the bounded column, or (checked once,
+/// unless `allowed`) something forbids the drops.
+async fn below_the_bound(
+    store: &sluice_store::Store,
+    shape: &Shape,
+    key: &str,
+    allowed: bool,
+) -> Result<Option<Vec<Ident>>, OperationError> {
+    let table = shape.table();
+    let Some(layout) = store.target().range_partitions(table).await? else {
+        return Ok(None);
+    };
+    let Some(bound) = shape.filter().below(&layout.column) else {
+        return Ok(None);
+    };
+    if !allowed {
+        if let Some(reason) = store.target().partition_drop_blocker(table).await? {
+            tracing::warn!(
+                table = %table,
+                "the partitions of `{table}` are not dropped, their rows are deleted one by one: {reason}"
+            );
+            return Ok(None);
+        }
+        remembered(key, |d| d.allowed = true);
+    }
+    Ok(Some(store.target().partitions_below(&layout, bound).await?))
 }
 
 /// In the sub-batch's transaction: bound lock waits, lock the partition

@@ -416,6 +416,10 @@ pub struct LockedPartitionDrop {
     /// Bounds how long the lock and the drop wait for the table's metadata
     /// lock, so that the queries queueing behind them wait no longer.
     pub lock_timeout: Statement,
+    /// One row: how many seconds `lock` now waits for a lock not free (0 on
+    /// MariaDB, which may then be asked again at once without any query
+    /// queueing behind it; 1 on MySQL, whose least wait it is).
+    pub lock_wait: Statement,
     /// Locks the whole table against reads and writes until `unlock`: the
     /// rows checked are the rows dropped, and a reconciling worker taking
     /// the same lock knows no drop is under way.

@@ -139,7 +139,16 @@ pub(super) async fn drop_partition(
         .unwrap_or_else(|e| Err(NotDropped::Failed(e)))
 }
 
-/// A connection of its own holding `statements.lock`, closed when dropped.
+/// How many times a table lock not free at once is asked for, and how
+/// long apart, before the drop gives way, where the lock does not wait
+/// (MariaDB): no query queues behind it, but a table busy with short
+/// statements is seldom free at one given instant. Where the lock waits
+/// (MySQL, a second at the least), it is asked for once.
+const LOCK_ATTEMPTS: u32 = 10;
+const LOCK_ATTEMPTS_APART: Duration = Duration::from_millis(10);
+
+/// A connection of its own holding `statements.lock`, closed when dropped;
+/// the lock asked for up to [`LOCK_ATTEMPTS`] times while it is not free.
 async fn locked(
     store: &sluice_store::Store,
     statements: &LockedPartitionDrop,
@@ -151,13 +160,29 @@ async fn locked(
         .await
         .map_err(StoreError::from)?;
     connection.close_on_drop();
-    for statement in [&statements.lock_timeout, &statements.lock] {
-        connection
-            .execute(statement)
-            .await
-            .map_err(StoreError::from)?;
+    connection
+        .execute(&statements.lock_timeout)
+        .await
+        .map_err(StoreError::from)?;
+    let waits = connection
+        .fetch_cursor(&statements.lock_wait, 1)
+        .await
+        .map_err(StoreError::from)?;
+    let attempts = match waits.as_ref().map(|c| c.0.as_slice()) {
+        Some([CursorValue::Int(0)]) => LOCK_ATTEMPTS,
+        _ => 1,
+    };
+    let mut attempt = 1;
+    loop {
+        match connection.execute(&statements.lock).await {
+            Ok(_) => return Ok(connection),
+            Err(error) if error.is_transient() && attempt < attempts => {
+                attempt += 1;
+                tokio::time::sleep(LOCK_ATTEMPTS_APART).await;
+            }
+            Err(error) => return Err(StoreError::from(error).into()),
+        }
     }
-    Ok(connection)
 }
 
 /// `work` on the claims settled.

@@ -172,6 +172,7 @@ pub(crate) fn partition_drop(table: &Ident, partition: &Ident) -> LockedPartitio
         .map_or(SqlValue::Null, |s| SqlValue::Text(s.to_owned()));
     LockedPartitionDrop {
         lock_timeout: Statement::new(LOCK_TIMEOUT),
+        lock_wait: Statement::new("SELECT CAST(@@SESSION.lock_wait_timeout AS SIGNED)"),
         lock: Statement::new("LOCK TABLES ").ident(table).push(" WRITE"),
         drop: Statement::new("ALTER TABLE ")
             .ident(table)
