@@ -63,10 +63,7 @@ pub(super) async fn settle_pending(
         .fetch_cursor(&statements.listed, 1)
         .await
         .map_err(StoreError::from)?;
-    let dropped = !matches!(
-        listed.as_ref().map(|c| c.0.as_slice()),
-        Some([CursorValue::Int(1..)])
-    );
+    let dropped = !still_listed(listed.as_ref());
     store.settle_drop(&request.lease, &intent, dropped).await?;
     let _ = connection.execute(&statements.unlock).await;
     settled(|s| s.insert(claim));
@@ -119,10 +116,19 @@ pub(super) async fn drop_partition(
             .await
             .map_err(failed)?;
         if let Err(error) = connection.execute(&statements.drop).await {
-            store
-                .settle_drop(&request.lease, &intent, false)
-                .await
-                .map_err(failed)?;
+            // Still under the lock, whether it went after all; a connection
+            // that cannot say leaves the intent to the next sub-batch.
+            if let Ok(listed) = connection.fetch_cursor(&statements.listed, 1).await {
+                let gone = !still_listed(listed.as_ref());
+                store
+                    .settle_drop(&request.lease, &intent, gone)
+                    .await
+                    .map_err(failed)?;
+                if gone {
+                    settled(|s| s.insert(claim));
+                    return Ok(all);
+                }
+            }
             return Err(failed(error.into()));
         }
         let _ = connection.execute(&statements.unlock).await;
@@ -183,6 +189,14 @@ async fn locked(
             Err(error) => return Err(StoreError::from(error).into()),
         }
     }
+}
+
+/// True when [`LockedPartitionDrop::listed`] found the partition.
+fn still_listed(listed: Option<&Cursor>) -> bool {
+    matches!(
+        listed.map(|c| c.0.as_slice()),
+        Some([CursorValue::Int(1..)])
+    )
 }
 
 /// `work` on the claims settled.
