@@ -411,7 +411,7 @@ async fn apply(
 }
 
 /// An operation id from a path segment.
-fn operation_id(text: &str) -> Result<i64, ApiError> {
+pub(crate) fn operation_id(text: &str) -> Result<i64, ApiError> {
     text.parse()
         .ok()
         .filter(|id| *id > 0)

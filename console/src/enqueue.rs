@@ -111,9 +111,7 @@ pub(crate) async fn revert_one(
         Err(JsonRejection::MissingJsonContentType(_)) => RevertRequest::default(),
         request => body(request)?,
     };
-    let id: i64 = id
-        .parse()
-        .map_err(|_| ApiError::bad_request(format!("`{id}` is not an operation id")))?;
+    let id = crate::api::operation_id(&id)?;
     let store = &console.store;
     let options = match store.operation(id).await {
         Ok(original) => revert_options(&original, request.batch_size, request.sub_batch_size),
