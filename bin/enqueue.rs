@@ -151,6 +151,11 @@ pub struct CommonOptions {
         help_heading = "Pace and limits"
     )]
     latency_budget: Option<LatencyBudget>,
+    /// The database to work on when it is not the store's (a URL; its
+    /// password, if given, is never stored: workers take it from their
+    /// environment, MYSQL_PWD, PGPASSWORD or .pgpass).
+    #[arg(long, value_name = "URL", help_heading = "Where")]
+    target: Option<String>,
     /// The IANA time zone `--window` is read in.
     #[arg(
         long,
@@ -283,6 +288,7 @@ impl From<EnqueueCommand> for Recipe {
             force: common.force,
             max_rate: common.max_rate,
             latency_budget: common.latency_budget,
+            target: common.target,
             window: common.window.map(|hours| WindowOption {
                 hours,
                 time_zone: common.time_zone,
@@ -310,7 +316,17 @@ fn duration_as_typed(text: &str) -> Result<String, String> {
 /// as `sluice plan` (`planning`), prints the plan instead and writes
 /// nothing; a dry run that enqueue would refuse exits as bad input.
 pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Result<(), Failure> {
-    let recipe = Recipe::from(command);
+    let mut recipe = Recipe::from(command);
+    // A target apart from the store: every check and the plan are asked of
+    // it, the operation recorded in the store (its coordinator).
+    let apart = match recipe.options.target.take() {
+        Some(url) => Some(
+            sluice_operations::on_target(store, &url, &sluice_target::ConnectOptions::default())
+                .await?,
+        ),
+        None => None,
+    };
+    let store = apart.as_ref().unwrap_or(store);
     let registry = Registry::with_builtins();
     let arguments = registry
         .arguments_at(recipe.kind, store, recipe.arguments, chrono::Utc::now())

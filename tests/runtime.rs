@@ -948,6 +948,7 @@ async fn a_pool_worker_runs_one_sub_batch_per_job_and_takes_queued_jobs_in_turn(
         operation: Arc::clone(&operation),
         reply: collector.get_derived(),
         batch_span: tracing::Span::none(),
+        apart: None,
     };
     let next_batch = || async {
         let next = sluice_store::NextBatch {

@@ -80,7 +80,7 @@ pub async fn explain_batch_query(
     let plan = store.target().explain(&query).await?;
     let nothing_to_scan = from.is_none() && matches!(shape.strategy(), Strategy::Keyset(_));
     let full_scan = store
-        .backend()
+        .target()
         .dialect()
         .full_scan_line(&plan, shape.table().name())
         .filter(|_| !nothing_to_scan);

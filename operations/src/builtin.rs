@@ -175,8 +175,8 @@ impl DeleteAgedRows {
             .unwrap_or_default()
             .to_ascii_lowercase();
         // Only SQLite has no column types of its own to go by.
-        let typed = store.backend().dialect().has_column_types();
-        let cutoff = if store.backend().dialect().is_zoneless(&declared) {
+        let typed = store.target().dialect().has_column_types();
+        let cutoff = if store.target().dialect().is_zoneless(&declared) {
             zoneless::cutoff(store, table, column, &declared, at, now, &asked).await?
         } else if declared.contains("timestamp") || declared == "date" || declared == "datetime" {
             Cutoff::Timestamp(at)
@@ -228,7 +228,7 @@ impl DeleteAgedRows {
         if let Cutoff::EpochSeconds(_) = cutoff {
             refuse_other_units(store, &table_ident, &column_ident, &asked).await?;
         }
-        let dialect = store.backend().dialect();
+        let dialect = store.target().dialect();
         let drop_partitions = dialect.drops_partitions()
             && store
                 .target()

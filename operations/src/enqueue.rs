@@ -65,6 +65,12 @@ pub struct EnqueueOptions {
     /// table (stored beside the operation, [`Store::set_latency_budget`]);
     /// `None`: the one set for its kind or everything, else auto.
     pub latency_budget: Option<LatencyBudget>,
+    /// The database the operation works on when it is not the store's own
+    /// (`enqueue --target`): its URL, whose password (if it names one) is
+    /// used to connect now and never stored ([`on_target`]). Not kept by a
+    /// schedule.
+    #[serde(skip)]
+    pub target: Option<String>,
 }
 
 impl Default for EnqueueOptions {
@@ -81,7 +87,43 @@ impl Default for EnqueueOptions {
             window: None,
             max_rate: None,
             latency_budget: None,
+            target: None,
         }
+    }
+}
+
+/// A handle on `store` whose operations work on the database `url` names,
+/// apart from the store's ([`Store::on_target`]): opened with `options`
+/// and the password `url` names or this process's environment gives
+/// ([`sluice_target::with_password_from_env`]); stored and shown without
+/// a password.
+///
+/// Errors: [`OperationError::Arguments`] naming the target (without its
+/// password) when it cannot be reached or its progress table cannot be
+/// created there.
+pub async fn on_target(
+    store: &Store,
+    url: &str,
+    options: &sluice_target::ConnectOptions,
+) -> Result<Store, OperationError> {
+    let shown = sluice_target::url_without_password(url);
+    let unreachable = |error: &dyn std::fmt::Display| {
+        OperationError::Arguments(format!("target `{shown}`: {error}"))
+    };
+    let target = sluice_target::Target::open(&sluice_target::with_password_from_env(url), options)
+        .await
+        .map_err(|e| unreachable(&e))?;
+    store
+        .on_target(&shown, target)
+        .await
+        .map_err(|e| unreachable(&e))
+}
+
+/// `store`, or the handle on it for `options.target` ([`on_target`]).
+async fn with_target(store: &Store, options: &EnqueueOptions) -> Result<Store, OperationError> {
+    match &options.target {
+        None => Ok(store.clone()),
+        Some(url) => on_target(store, url, &sluice_target::ConnectOptions::default()).await,
     }
 }
 
@@ -98,6 +140,7 @@ pub async fn check(
     arguments: &serde_json::Value,
     options: &EnqueueOptions,
 ) -> Result<(), OperationError> {
+    let store = &with_target(store, options).await?;
     checked_spec(
         store,
         registry,
@@ -129,6 +172,7 @@ pub async fn enqueue(
 ) -> Result<Enqueued, OperationError> {
     let span = enqueue_span(kind);
     async {
+        let store = &with_target(store, options).await?;
         let window = match &options.window {
             Some(option) => Some(
                 option
@@ -255,7 +299,7 @@ pub(crate) async fn checked_spec(
     checked: &mut Checked,
 ) -> Result<CheckedSpec, OperationError> {
     let canonical = canonical_json(arguments);
-    let prepared = registry.prepare(kind, &canonical, store.backend().dialect())?;
+    let prepared = registry.prepare(kind, &canonical, store.target().dialect())?;
     let shape = prepared.shape();
     let names: Vec<String> = shape.columns().iter().map(|c| c.to_string()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -356,6 +400,7 @@ pub(crate) async fn checked_spec(
     spec.priority = options.priority;
     spec.origin = options.origin;
     spec.tenant_id = options.tenant_id.clone();
+    spec.target = store.target_apart().map(str::to_owned);
     Ok(CheckedSpec {
         spec,
         scope,

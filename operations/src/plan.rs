@@ -149,7 +149,7 @@ pub async fn plan(
         full_scan,
         ..
     } = explained.expect("a fresh check explains the batch query");
-    let dialect = store.backend().dialect();
+    let dialect = store.target().dialect();
     let table_name = spec.table.clone();
     let refusal = full_scan.as_ref().filter(|_| !options.force).map(|line| {
         format!("its batch query reads all of `{table_name}` ({line}); add an index on the column it filters by, or enqueue with --force")
@@ -281,7 +281,7 @@ async fn partition_drops(
     let blocked = store.target().partition_drop_blocker(table).await?;
     let mut dropped = Vec::new();
     for partition in store.target().partitions_below(&layout, bound).await? {
-        let dialect = store.backend().dialect();
+        let dialect = store.target().dialect();
         let rows =
             |head: &'static str| dialect.partition_rows(Statement::new(head), table, &partition);
         let all = ScopeRows {
@@ -307,7 +307,7 @@ async fn refuse_writing_scope(
     arguments: &serde_json::Value,
 ) -> Result<(), OperationError> {
     let canonical = sluice_store::spec::canonical_json(arguments);
-    let prepared = registry.prepare(kind, &canonical, store.backend().dialect())?;
+    let prepared = registry.prepare(kind, &canonical, store.target().dialect())?;
     let shape = prepared.shape();
     let scope = shape.filter().and_to(
         Statement::new("SELECT 1 FROM ")

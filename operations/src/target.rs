@@ -333,7 +333,7 @@ pub async fn check_key_values(
     table: &Ident,
     column: &Ident,
 ) -> Result<(), TargetError> {
-    if store.backend().dialect().has_column_types() {
+    if store.target().dialect().has_column_types() {
         return Ok(());
     }
     let end = |statement: Statement, order: &'static str| {
@@ -390,7 +390,7 @@ pub async fn check_key_range(
     table: &Ident,
     column: &Ident,
 ) -> Result<(), TargetError> {
-    if !store.backend().dialect().has_unsigned_integers() {
+    if !store.target().dialect().has_unsigned_integers() {
         return Ok(());
     }
     let largest = Statement::new("SELECT MAX(")
@@ -424,7 +424,7 @@ pub fn refuse_full_scan(
     column: &Ident,
     plan: &[String],
 ) -> Result<(), TargetError> {
-    match store.backend().dialect().full_scan_line(plan, table.name()) {
+    match store.target().dialect().full_scan_line(plan, table.name()) {
         Some(line) => Err(full_scan_refusal(table, column, &line)),
         None => Ok(()),
     }

@@ -197,6 +197,11 @@ impl RuntimeBuilder {
         }
         let (progress, _) = broadcast::channel(1_024);
         let (ended, _) = broadcast::channel(1_024);
+        let targets = crate::targets::TargetDirectory::new(ConnectOptions {
+            max_connections: (self.config.pool_size + 4) as u32,
+            sub_batch_timeout: Some(self.config.sub_batch_timeout),
+            ..ConnectOptions::default()
+        });
         let context = RuntimeContext {
             store,
             registry: self.registry,
@@ -206,6 +211,7 @@ impl RuntimeBuilder {
             ended,
             metrics: sluice_telemetry::Metrics::new(),
             services: Arc::new(RwLock::new(None)),
+            targets,
         };
         let args = SupervisorArgs {
             context: context.clone(),

@@ -58,6 +58,8 @@ pub struct RuntimeContext {
     pub metrics: Metrics,
     /// The current pool and monitor (replaced when the supervisor restarts one).
     pub(crate) services: Arc<RwLock<Option<Services>>>,
+    /// The targets apart from the store this node opened.
+    pub(crate) targets: crate::targets::TargetDirectory,
 }
 
 /// The node's shared actors, as the supervisor last started them.

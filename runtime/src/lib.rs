@@ -38,6 +38,7 @@ mod runtime;
 pub mod schedule;
 pub mod sizing;
 pub mod supervisor;
+mod targets;
 
 pub use builder::RuntimeBuilder;
 pub use config::RuntimeConfig;

@@ -18,7 +18,7 @@
 //! next sub-batch starts, and operations sharing the pool take turns
 //! sub-batch by sub-batch.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,9 @@ pub struct SubBatchJob {
     /// The batch's span (in its operation's trace): each sub-batch runs in
     /// a span of its own under it.
     pub batch_span: tracing::Span,
+    /// The operation's handle on its target when that is a database apart
+    /// from the store ([`Store::on_target`]); `None`: the store's own.
+    pub apart: Option<Store>,
 }
 
 /// What a worker reports after its sub-batch.
@@ -321,6 +324,7 @@ async fn spawn_worker(
             // (see `SubBatchSession`: a share of the store's connections,
             // for all workers together).
             session: state.store.sub_batch_session(true),
+            apart: HashMap::new(),
         },
         pool.get_cell(),
     )
@@ -345,6 +349,8 @@ pub struct WorkerArgs {
     queue: SubBatchQueue,
     /// Where its one-statement sub-batches run (a connection it may keep).
     session: SubBatchSession,
+    /// Its sessions on targets apart from the store, by target.
+    apart: HashMap<String, SubBatchSession>,
 }
 
 impl Actor for SubBatchWorker {
@@ -369,7 +375,17 @@ impl Actor for SubBatchWorker {
         let WorkerMessage::Run(job) = message;
         let span = sub_batch_span(&job.batch_span, &job.request);
         let started = Instant::now();
-        let outcome = run_sub_batch(&mut state.session, job.operation.as_ref(), &job.request)
+        let session = match &job.apart {
+            Some(apart) => {
+                let shown = apart.target_apart().unwrap_or_default().to_owned();
+                state
+                    .apart
+                    .entry(shown)
+                    .or_insert_with(|| apart.sub_batch_session(true))
+            }
+            None => &mut state.session,
+        };
+        let outcome = run_sub_batch(session, job.operation.as_ref(), &job.request)
             .instrument(span.clone())
             .await;
         let took = started.elapsed();

@@ -29,8 +29,10 @@ pub enum Health {
     Stopped,
 }
 
-/// The format version [`encode`] writes.
-pub const FORMAT_VERSION: i32 = 1;
+/// The format version [`encode`] writes. Version 2 added
+/// [`OperationSpec::target`] as the last recorded field of a `created`
+/// event's spec; every other event is encoded as in version 1.
+pub const FORMAT_VERSION: i32 = 2;
 
 /// One fact in an operation's life. See [`crate::machine`] for when each is legal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,7 +196,11 @@ pub fn encode(event: &Event) -> Vec<u8> {
 /// Decodes a payload stored with `version`, checking it against the `kind` column.
 pub fn decode(version: i32, kind: &str, payload: &[u8]) -> Result<Event, DecodeError> {
     let event = match version {
-        1 => postcard::from_bytes::<Event>(payload)
+        // A version-1 `created` ends where its spec's `target` begins: a
+        // zero byte after it is that field's `None`.
+        1 if kind == "created" => postcard::from_bytes::<Event>(&[payload, &[0]].concat())
+            .map_err(|e| DecodeError::Corrupt(e.to_string()))?,
+        1 | 2 => postcard::from_bytes::<Event>(payload)
             .map_err(|e| DecodeError::Corrupt(e.to_string()))?,
         other => return Err(DecodeError::UnknownVersion(other)),
     };
@@ -252,5 +258,23 @@ mod tests {
             vec![1, 1, b'n']
         );
         assert_eq!(decode(1, "resumed", &[8]), Ok(Event::Resumed));
+    }
+
+    /// A `created` event written by version 1 (no target) decodes with the
+    /// spec's target `None`; version 2 keeps a target.
+    #[test]
+    fn version_one_created_decodes_without_a_target() {
+        let mut spec = OperationSpec::new("update-in-batches", "events", vec!["id".into()]);
+        spec.estimated_rows = Some(7);
+        let v2 = encode(&Event::Created(Box::new(spec.clone())));
+        assert_eq!(v2.last(), Some(&0), "target None is the last byte");
+        let v1 = &v2[..v2.len() - 1];
+        assert_eq!(
+            decode(1, "created", v1),
+            Ok(Event::Created(Box::new(spec.clone())))
+        );
+        spec.target = Some("postgres://app@db-7/app".into());
+        let with_target = Event::Created(Box::new(spec));
+        assert_eq!(decode(2, "created", &encode(&with_target)), Ok(with_target));
     }
 }

@@ -37,6 +37,7 @@ mod store;
 
 mod sub_batch;
 mod sub_batch_session;
+mod target_progress;
 
 pub use announce::{Announced, CONTROL_CHANNEL};
 pub use batch_machine::{BatchChange, IllegalBatchChange, next_status};

@@ -81,6 +81,9 @@ pub struct Projection {
     pub estimated_rows: Option<i64>,
     /// Persisted trace context of the operation's trace.
     pub trace_context: Option<String>,
+    /// The database it works on when not the store's own: its URL without
+    /// a password ([`crate::OperationSpec::target`]).
+    pub target: Option<String>,
     /// Where the operation is in its life.
     pub status: OperationStatus,
     /// Last recorded health signal.
@@ -277,6 +280,7 @@ fn created(spec: &crate::spec::OperationSpec, at: i64) -> Projection {
         limits: spec.limits,
         estimated_rows: spec.estimated_rows,
         trace_context: spec.trace_context.clone(),
+        target: spec.target.clone(),
         status: OperationStatus::Pending,
         health: Health::Normal,
         health_reason: None,

@@ -39,7 +39,7 @@ pub(crate) enum ColumnValue {
 }
 
 /// The projection's columns, in the order statements bind them.
-pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 32] = [
+pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 33] = [
     spec("kind", |p| text(&p.kind)),
     spec("target_table", |p| text(&p.table)),
     spec("batching_columns", |p| {
@@ -65,6 +65,7 @@ pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 32] = [
     spec("trace_context", |p| {
         ColumnValue::Text(p.trace_context.clone())
     }),
+    spec("target_url", |p| ColumnValue::Text(p.target.clone())),
     state("status", |p| text(p.status.as_str())),
     state("health", |p| text(health_of(p.health).0)),
     state("health_percent", |p| {
@@ -173,6 +174,7 @@ pub(crate) struct OperationRow {
     pub max_rows_per_run: Option<i64>,
     pub estimated_rows: Option<i64>,
     pub trace_context: Option<String>,
+    pub target_url: Option<String>,
     pub status: String,
     pub health: String,
     pub health_percent: Option<i32>,
@@ -239,6 +241,7 @@ impl TryFrom<OperationRow> for OperationRecord {
             pause_ms: row.pause_ms,
             estimated_rows: row.estimated_rows,
             trace_context: row.trace_context,
+            target: row.target_url,
             health,
             health_reason: row.health_reason,
             rows_done: row.rows_done,

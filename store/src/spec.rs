@@ -44,6 +44,12 @@ pub struct OperationSpec {
     pub trace_context: Option<String>,
     /// The number of rows the operation is expected to touch, for percentages and ETA.
     pub estimated_rows: Option<i64>,
+    /// The database the operation works on when it is not the store's own
+    /// (`enqueue --target`): its URL without a password, which a worker
+    /// supplies from its environment ([`crate::Store::on_target`]). `None`: the
+    /// store's database. (Last among the recorded fields: a version-1
+    /// `created` payload, written before it, decodes with it `None`.)
+    pub target: Option<String>,
     /// What the uniqueness rule compares instead of [`OperationSpec::arguments`],
     /// as canonical JSON: the arguments as the caller asked for them, where
     /// the stored ones also hold what was resolved from them at enqueue (a
@@ -172,6 +178,7 @@ impl OperationSpec {
             tenant_id: None,
             trace_context: None,
             estimated_rows: None,
+            target: None,
             identity: None,
         }
     }
@@ -310,7 +317,9 @@ impl OperationSpec {
             &self.batching_columns.join("\u{1f}"),
             self.identity.as_deref().unwrap_or(&self.arguments),
         ];
-        for part in parts {
+        // A target is hashed only when there is one, so the keys of
+        // operations on the store's own database stay as they were.
+        for part in parts.into_iter().chain(self.target.as_deref()) {
             hasher.update((part.len() as u64).to_le_bytes());
             hasher.update(part.as_bytes());
         }

@@ -51,6 +51,9 @@ pub struct Store {
     /// The database the store lives in, as a target: Sluice's tables are
     /// there, beside the tables its operations work on.
     connections: Target,
+    /// The database the store's operations work on when it is not the
+    /// store's own ([`Store::on_target`]).
+    pub(crate) apart: Option<Arc<crate::target_progress::TargetApart>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -133,6 +136,7 @@ impl Store {
         missing_tables(&connections).await?;
         Ok(Store {
             connections,
+            apart: None,
             clock: Arc::new(SystemClock),
         })
     }
@@ -153,12 +157,16 @@ impl Store {
         self.connections.backend()
     }
 
-    /// The database the store lives in, as a target of operations: what
+    /// The database the store's operations work on, as a target: what
     /// Sluice knows and checks about its tables (catalogue, keys, plans,
     /// probes, estimates, statistics, session defaults), and its
-    /// connections for sub-batches.
+    /// connections for sub-batches. The store's own database, unless this
+    /// handle was made for a target apart from it ([`Store::on_target`]).
     pub fn target(&self) -> &Target {
-        &self.connections
+        match &self.apart {
+            Some(apart) => &apart.target,
+            None => &self.connections,
+        }
     }
 
     /// What the session that enqueued operation `id` resolved its SQL
@@ -413,6 +421,7 @@ fn no_such_database(error: StoreError, url: &str) -> StoreError {
 const STORE_TABLES: &[&str] = &[
     "sluice_batches",
     "sluice_canaries",
+    "sluice_coordinator",
     "sluice_events",
     "sluice_heartbeat",
     "sluice_latency_budgets",

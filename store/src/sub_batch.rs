@@ -13,7 +13,6 @@
 //! sub-batch's change is applied exactly once, whatever crashes or takeovers
 //! happen around it.
 
-use sluice_target::on_pool;
 use sluice_target::sql::{SqlText, SqlValue};
 use sluice_target::{Cursor, Ident, ProgressRecord, Recorded, Statement, TargetTx};
 
@@ -21,10 +20,7 @@ use crate::batch_queries::batch_lease_lost;
 use crate::error::StoreError;
 use crate::record::BatchLease;
 use crate::store::Store;
-
-/// `1` while batch `$1` is running under epoch `$2`, else `0`.
-pub(crate) const HELD_BATCH: &str = "SELECT COUNT(*) FROM sluice_batches \
-     WHERE id = $1 AND lease_epoch = $2 AND status = 'running'";
+use crate::target_progress::{coordinated, held_batch, update_progress};
 
 /// Why a sub-batch's record matched no batch row: the batch was claimed
 /// again, or (still `held`) its progress moved on.
@@ -48,6 +44,10 @@ pub struct SubBatchTx<'c> {
     /// Where the batch's progress was when the sub-batch started: its
     /// record is accepted only while it is still there.
     from: Option<Cursor>,
+    /// The coordinator whose record in the target's progress table this
+    /// sub-batch updates, when it works on a target apart from the store
+    /// (`None`: the store's `sluice_batches`).
+    coordinator: Option<String>,
 }
 
 /// The record of one sub-batch in its batch's row, fenced by the batch's
@@ -57,28 +57,26 @@ struct BatchProgress<'a> {
     from: Option<&'a Cursor>,
     progress: Option<&'a Cursor>,
     rows: i64,
+    coordinator: Option<&'a str>,
 }
 
 impl ProgressRecord for BatchProgress<'_> {
     fn record(&self) -> Statement {
         let json = |cursor: Option<&Cursor>| cursor.map_or(SqlValue::Null, |c| c.to_json().into());
-        Statement::with_text(
-            SqlText::new(SubBatchTx::RECORD),
-            vec![
-                self.lease.batch_id.into(),
-                self.lease.epoch.into(),
-                json(self.progress),
-                self.rows.into(),
-                json(self.from),
-            ],
-        )
+        let mut params = vec![
+            self.lease.batch_id.into(),
+            self.lease.epoch.into(),
+            json(self.progress),
+            self.rows.into(),
+            json(self.from),
+        ];
+        let text = update_progress(self.coordinator).push(SubBatchTx::RECORD_SET);
+        let text = coordinated(text, &mut params, self.coordinator);
+        Statement::with_text(text, params)
     }
 
     fn still_held(&self) -> Statement {
-        Statement::with_text(
-            SqlText::new(HELD_BATCH),
-            vec![self.lease.batch_id.into(), self.lease.epoch.into()],
-        )
+        held_batch(self.lease, self.coordinator)
     }
 }
 
@@ -105,7 +103,7 @@ impl Store {
         timeout: Option<std::time::Duration>,
     ) -> Result<SubBatchTx<'static>, StoreError> {
         let tx = self.target().begin_sub_batch(timeout).await?;
-        Ok(SubBatchTx::new(tx, lease, from))
+        Ok(SubBatchTx::new(tx, lease, from, self.coordinator()))
     }
 }
 
@@ -130,40 +128,53 @@ impl Store {
     }
 
     /// True while the batch `lease` names has its progress at `from` (its
-    /// start until a sub-batch commits).
+    /// start until a sub-batch commits), as its records say (the store's,
+    /// or the target's when this handle works apart).
     pub(crate) async fn batch_progress_is(
         &self,
         lease: &BatchLease,
         from: Option<&Cursor>,
     ) -> Result<bool, StoreError> {
-        const AT: &str = "SELECT COUNT(*) FROM sluice_batches WHERE id = $1 \
-             AND COALESCE(progress_cursor, start_cursor, '') = COALESCE($2, '')";
-        let at: i64 = on_pool!(self, |pool| sqlx::query_scalar(AT)
-            .bind(lease.batch_id)
-            .bind(from.map(Cursor::to_json))
-            .fetch_one(pool)
-            .await?);
-        Ok(at == 1)
+        let json = from.map_or(SqlValue::Null, |c| c.to_json().into());
+        let mut params = vec![lease.batch_id.into(), json];
+        let text = SqlText::new("SELECT COUNT(*) FROM ")
+            .push(crate::target_progress::progress_table(self.coordinator()))
+            .push(
+                " WHERE id = $1 AND COALESCE(progress_cursor, start_cursor, '') = COALESCE($2, '')",
+            );
+        let text = coordinated(text, &mut params, self.coordinator());
+        let at = self
+            .progress_database()
+            .fetch_int(&Statement::with_text(text, params))
+            .await?;
+        Ok(at == Some(1))
     }
 
-    /// True while `lease` still holds its batch.
+    /// True while `lease` still holds its batch, as its records say.
     pub(crate) async fn holds_batch(&self, lease: &BatchLease) -> Result<bool, StoreError> {
-        let held: i64 = on_pool!(self, |pool| sqlx::query_scalar(HELD_BATCH)
-            .bind(lease.batch_id)
-            .bind(lease.epoch)
-            .fetch_one(pool)
-            .await?);
-        Ok(held == 1)
+        let held = self
+            .progress_database()
+            .fetch_int(&held_batch(lease, self.coordinator()))
+            .await?;
+        Ok(held == Some(1))
     }
 }
 
 impl<'c> SubBatchTx<'c> {
-    /// A sub-batch transaction for `lease`, on `tx`, from progress `from`.
-    pub(crate) fn new(tx: TargetTx<'c>, lease: &BatchLease, from: Option<&Cursor>) -> Self {
+    /// A sub-batch transaction for `lease`, on `tx`, from progress `from`,
+    /// recording into `coordinator`'s rows of the target's progress table
+    /// (`None`: the store's `sluice_batches`).
+    pub(crate) fn new(
+        tx: TargetTx<'c>,
+        lease: &BatchLease,
+        from: Option<&Cursor>,
+        coordinator: Option<&str>,
+    ) -> Self {
         SubBatchTx {
             tx,
             lease: lease.clone(),
             from: from.cloned(),
+            coordinator: coordinator.map(str::to_owned),
         }
     }
 
@@ -203,8 +214,15 @@ impl<'c> SubBatchTx<'c> {
     }
 
     /// The statement [`SubBatchTx::commit`] records the sub-batch with
-    /// before it commits (for tracing: its text has placeholders only).
+    /// before it commits (for tracing: its text has placeholders only), in
+    /// the store's `sluice_batches`; in a target's progress table it is the
+    /// same update of `sluice_target_progress` with `AND coordinator = $6`.
     pub const RECORD: &'static str = "UPDATE sluice_batches SET progress_cursor = COALESCE($3, progress_cursor), \
+         rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running' \
+         AND COALESCE(progress_cursor, start_cursor, '') = COALESCE($5, '')";
+
+    /// [`SubBatchTx::RECORD`] after its `UPDATE <table> SET `.
+    const RECORD_SET: &'static str = "progress_cursor = COALESCE($3, progress_cursor), \
          rows_affected = rows_affected + $4 WHERE id = $1 AND lease_epoch = $2 AND status = 'running' \
          AND COALESCE(progress_cursor, start_cursor, '') = COALESCE($5, '')";
 
@@ -221,6 +239,7 @@ impl<'c> SubBatchTx<'c> {
             from: self.from.as_ref(),
             progress,
             rows,
+            coordinator: self.coordinator.as_deref(),
         };
         match self.tx.commit_recorded(&record).await? {
             Recorded::Committed => Ok(()),

@@ -13,6 +13,7 @@ use crate::error::StoreError;
 use crate::record::BatchLease;
 use crate::store::Store;
 use crate::sub_batch::{SubBatchTx, record_refused};
+use crate::target_progress::{coordinated, update_progress};
 
 mod one_statement;
 
@@ -146,7 +147,9 @@ impl SubBatchSession {
     ) -> Result<u64, StoreError> {
         // Built only where it runs (PostgreSQL): SQLite and MySQL record in
         // a transaction, and a sub-batch should not pay for a text it drops.
-        let fused = || fused_with_record(statement, lease, from, progress);
+        let store = self.store.clone();
+        let coordinator = store.coordinator();
+        let fused = || fused_with_record(statement, lease, from, progress, coordinator);
         let Some(mut connection) = self.lend(timeout).await? else {
             // PostgreSQL without bounded sessions: the fused statement in a
             // bounded transaction.
@@ -162,7 +165,7 @@ impl SubBatchSession {
             self.fused_outcome(lease, from, done).await
         } else {
             match connection.connection.begin_sub_batch(timeout).await {
-                Ok(tx) => write_in(tx, lease, statement, from, progress).await,
+                Ok(tx) => write_in(tx, lease, statement, from, progress, coordinator).await,
                 Err(error) => Err(error.into()),
             }
         };
@@ -240,11 +243,20 @@ impl SubBatchSession {
                 .sub_batch_in_transaction(lease, statement, from, None, timeout)
                 .await;
         };
+        let store = self.store.clone();
+        let coordinator = store.coordinator();
         let counted = if connection.connection.fuses_statements() {
-            loop_statement(&mut connection.connection, lease, statement, limit).await
+            loop_statement(
+                &mut connection.connection,
+                lease,
+                statement,
+                limit,
+                coordinator,
+            )
+            .await
         } else {
             match connection.connection.begin_sub_batch(timeout).await {
-                Ok(tx) => write_in(tx, lease, statement, from, None).await,
+                Ok(tx) => write_in(tx, lease, statement, from, None, coordinator).await,
                 Err(error) => Err(error.into()),
             }
         };
@@ -341,7 +353,10 @@ impl SubBatchSession {
                 None,
             ),
         };
-        Ok(SessionConnection { held })
+        Ok(SessionConnection {
+            held,
+            coordinator: self.store.coordinator().map(str::to_owned),
+        })
     }
 
     /// Takes back a connection lent out by [`SubBatchSession::connection`]:
@@ -357,6 +372,8 @@ impl SubBatchSession {
 #[derive(Debug)]
 pub struct SessionConnection {
     held: HeldConnection,
+    /// Whose rows of a target's progress table its sub-batches record into.
+    coordinator: Option<String>,
 }
 
 impl SessionConnection {
@@ -372,7 +389,12 @@ impl SessionConnection {
         timeout: Duration,
     ) -> Result<SubBatchTx<'_>, StoreError> {
         let tx = self.held.connection.begin_sub_batch(timeout).await?;
-        Ok(SubBatchTx::new(tx, lease, from))
+        Ok(SubBatchTx::new(
+            tx,
+            lease,
+            from,
+            self.coordinator.as_deref(),
+        ))
     }
 }
 

@@ -350,6 +350,54 @@ pub fn statement_timeout_ms(timeout: Duration) -> u128 {
     timeout.as_millis().clamp(1, i32::MAX as u128)
 }
 
+/// The URL with no password at all (`postgres://app@db-7/app`): what Sluice
+/// stores of a target's URL; a worker supplies the password
+/// ([`with_password_from_env`]).
+pub fn url_without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// `url` with the password this process's environment gives for it, when
+/// it names none: MySQL's and MariaDB's `MYSQL_PWD`, as their own client
+/// reads it. (PostgreSQL's `PGPASSWORD` and `.pgpass` are read when the
+/// connection is made.) The result is for connecting only: never shown,
+/// never stored.
+pub fn with_password_from_env(url: &str) -> String {
+    let mysql = url.starts_with("mysql://") || url.starts_with("mariadb://");
+    let password = std::env::var("MYSQL_PWD").ok().filter(|p| !p.is_empty());
+    match (mysql, password, url.find("://"), url.rfind('@')) {
+        (true, Some(password), Some(scheme_end), Some(at))
+            if at > scheme_end && !url[scheme_end + 3..at].contains(':') =>
+        {
+            let encoded: String = password
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            format!("{}:{encoded}{}", &url[..at], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// The URL without its password, for messages.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

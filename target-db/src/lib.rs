@@ -23,13 +23,17 @@ pub mod operator_sql;
 #[doc(hidden)]
 pub mod positional;
 mod probe;
+pub mod progress;
 mod session_defaults;
 pub mod sql;
 mod statistics;
 pub mod target_table;
 pub mod undo;
 
-pub use connection::{Backend, ConnectOptions, KeptPlace, Target, redact_url};
+pub use connection::{
+    Backend, ConnectOptions, KeptPlace, Target, redact_url, url_without_password,
+    with_password_from_env,
+};
 pub use cursor::{Cursor, CursorValue};
 pub use dialect::mysql::sessions::mysql_sessions;
 pub use dialect::{
@@ -40,6 +44,7 @@ pub use enqueuing_session::{EnqueuingSession, SessionMismatch};
 pub use error::DatabaseError;
 pub use operator_sql::{Assignments, Condition, OperatorSqlError};
 pub use probe::Probe;
+pub use progress::{Adopted, ProgressOwner};
 pub use session_defaults::SessionsZone;
 pub use sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 pub use target_table::{

@@ -106,7 +106,7 @@ pub(super) async fn refuse_mixed_formats(
     let separator = separator_of(example).to_string();
     // SQLite has no such operator, and compares a time with text as the
     // instant the text names, whatever its format.
-    let Some((matches, differs)) = store.backend().dialect().regexp_operators() else {
+    let Some((matches, differs)) = store.target().dialect().regexp_operators() else {
         return Ok(());
     };
     let other = Statement::new("SELECT ")

@@ -371,7 +371,7 @@ pub(super) async fn create_rows_table(
         }
         .into());
     }
-    let dialect = store.backend().dialect();
+    let dialect = store.target().dialect();
     if dialect.create_table_like(undo.undo(), &live).is_none() {
         // Declared column by column, the key NOT NULL.
         let idents = columns
@@ -429,7 +429,7 @@ async fn create(
     undo: &UndoTable,
     declared: &[String],
 ) -> Result<(), OperationError> {
-    let dialect = store.backend().dialect();
+    let dialect = store.target().dialect();
     let create = undo.create(dialect, declared).ok_or_else(|| {
         OperationError::Arguments(format!(
             "a column type of `{}` cannot be declared in an undo table",

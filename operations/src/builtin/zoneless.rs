@@ -54,7 +54,7 @@ pub(super) async fn cutoff(
 /// read a date in: on PostgreSQL the session's own (`date_trunc`),
 /// elsewhere UTC (the sessions' zone).
 async fn start_of_day(store: &Store, at: DateTime<Utc>) -> Result<DateTime<Utc>, OperationError> {
-    if let Some(truncated) = store.backend().dialect().start_of_day(at)
+    if let Some(truncated) = store.target().dialect().start_of_day(at)
         && let Some(CursorValue::Timestamp(start)) = store
             .target()
             .fetch_cursor(&truncated, 1)
@@ -77,7 +77,7 @@ async fn instant_or_wall_time(
     asked: &str,
 ) -> Result<Cutoff, OperationError> {
     if let Some(zone) = store.time_zone() {
-        return match store.backend().dialect().reads_zoneless_in_session_zone() {
+        return match store.target().dialect().reads_zoneless_in_session_zone() {
             // The session's `TimeZone` reads the column in the zone.
             true => Ok(Cutoff::Timestamp(at)),
             // MySQL compares a `DATETIME` with a bound as written: the

@@ -75,12 +75,14 @@ pub(super) async fn drop_a_partition(
     shape: &Shape,
     request: &SubBatchRequest,
 ) -> Result<Option<SubBatchOutcome>, OperationError> {
-    if !shape.drops_partitions() {
+    // On a target apart from the store, rows go one by one: a drop's
+    // record (and MySQL's intent) is kept in the store's batch row today.
+    if !shape.drops_partitions() || session.store().target_apart().is_some() {
         return Ok(None);
     }
     let store = session.store().clone();
     let table = shape.table();
-    let dialect = store.backend().dialect();
+    let dialect = store.target().dialect();
     if !dialect.drops_partitions() {
         return Ok(None);
     }
@@ -252,7 +254,7 @@ async fn drop_partition(
     partition: &Ident,
 ) -> Result<i64, NotDropped> {
     let failed = |e: StoreError| NotDropped::Failed(e.into());
-    let dialect = session.store().backend().dialect();
+    let dialect = session.store().target().dialect();
     let Some(statements) = dialect.partition_drop(shape.table(), partition) else {
         return Err(NotDropped::OutsideScope(0));
     };

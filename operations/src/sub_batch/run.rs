@@ -30,8 +30,8 @@ pub async fn run_sub_batch(
     }
     let store = session.store().clone();
     let store = &store;
-    let system = store.backend().dialect().name();
-    let dialect = store.backend().dialect();
+    let system = store.target().dialect().name();
+    let dialect = store.target().dialect();
     // PostgreSQL bounds a one-statement sub-batch itself
     // (`statement_timeout`); SQLite's statements have no such setting.
     let timed_here = !dialect.bounds_statements_in_session();
@@ -156,7 +156,7 @@ async fn bounds(
     match shape.strategy() {
         Strategy::Loop { .. } => {
             let seek = match (
-                store.backend().dialect().loop_pick(),
+                store.target().dialect().loop_pick(),
                 shape.seek_column(),
                 shape.strategy(),
             ) {
@@ -211,7 +211,7 @@ async fn probed(
     timeout: Duration,
 ) -> Result<Option<Cursor>, OperationError> {
     let span = statement_span(
-        session.store().backend().dialect().name(),
+        session.store().target().dialect().name(),
         shape.table().name(),
         probe.text().as_str(),
     );

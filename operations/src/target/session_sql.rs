@@ -61,7 +61,7 @@ async fn check_clock_reads(store: &Store, statements: &[&Statement]) -> Result<(
     let Some(read) = statements.iter().find_map(|s| s.reads_the_clock()) else {
         return Ok(());
     };
-    let dialect = store.backend().dialect();
+    let dialect = store.target().dialect();
     let Some(remedy) = dialect.clock_zone_remedy(store.time_zone().is_some()) else {
         return Ok(());
     };

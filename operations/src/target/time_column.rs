@@ -59,7 +59,7 @@ pub async fn check_time_column(
     table: &Ident,
     column: &Ident,
 ) -> Result<(), TargetError> {
-    if !store.backend().dialect().compares_times_as_text() {
+    if !store.target().dialect().compares_times_as_text() {
         return Ok(());
     }
     // One example per (storage class, shape with every digit a 9).

@@ -205,6 +205,7 @@ impl OperationState {
                     operation: Arc::clone(&self.operation),
                     reply: myself.get_derived(),
                     batch_span: self.batch_span.clone(),
+                    apart: store.target_apart().map(|_| store.clone()),
                 };
                 let sent = self.context.pool().is_some_and(|pool| pool.submit(job));
                 Ok(Answer::Submitted(sent))

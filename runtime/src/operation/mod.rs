@@ -139,9 +139,18 @@ impl Actor for OperationActor {
         myself: ActorRef<Self::Msg>,
         args: OperationArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let context = args.context;
+        let mut context = args.context;
+        let record = context.store.operation(args.operation_id).await?;
+        // On a target apart from the store, everything about its table is
+        // asked of that database, and its sub-batches record there.
+        if let Some(url) = &record.state.target {
+            context.store = context
+                .targets
+                .store_for(&context.store, url)
+                .await
+                .map_err(|e| format!("operation {}: {e}", record.id))?;
+        }
         let store = &context.store;
-        let record = store.operation(args.operation_id).await?;
         let node = &context.config.node;
         if record.state.status != OperationStatus::Running {
             return Err(format!("operation {} is not running", record.id).into());
@@ -170,7 +179,7 @@ impl Actor for OperationActor {
         let operation = match context.registry.prepare(
             &record.state.kind,
             &record.state.arguments,
-            store.backend().dialect(),
+            store.target().dialect(),
         ) {
             Ok(operation) => operation,
             // A helper leaves the verdict to the owner.
@@ -224,7 +233,10 @@ impl Actor for OperationActor {
         });
         // With a monitor, nothing runs before its first reading for this
         // table arrives: an operation must not start on an unhealthy database.
-        let health_known = match context.monitor() {
+        // An operation on a target apart from the store obeys the store's
+        // global signal only: the monitor reads the store's database, where
+        // its table is not.
+        let health_known = match context.monitor().filter(|_| store.target_apart().is_none()) {
             Some(monitor) => monitor
                 .cast(HealthMessage::Watch(watched(record.id, &record.state)))
                 .is_err(),
@@ -371,11 +383,14 @@ async fn refusal_here(
     operation: &dyn PreparedOperation,
     id: i64,
 ) -> Result<Option<String>, ActorProcessingErr> {
+    // The enqueuing session recorded is the store's; a target apart from
+    // it resolves names in its own sessions, checked at enqueue.
     let enqueued = store.enqueuing_session(id).await?;
-    if let Some(mismatch) = store
-        .target()
-        .session_mismatch(&enqueued, operation.shape().table())
-        .await?
+    if store.target_apart().is_none()
+        && let Some(mismatch) = store
+            .target()
+            .session_mismatch(&enqueued, operation.shape().table())
+            .await?
     {
         return Ok(Some(mismatch.to_string()));
     }

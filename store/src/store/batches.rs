@@ -42,16 +42,19 @@ impl Store {
         next: &NextBatch,
     ) -> Result<(Batch, Appended), StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(
+        let (batch, appended) = dispatch!(
             batch_queries,
             self.plan_batch(lease, next.end.clone(), next.size, Some(next.ttl), now)
-        )
+        )?;
+        Ok((self.adopted(batch).await?, appended))
     }
 
     /// Claims up to `limit` batches of running operations (of one operation
     /// when `operation_id` is given) for `node`: pending ones, and running
     /// ones whose lease expired. Each claim raises the batch's epoch and
-    /// attempt count; no two nodes ever hold the same batch epoch.
+    /// attempt count; no two nodes ever hold the same batch epoch. On a
+    /// handle working on a target apart, each is adopted there
+    /// ([`Store::on_target`]); one a later claim adopted already is left out.
     pub async fn claim_batches(
         &self,
         node: &str,
@@ -60,10 +63,19 @@ impl Store {
         ttl: Duration,
     ) -> Result<Vec<Batch>, StoreError> {
         let now = self.clock.now_ms();
-        dispatch!(
+        let claimed = dispatch!(
             batch_queries,
             self.claim_batches(node, operation_id, limit, millis(ttl), now)
-        )
+        )?;
+        let mut adopted = Vec::with_capacity(claimed.len());
+        for batch in claimed {
+            match self.adopted(batch).await {
+                Ok(batch) => adopted.push(batch),
+                Err(StoreError::BatchLeaseLost { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(adopted)
     }
 
     /// Running operations with a batch another node could claim now (one
@@ -149,10 +161,15 @@ impl Store {
     ) -> Result<(Appended, Option<Batch>), StoreError> {
         let now = self.clock.now_ms();
         let done = BatchDone::new(rows, duration, next_batch_size);
-        dispatch!(
+        let (appended, next) = dispatch!(
             batch_queries,
             self.complete_batch(lease, &done, Some((owner, next)), now)
-        )
+        )?;
+        let next = match next {
+            Some(batch) => Some(self.adopted(batch).await?),
+            None => None,
+        };
+        Ok((appended, next))
     }
 
     /// Records a failed batch attempt: the batch goes back to pending when

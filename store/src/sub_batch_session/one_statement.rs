@@ -12,18 +12,19 @@ pub(super) async fn loop_statement(
     lease: &BatchLease,
     statement: &Statement,
     limit: i64,
+    coordinator: Option<&str>,
 ) -> Result<u64, StoreError> {
     const FENCE: &str = "EXISTS (SELECT 1 FROM recorded)";
-    let n = statement.params().len();
+    let mut params = statement.params().to_vec();
+    params.extend([limit.into(), lease.batch_id.into(), lease.epoch.into()]);
+    let record = counted(params.len() - 2, &mut params, coordinator);
     let head = SqlText::new("WITH recorded AS (")
-        .append(&counted(n + 1))
+        .append(&record)
         .push(" RETURNING 1) ");
     let fused = match statement.guarded_by(FENCE) {
         Some(guarded) => head.append(&guarded),
         None => head.append(statement.text()).push(" AND ").push(FENCE),
     };
-    let mut params = statement.params().to_vec();
-    params.extend([limit.into(), lease.batch_id.into(), lease.epoch.into()]);
     let changed = connection
         .execute(&Statement::with_text(fused, params))
         .await?;
@@ -34,10 +35,8 @@ pub(super) async fn loop_statement(
     // The record counted `limit` rows; set it to what changed. Nothing
     // changed and no batch row to set right: the lease was lost before the
     // statement, which then kept nothing.
-    let correction = Statement::with_text(
-        counted(1),
-        vec![difference.into(), lease.batch_id.into(), lease.epoch.into()],
-    );
+    let mut params = vec![difference.into(), lease.batch_id.into(), lease.epoch.into()];
+    let correction = Statement::with_text(counted(1, &mut params, coordinator), params);
     let corrected = connection.execute(&correction).await?;
     if corrected == 0 && changed == 0 {
         return Err(batch_lease_lost(lease));
@@ -53,8 +52,9 @@ pub(super) async fn write_in(
     statement: &Statement,
     from: Option<&Cursor>,
     progress: Option<&Cursor>,
+    coordinator: Option<&str>,
 ) -> Result<u64, StoreError> {
-    let mut sub_batch = SubBatchTx::new(tx, lease, from);
+    let mut sub_batch = SubBatchTx::new(tx, lease, from, coordinator);
     let rows = sub_batch.execute(statement).await?;
     sub_batch
         .commit(progress, i64::try_from(rows).unwrap_or(i64::MAX))
@@ -67,12 +67,14 @@ pub(super) async fn write_in(
 /// fails (SQLSTATE 22012) and aborts everything when the fence matched no
 /// batch row. The four parameters after the statement's own are the
 /// progress cursor (JSON or NULL), the batch id, its lease epoch and the
-/// progress the sub-batch started from (JSON or NULL).
+/// progress the sub-batch started from (JSON or NULL); a fifth, the
+/// coordinator's name, when the record goes to a target's progress table.
 pub(super) fn fused_with_record(
     statement: &Statement,
     lease: &BatchLease,
     from: Option<&Cursor>,
     progress: Option<&Cursor>,
+    coordinator: Option<&str>,
 ) -> Statement {
     let n = statement.params().len();
     let json = |cursor: Option<&Cursor>| cursor.map_or(SqlValue::Null, |c| c.to_json().into());
@@ -92,7 +94,9 @@ pub(super) fn fused_with_record(
     };
     let text = text
         .append(&main)
-        .push(" RETURNING 1), recorded AS (UPDATE sluice_batches SET progress_cursor = COALESCE(")
+        .push(" RETURNING 1), recorded AS (")
+        .append(&update_progress(coordinator))
+        .push("progress_cursor = COALESCE(")
         .param(n + 1)
         .push("::TEXT, progress_cursor), rows_affected = rows_affected + (SELECT COUNT(*) FROM changed) WHERE id = ")
         .param(n + 2)
@@ -100,21 +104,28 @@ pub(super) fn fused_with_record(
         .param(n + 3)
         .push(" AND status = 'running' AND COALESCE(progress_cursor, start_cursor, '') = COALESCE(")
         .param(n + 4)
-        .push("::TEXT, '') RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)");
+        .push("::TEXT, '')");
+    let text = coordinated(text, &mut params, coordinator).push(
+        " RETURNING 1) SELECT (SELECT COUNT(*) FROM changed), 1 / (SELECT COUNT(*) FROM recorded)",
+    );
     Statement::with_text(text, params)
 }
 
 /// `UPDATE sluice_batches SET rows_affected = rows_affected + $first WHERE
 /// id = $first+1 AND lease_epoch = $first+2 AND status = 'running'`: a loop
-/// sub-batch's count, fenced by its batch lease.
-fn counted(first: usize) -> SqlText {
-    SqlText::new("UPDATE sluice_batches SET rows_affected = rows_affected + ")
+/// sub-batch's count, fenced by its batch lease (in a target's progress
+/// table, also narrowed to the coordinator's rows, its name pushed on
+/// `params`).
+fn counted(first: usize, params: &mut Vec<SqlValue>, coordinator: Option<&str>) -> SqlText {
+    let text = update_progress(coordinator)
+        .push("rows_affected = rows_affected + ")
         .param(first)
         .push(" WHERE id = ")
         .param(first + 1)
         .push(" AND lease_epoch = ")
         .param(first + 2)
-        .push(" AND status = 'running'")
+        .push(" AND status = 'running'");
+    coordinated(text, params, coordinator)
 }
 
 pub(super) fn is_division_by_zero(error: &sqlx::Error) -> bool {

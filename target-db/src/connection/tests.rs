@@ -10,6 +10,19 @@ fn passwords_are_not_repeated_in_messages() {
     assert_eq!(redact_url("redis://db"), "redis://db");
 }
 
+#[test]
+fn a_stored_target_url_has_no_password() {
+    assert_eq!(
+        url_without_password("postgres://app:s3cr@t@db-7:5432/app?sslmode=require"),
+        "postgres://app@db-7:5432/app?sslmode=require"
+    );
+    assert_eq!(
+        url_without_password("mysql://root@db/x"),
+        "mysql://root@db/x"
+    );
+    assert_eq!(url_without_password("sqlite:data/a.db"), "sqlite:data/a.db");
+}
+
 /// A sub-batch's statement journal stays in memory: written to a
 /// temporary file page by page, it slowed every SQLite sub-batch.
 #[tokio::test]

@@ -165,6 +165,14 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         least_greatest
     }
 
+    /// `CREATE TABLE IF NOT EXISTS sluice_target_progress …`: the table in
+    /// which a target apart from the store keeps the progress of the
+    /// batches run on it ([`crate::progress`]), transactional as the
+    /// sub-batches that write it.
+    fn create_progress_table(&self) -> &'static str {
+        crate::progress::CREATE_PROGRESS_TABLE
+    }
+
     /// True when one statement can delete rows and insert exactly the
     /// deleted rows elsewhere (`WITH moved AS (DELETE … RETURNING …)
     /// INSERT …`).

@@ -31,7 +31,7 @@ impl ArchiveRows {
         }
         // Plain columns of the same types: a generated column of the live
         // table is a column of values in its archive.
-        let dialect = store.backend().dialect();
+        let dialect = store.target().dialect();
         let create = match dialect.create_table_like(&into, &table) {
             Some(create) => create,
             // Each column declared as the live table declares it, with its
@@ -95,7 +95,7 @@ pub(super) async fn check_archive(
     }
     let live = store.target().column_definitions(table).await?;
     let archived = store.target().column_definitions(into).await?;
-    let sqlite = !store.backend().dialect().has_column_types();
+    let sqlite = !store.target().dialect().has_column_types();
     for column in columns {
         let Some(live) = live.iter().find(|d| d.name == *column) else {
             continue;

@@ -50,7 +50,7 @@ pub(super) async fn settle_pending(
     let table = shape.table();
     let statements = Ident::parse(&intent.partition)
         .ok()
-        .and_then(|p| store.backend().dialect().partition_drop_alone(table, &p))
+        .and_then(|p| store.target().dialect().partition_drop_alone(table, &p))
         .ok_or_else(|| {
             OperationError::Arguments(format!(
                 "batch {} records a drop of partition `{}` of `{table}`, which Sluice cannot \
@@ -94,7 +94,7 @@ pub(super) async fn drop_partition(
 ) -> Result<i64, NotDropped> {
     let failed = |e: StoreError| NotDropped::Failed(e.into());
     let store = session.store().clone();
-    let counts = super::partition_counts(store.backend().dialect(), shape, partition);
+    let counts = super::partition_counts(store.target().dialect(), shape, partition);
     let claim = (request.lease.batch_id, request.lease.epoch);
     let work = async {
         let mut connection = locked(&store, &statements, request.timeout)

@@ -74,6 +74,12 @@ impl Dialect for MySql {
         Some((" REGEXP ", " NOT REGEXP "))
     }
 
+    /// In InnoDB whatever the server's default engine: the record must
+    /// roll back with its sub-batch.
+    fn create_progress_table(&self) -> &'static str {
+        crate::progress::CREATE_PROGRESS_TABLE_INNODB
+    }
+
     fn upsert<'s>(&self, _on_conflict: &'s str, on_duplicate_key: &'s str) -> &'s str {
         on_duplicate_key
     }

@@ -1,0 +1,9 @@
+-- An operation may work on a database other than the store's own
+-- (`enqueue --target`): its URL without a password. And the store's own
+-- name, random and fixed, which the progress records it keeps in such a
+-- database carry, so two stores sharing a target never read each other's.
+
+ALTER TABLE sluice_operations ADD COLUMN target_url TEXT NULL;
+
+CREATE TABLE sluice_coordinator (id VARCHAR(64) NOT NULL PRIMARY KEY);
+INSERT INTO sluice_coordinator (id) VALUES (REPLACE(UUID(), '-', ''));
