@@ -1,0 +1,267 @@
+//! Operations on a database apart from the store (`enqueue --target`): the
+//! store is the coordinator, the target keeps each batch's progress beside
+//! its rows. Real servers, real worker processes: every row of the target
+//! changed exactly once whatever kills land, a stalled holder whose claim
+//! was taken over commits nothing on the target though it still reaches
+//! it, and a target's password is never stored or shown.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{
+    TestDb, assert_group_one_changed_once, claim_lease, create_counted_items, json, sluice,
+    spawn_worker, until, until_items_changed,
+};
+use sluice_store::{Event, ManualClock, NextBatch, OperationStatus, StoreError};
+use sluice_target::{Cursor, Statement};
+
+/// The password the tests put in a PostgreSQL target's URL (the test
+/// server trusts local connections, so any password connects).
+const PASSWORD: &str = "fleet-s3cret";
+
+/// A coordinator in each database, each with a target in another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_coordinator_postgres_target() {
+    let Some(target) = TestDb::postgres().await else {
+        return;
+    };
+    killed_workers_change_every_row_of_the_target_once(TestDb::sqlite().await, target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_coordinator_mysql_target() {
+    let Some(target) = TestDb::mysql().await else {
+        return;
+    };
+    killed_workers_change_every_row_of_the_target_once(TestDb::sqlite().await, target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_coordinator_mysql_target() {
+    let (Some(coordinator), Some(target)) = (TestDb::postgres().await, TestDb::mysql().await)
+    else {
+        return;
+    };
+    killed_workers_change_every_row_of_the_target_once(coordinator, target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_coordinator_postgres_target() {
+    let (Some(coordinator), Some(target)) = (TestDb::mysql().await, TestDb::postgres().await)
+    else {
+        return;
+    };
+    killed_workers_change_every_row_of_the_target_once(coordinator, target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_holder_commits_nothing_on_a_postgres_target() {
+    let Some(target) = TestDb::postgres().await else {
+        return;
+    };
+    a_stalled_holder_commits_nothing_on_the_target(TestDb::sqlite().await, target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_holder_commits_nothing_on_a_mysql_target() {
+    let (Some(coordinator), Some(target)) = (TestDb::postgres().await, TestDb::mysql().await)
+    else {
+        return;
+    };
+    a_stalled_holder_commits_nothing_on_the_target(coordinator, target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_target_is_refused_without_its_password() {
+    let coordinator = TestDb::sqlite().await;
+    let unreachable = format!("postgres://app:{PASSWORD}@127.0.0.1:1/nowhere");
+    let output = sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = 1",
+            "--target",
+            &unreachable,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "accepted: {stderr}");
+    assert!(
+        stderr.contains("postgres://app@127.0.0.1:1/nowhere"),
+        "the target is not named: {stderr}"
+    );
+    assert!(
+        !stderr.contains(PASSWORD),
+        "the password is shown: {stderr}"
+    );
+    let listed = json(&sluice(&coordinator, &["list", "--json"]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    coordinator.cleanup().await;
+}
+
+/// `url` with [`PASSWORD`] in it, on PostgreSQL (MariaDB's test user has
+/// none, so a password there would be refused).
+fn with_password(url: &str) -> String {
+    match url.strip_prefix("postgres://postgres@") {
+        Some(rest) => format!("postgres://postgres:{PASSWORD}@{rest}"),
+        None => url.to_owned(),
+    }
+}
+
+/// Enqueues an increment of `items`' group 1 on `target` through
+/// `coordinator`; returns its id.
+fn enqueue_on(coordinator: &TestDb, target: &TestDb) -> i64 {
+    let url = with_password(&target.url);
+    let enqueued = json(&sluice(
+        coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--target",
+            &url,
+            "--batch-size",
+            "400",
+            "--sub-batch-size",
+            "40",
+            "--json",
+        ],
+    ));
+    enqueued["id"].as_i64().expect("an id")
+}
+
+async fn killed_workers_change_every_row_of_the_target_once(coordinator: TestDb, target: TestDb) {
+    create_counted_items(&target, 6_000).await;
+    let id = enqueue_on(&coordinator, &target);
+    let worker = |node: &str| {
+        spawn_worker(
+            &coordinator,
+            &["--node", node, "--lease-ttl", "1s", "--pool-size", "2"],
+        )
+    };
+    // Killed twice midway, each time from wherever it got to.
+    for (node, rows) in [("first", 300), ("second", 1_200)] {
+        let mut running = worker(node);
+        until_items_changed(&target, rows).await;
+        running.kill().expect("SIGKILL");
+        running.wait().expect("reaped");
+    }
+    let _last = worker("last");
+    until("the operation finishes", || async {
+        coordinator.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_group_one_changed_once(&target).await;
+    let record = coordinator.store.operation(id).await.unwrap();
+    assert_eq!(record.state.rows_done, 3_000, "rows counted once each");
+    assert_eq!(
+        target
+            .scalar("SELECT CAST(SUM(rows_affected) AS BIGINT) FROM sluice_target_progress")
+            .await,
+        3_000,
+        "the target's records count every row once"
+    );
+    coordinator.store.verify(id).await.unwrap();
+    // The password went nowhere: not into the store, not into what is shown.
+    let stored = record.state.target.clone().expect("a target recorded");
+    assert!(!stored.contains(PASSWORD), "stored: {stored}");
+    let created = coordinator.store.events(id, 0).await.unwrap();
+    let Event::Created(spec) = &created[0].event else {
+        panic!("the first event is not `created`")
+    };
+    assert_eq!(spec.target.as_deref(), Some(stored.as_str()));
+    for command in [
+        vec!["list", "--json"],
+        vec!["show", &id.to_string(), "--json"],
+    ] {
+        let output = sluice(&coordinator, &command);
+        let shown = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && !shown.contains(PASSWORD),
+            "{shown}"
+        );
+    }
+    coordinator.cleanup().await;
+    target.cleanup().await;
+}
+
+async fn a_stalled_holder_commits_nothing_on_the_target(coordinator: TestDb, target: TestDb) {
+    create_counted_items(&target, 100).await;
+    let id = enqueue_on(&coordinator, &target);
+    let clock = ManualClock::new(chrono::Utc::now().timestamp_millis());
+    let store = coordinator
+        .store
+        .clone()
+        .with_clock(Arc::new(clock.clone()));
+    let apart = sluice_operations::on_target(&store, &target.url, &common::fixtures_write_utc())
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(1);
+    let lease = claim_lease(&apart, "stalled", ttl).await;
+    let next = NextBatch {
+        end: Some(Cursor::int(100)),
+        size: 100,
+        ttl,
+    };
+    let (batch, _) = apart.plan_claimed_batch(&lease, &next).await.unwrap();
+    let stalled = batch.lease().unwrap();
+    // The holder stalls past its lease; another node takes the batch over.
+    clock.advance(5_000);
+    let taken = apart
+        .claim_batches("fresh", Some(id), 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let fresh = taken[0].lease().unwrap();
+    assert!(fresh.epoch > stalled.epoch);
+    // The stalled holder wakes and still reaches both databases: the
+    // target's record refuses its sub-batch.
+    let change = Statement::new("UPDATE items SET counter = counter + 1 WHERE id <= 10");
+    let timeout = Duration::from_secs(30);
+    let refused = apart
+        .run_sub_batch_statement(&stalled, &change, None, Some(&Cursor::int(10)), timeout)
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::BatchLeaseLost { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        target
+            .scalar("SELECT COUNT(*) FROM items WHERE counter <> 0")
+            .await,
+        0,
+        "the stalled holder's change was kept"
+    );
+    // The new holder's goes through, once: a repeat from the same progress
+    // is refused too.
+    let done = apart
+        .run_sub_batch_statement(&fresh, &change, None, Some(&Cursor::int(10)), timeout)
+        .await
+        .unwrap();
+    assert_eq!(done, 10);
+    let again = apart
+        .run_sub_batch_statement(&fresh, &change, None, Some(&Cursor::int(10)), timeout)
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::ProgressMoved { .. })),
+        "{again:?}"
+    );
+    assert_eq!(
+        target
+            .scalar("SELECT COUNT(*) FROM items WHERE counter = 1")
+            .await,
+        10
+    );
+    coordinator.cleanup().await;
+    target.cleanup().await;
+}
