@@ -13,7 +13,7 @@ use crate::render;
 
 /// Which operations a control applies to: exactly one of an id, `--kind`, `--all`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("target").required(true).multiple(false).args(["id", "kind", "all"])))]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(false).args(["id", "kind", "all"])))]
 pub struct ControlArgs {
     /// The operation's id.
     id: Option<i64>,
@@ -23,6 +23,11 @@ pub struct ControlArgs {
     /// Every operation.
     #[arg(long)]
     all: bool,
+    /// With an id of a fleet's operation: only the fleet's operation on
+    /// this target (by name). Without it, an id of a fleet's operation
+    /// names the whole fleet.
+    #[arg(long, value_name = "NAME", requires = "id")]
+    target: Option<String>,
     /// Recorded in the event (pause and cancel).
     #[arg(long, default_value = "operator")]
     reason: String,
@@ -175,13 +180,12 @@ pub async fn pause(store: &Store, args: &PauseArgs) -> Result<(), Failure> {
         target.reason,
         until.format("%Y-%m-%dT%H:%M:%SZ")
     );
-    let outcome = pause_until(
-        store,
-        &target.selection(),
-        &reason,
-        until.timestamp_millis(),
-    )
-    .await?;
+    let mut outcome = sluice_runtime::Controlled::default();
+    for selection in target.selections(store).await? {
+        let done = pause_until(store, &selection, &reason, until.timestamp_millis()).await?;
+        outcome.changed.extend(done.changed);
+        outcome.skipped.extend(done.skipped);
+    }
     render::controlled("pause", &outcome.changed, &outcome.skipped, target.json)
 }
 
@@ -220,17 +224,71 @@ pub async fn apply(store: &Store, action: Action, args: &ControlArgs) -> Result<
     {
         known_kind(store, kind).await?;
     }
-    let outcome = control(store, action, &args.selection(), &args.reason).await?;
-    render::controlled(action.verb(), &outcome.changed, &outcome.skipped, args.json)
+    let selections = args.selections(store).await?;
+    // One operation named alone is refused when the control does not apply
+    // to it; a fleet's operations are told apart as a kind's are.
+    if let [one] = selections.as_slice() {
+        let outcome = control(store, action, one, &args.reason).await?;
+        return render::controlled(action.verb(), &outcome.changed, &outcome.skipped, args.json);
+    }
+    let mut changed = Vec::new();
+    let mut skipped = Vec::new();
+    for selection in &selections {
+        match control(store, action, selection, &args.reason).await {
+            Ok(outcome) => {
+                changed.extend(outcome.changed);
+                skipped.extend(outcome.skipped);
+            }
+            Err(sluice_runtime::ControlError::NotApplicable { id, .. }) => skipped.push(id),
+            Err(error) => return Err(error.into()),
+        }
+    }
+    render::controlled(action.verb(), &changed, &skipped, args.json)
 }
 
 impl ControlArgs {
-    /// The operations named.
-    fn selection(&self) -> Selection {
-        match (&self.id, &self.kind) {
-            (Some(id), _) => Selection::One(*id),
-            (None, Some(kind)) => Selection::Kind(kind.clone()),
-            (None, None) => Selection::All,
+    /// The operations named: an id alone, or each operation of the fleet an
+    /// id belongs to (only the one on `--target` when given), a kind, or
+    /// every operation.
+    async fn selections(&self, store: &Store) -> Result<Vec<Selection>, Failure> {
+        let Some(id) = self.id else {
+            return Ok(vec![match &self.kind {
+                Some(kind) => Selection::Kind(kind.clone()),
+                None => Selection::All,
+            }]);
+        };
+        let record = store.operation(id).await?;
+        let Some(fleet) = &record.state.fleet else {
+            return match &self.target {
+                Some(name) if record.state.target_name.as_deref() != Some(name) => {
+                    Err(Failure::BadInput(format!(
+                        "operation {id} is not in a fleet and does not work on target `{name}`"
+                    )))
+                }
+                _ => Ok(vec![Selection::One(id)]),
+            };
+        };
+        let members = store.fleet(fleet).await?;
+        let chosen: Vec<Selection> = members
+            .iter()
+            .filter(|m| {
+                self.target
+                    .as_ref()
+                    .is_none_or(|name| m.state.target_name.as_ref() == Some(name))
+            })
+            .map(|m| Selection::One(m.id))
+            .collect();
+        if chosen.is_empty() {
+            let names: Vec<&str> = members
+                .iter()
+                .filter_map(|m| m.state.target_name.as_deref())
+                .collect();
+            return Err(Failure::BadInput(format!(
+                "operation {id}'s fleet has no target `{}`: its targets are {}",
+                self.target.as_deref().unwrap_or_default(),
+                names.join(", ")
+            )));
         }
+        Ok(chosen)
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use sluice_operations::{
-    EnqueueOptions, Registry,
+    EnqueueOptions, NamedTarget, Registry,
     builtin::{UpdateInBatchesArguments, enqueue_kind},
     plan,
     window::WindowOption,
@@ -151,11 +151,14 @@ pub struct CommonOptions {
         help_heading = "Pace and limits"
     )]
     latency_budget: Option<LatencyBudget>,
-    /// The database to work on when it is not the store's (a URL; its
-    /// password, if given, is never stored: workers take it from their
-    /// environment, MYSQL_PWD, PGPASSWORD or .pgpass).
+    /// A database to work on apart from the store's (a URL; repeat it for
+    /// a fleet, one operation per target). A password in it is never
+    /// stored: workers take theirs from MYSQL_PWD, PGPASSWORD or .pgpass.
     #[arg(long, value_name = "URL", help_heading = "Where")]
-    target: Option<String>,
+    target: Vec<String>,
+    /// A file listing the databases to work on, one a line: a name and a URL.
+    #[arg(long, value_name = "FILE", help_heading = "Where")]
+    targets: Option<std::path::PathBuf>,
     /// The IANA time zone `--window` is read in.
     #[arg(
         long,
@@ -191,6 +194,35 @@ pub struct Recipe {
     pub dry_run: bool,
     /// Planning may probe (no `--no-probe`).
     pub probe: bool,
+    /// `--target` URLs, in order.
+    pub target_urls: Vec<String>,
+    /// `--targets FILE`.
+    pub targets_file: Option<std::path::PathBuf>,
+}
+
+impl Recipe {
+    /// The databases apart from the store it names (`--target`, then the
+    /// lines of `--targets FILE`); none: the store's own.
+    pub fn named_targets(&self) -> Result<Vec<NamedTarget>, Failure> {
+        let mut named = self
+            .target_urls
+            .iter()
+            .map(|url| NamedTarget::from_url(url))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Failure::BadInput(e.to_string()))?;
+        if let Some(path) = &self.targets_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::BadInput(format!(
+                    "cannot read the targets file `{}`: {e}",
+                    path.display()
+                ))
+            })?;
+            let listed = NamedTarget::parse_file(&text)
+                .map_err(|e| Failure::BadInput(format!("`{}`: {e}", path.display())))?;
+            named.extend(listed);
+        }
+        Ok(named)
+    }
 }
 
 impl From<EnqueueCommand> for Recipe {
@@ -288,7 +320,6 @@ impl From<EnqueueCommand> for Recipe {
             force: common.force,
             max_rate: common.max_rate,
             latency_budget: common.latency_budget,
-            target: common.target,
             window: common.window.map(|hours| WindowOption {
                 hours,
                 time_zone: common.time_zone,
@@ -302,6 +333,8 @@ impl From<EnqueueCommand> for Recipe {
             json: common.json,
             dry_run: common.dry_run,
             probe: !common.no_probe,
+            target_urls: common.target,
+            targets_file: common.targets,
         }
     }
 }
@@ -317,21 +350,37 @@ fn duration_as_typed(text: &str) -> Result<String, String> {
 /// nothing; a dry run that enqueue would refuse exits as bad input.
 pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Result<(), Failure> {
     let mut recipe = Recipe::from(command);
-    // A target apart from the store: every check and the plan are asked of
-    // it, the operation recorded in the store (its coordinator).
-    let apart = match recipe.options.target.take() {
-        Some(url) => Some(
-            sluice_operations::on_target(store, &url, &sluice_target::ConnectOptions::default())
-                .await?,
+    recipe.options.targets = recipe.named_targets()?;
+    // On databases apart from the store, the kind resolves its arguments
+    // (a cutoff from the database's clock) and plans on the first; every
+    // target is checked at enqueue.
+    let first = match recipe.options.targets.first() {
+        Some(target) => Some(
+            sluice_operations::on_target(
+                store,
+                &target.url,
+                &sluice_target::ConnectOptions::default(),
+            )
+            .await?,
         ),
         None => None,
     };
-    let store = apart.as_ref().unwrap_or(store);
+    let on = first.as_ref().unwrap_or(store);
     let registry = Registry::with_builtins();
     let arguments = registry
-        .arguments_at(recipe.kind, store, recipe.arguments, chrono::Utc::now())
+        .arguments_at(
+            recipe.kind,
+            on,
+            recipe.arguments.clone(),
+            chrono::Utc::now(),
+        )
         .await?;
     if planning || recipe.dry_run {
+        if recipe.options.targets.len() > 1 {
+            return Err(Failure::BadInput(
+                "plan one target at a time: give one --target".into(),
+            ));
+        }
         // The change planned as it would run; --undo's table is made at
         // enqueue.
         let mut arguments = arguments;
@@ -340,7 +389,7 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
             fields.remove("keep_undo");
         }
         let plan = plan(
-            store,
+            on,
             &registry,
             recipe.kind,
             &arguments,

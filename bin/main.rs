@@ -326,6 +326,10 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     &record.state.arguments,
                 )
                 .await?,
+                fleet: match &record.state.fleet {
+                    Some(fleet) => store.fleet(fleet).await?,
+                    None => Vec::new(),
+                },
             };
             render::show(&record, &pace, held, json)
         }

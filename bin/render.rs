@@ -61,11 +61,14 @@ pub fn list(
         println!("no operations");
         return Ok(());
     }
+    // A column for the target only when an operation has one.
+    let targets = records.iter().any(|r| r.state.target.is_some());
     let header = [
         "ID",
         "STATUS",
         "KIND",
         "TABLE",
+        "TARGET",
         "DONE",
         "ROWS",
         "BATCHES",
@@ -97,6 +100,7 @@ pub fn list(
                 s.status.as_str().to_owned(),
                 s.kind.clone(),
                 s.table.clone(),
+                target_cell(r),
                 percent(r),
                 s.rows_done.to_string(),
                 format!("{}/{}", s.batches_succeeded, s.batches_planned),
@@ -108,8 +112,84 @@ pub fn list(
             ]
         })
         .collect();
+    let shown = |row: &Vec<String>| -> Vec<String> {
+        row.iter()
+            .enumerate()
+            .filter(|(i, _)| targets || *i != 4)
+            .map(|(_, cell)| cell.clone())
+            .collect()
+    };
+    let header: Vec<&str> = header
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| targets || *i != 4)
+        .map(|(_, h)| *h)
+        .collect();
+    let rows: Vec<Vec<String>> = rows.iter().map(shown).collect();
     print_table(&header, &rows);
     Ok(())
+}
+
+/// An operation's target in a listing: its name, else its URL, else `-`
+/// (the store's database).
+fn target_cell(record: &OperationRecord) -> String {
+    let s = &record.state;
+    s.target_name
+        .clone()
+        .or_else(|| s.target.clone())
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+/// A fleet in `show`: how far it is as a whole (finished when every one
+/// of its operations is; the targets failed named), then a line per target.
+fn fleet_text(key: &str, members: &[OperationRecord]) -> String {
+    use sluice_store::OperationStatus;
+    let finished = members
+        .iter()
+        .filter(|m| m.state.status == OperationStatus::Finished)
+        .count();
+    let rows: i64 = members.iter().map(|m| m.state.rows_done).sum();
+    let failed: Vec<String> = members
+        .iter()
+        .filter(|m| m.state.status == OperationStatus::Failed)
+        .map(target_cell)
+        .collect();
+    let mut text = format!(
+        "{key}: {finished} of {} targets finished, {rows} rows",
+        members.len()
+    );
+    if !failed.is_empty() {
+        text.push_str(&format!("; failed: {}", failed.join(", ")));
+    }
+    for member in members {
+        let s = &member.state;
+        text.push_str(&format!(
+            "\n    {:<16} #{:<6} {:<9} {:>7} {} rows{}",
+            target_cell(member),
+            member.id,
+            s.status.as_str(),
+            percent(member),
+            s.rows_done,
+            match s.health {
+                Health::Normal => String::new(),
+                other => format!(", {}", health(other)),
+            }
+        ));
+    }
+    text
+}
+
+/// One operation of a fleet, as `show` lists it.
+fn fleet_member(record: &OperationRecord) -> serde_json::Value {
+    json!({
+        "id": record.id,
+        "target": record.state.target_name,
+        "status": record.state.status.as_str(),
+        "rows_done": record.state.rows_done,
+        "percent_done": record.state.percent_done(),
+        "health": health(record.state.health),
+        "last_error": record.state.last_error,
+    })
 }
 
 /// What holds an operation to a time or a pace beside its own state, for
@@ -140,6 +220,8 @@ pub struct Held {
     pub canary: Option<CanaryReading>,
     /// What its undo table holds (`--undo`, and a revert's), if it has one.
     pub undo: Option<UndoSummary>,
+    /// The operations of its fleet, itself included (none outside a fleet).
+    pub fleet: Vec<OperationRecord>,
 }
 
 /// What holds a running operation's pace now: a health stop, the health
@@ -236,6 +318,7 @@ pub fn show(
         value["latency"] =
             json!(running_canary(record, held.canary.as_ref()).map(CanaryReading::to_json));
         value["undo"] = json!(held.undo);
+        value["fleet_operations"] = json!(held.fleet.iter().map(fleet_member).collect::<Vec<_>>());
         return print_json(&value);
     }
     let Held {
@@ -246,6 +329,7 @@ pub fn show(
         latency_budget,
         canary,
         undo,
+        fleet,
     } = held;
     let binding = Binding::of(record, binding_limit);
     let s = &record.state;
@@ -262,6 +346,14 @@ pub fn show(
             },
         ),
         ("table", s.table.clone()),
+        (
+            "target",
+            match (&s.target_name, &s.target) {
+                (Some(name), Some(url)) => format!("{name} ({url})"),
+                (None, Some(url)) => url.clone(),
+                _ => "the store's database".to_owned(),
+            },
+        ),
         (
             "run window",
             window.unwrap_or_else(|| "any time".to_owned()),
@@ -383,6 +475,9 @@ pub fn show(
     }
     if let Some(error) = &s.last_error {
         lines.push(("last error", error.clone()));
+    }
+    if let Some(key) = &s.fleet {
+        lines.push(("fleet", fleet_text(key, &fleet)));
     }
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (key, value) in lines {

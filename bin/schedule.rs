@@ -67,6 +67,11 @@ pub async fn run(store: &Store, command: ScheduleCommand) -> Result<(), Failure>
         ScheduleCommand::Add(args) => {
             let args = *args;
             let recipe = Recipe::from(args.kind);
+            if !recipe.target_urls.is_empty() || recipe.targets_file.is_some() {
+                return Err(Failure::BadInput(
+                    "a schedule works on the store's database: --target and --targets are for enqueue".into(),
+                ));
+            }
             if recipe.dry_run {
                 return Err(Failure::BadInput(
                     "--dry-run plans an enqueue, not a schedule: run `sluice plan` with the same arguments".into(),

@@ -30,8 +30,10 @@ use crate::target::{
 };
 
 mod bulk;
+mod fleet;
 
 pub use bulk::{NewOperation, enqueue_many};
+pub use fleet::NamedTarget;
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -65,12 +67,13 @@ pub struct EnqueueOptions {
     /// table (stored beside the operation, [`Store::set_latency_budget`]);
     /// `None`: the one set for its kind or everything, else auto.
     pub latency_budget: Option<LatencyBudget>,
-    /// The database the operation works on when it is not the store's own
-    /// (`enqueue --target`): its URL, whose password (if it names one) is
-    /// used to connect now and never stored ([`on_target`]). Not kept by a
-    /// schedule.
+    /// The databases the operation works on when it is not the store's
+    /// own (`enqueue --target`, `--targets FILE`): one operation on one,
+    /// a fleet of one operation per target on several. A password in a
+    /// URL is used to connect now and never stored ([`on_target`]). Not
+    /// kept by a schedule.
     #[serde(skip)]
-    pub target: Option<String>,
+    pub targets: Vec<NamedTarget>,
 }
 
 impl Default for EnqueueOptions {
@@ -87,7 +90,7 @@ impl Default for EnqueueOptions {
             window: None,
             max_rate: None,
             latency_budget: None,
-            target: None,
+            targets: Vec::new(),
         }
     }
 }
@@ -119,12 +122,27 @@ pub async fn on_target(
         .map_err(|e| unreachable(&e))
 }
 
-/// `store`, or the handle on it for `options.target` ([`on_target`]).
-async fn with_target(store: &Store, options: &EnqueueOptions) -> Result<Store, OperationError> {
-    match &options.target {
-        None => Ok(store.clone()),
-        Some(url) => on_target(store, url, &sluice_target::ConnectOptions::default()).await,
+/// `store` when `options` name no target, else a handle on it for each
+/// target they name ([`on_target`]), with the target's name.
+async fn with_targets(
+    store: &Store,
+    options: &EnqueueOptions,
+) -> Result<Vec<(Store, Option<String>)>, OperationError> {
+    if options.targets.is_empty() {
+        return Ok(vec![(store.clone(), None)]);
     }
+    fleet::refuse_duplicates(&options.targets)?;
+    let mut handles = Vec::with_capacity(options.targets.len());
+    for target in &options.targets {
+        let apart = on_target(
+            store,
+            &target.url,
+            &sluice_target::ConnectOptions::default(),
+        )
+        .await?;
+        handles.push((apart, Some(target.name.clone())));
+    }
+    Ok(handles)
 }
 
 /// Runs every check [`enqueue()`] runs on an operation of `kind` with
@@ -140,18 +158,19 @@ pub async fn check(
     arguments: &serde_json::Value,
     options: &EnqueueOptions,
 ) -> Result<(), OperationError> {
-    let store = &with_target(store, options).await?;
-    checked_spec(
-        store,
-        registry,
-        kind,
-        arguments,
-        options,
-        &mut Checked::default(),
-    )
-    .await?
-    .spec
-    .validate()?;
+    for (store, _) in with_targets(store, options).await? {
+        checked_spec(
+            &store,
+            registry,
+            kind,
+            arguments,
+            options,
+            &mut Checked::default(),
+        )
+        .await?
+        .spec
+        .validate()?;
+    }
     Ok(())
 }
 
@@ -172,7 +191,6 @@ pub async fn enqueue(
 ) -> Result<Enqueued, OperationError> {
     let span = enqueue_span(kind);
     async {
-        let store = &with_target(store, options).await?;
         let window = match &options.window {
             Some(option) => Some(
                 option
@@ -189,10 +207,22 @@ pub async fn enqueue(
                 "the rate limit must be at least 1 row a second, not {rate}"
             )));
         }
-        let CheckedSpec {
-            mut spec, scope, ..
-        } = checked_spec(
-            store,
+        if options.targets.len() > 1 {
+            return fleet::enqueue_fleet(
+                store,
+                registry,
+                kind,
+                arguments,
+                options,
+                window.as_ref(),
+            )
+            .await;
+        }
+        let Some((store, name)) = with_targets(store, options).await?.into_iter().next() else {
+            return Err(OperationError::Arguments("no database to work on".into()));
+        };
+        let mut checked = checked_spec(
+            &store,
             registry,
             kind,
             arguments,
@@ -200,35 +230,50 @@ pub async fn enqueue(
             &mut Checked::default(),
         )
         .await?;
-        spec.estimated_rows = count_rows(store, &scope).await?.rows;
-        spec.validate()?;
-        // The operation's trace starts here; every run of it joins it.
-        spec.trace_context = traceparent(&Span::current());
-        let enqueued = store.enqueue(spec).await?;
-        Span::current().record("sluice.operation.id", enqueued.id);
-        // Right after the operation: a worker that starts it within these
-        // milliseconds obeys them from its next run (a closed window from
-        // its scheduler's next tick, which pauses it).
-        let target = operation_target(enqueued.id);
-        if let Some((hours, time_zone)) = window
-            && enqueued.created
-        {
-            store.set_window(&target, &hours, &time_zone).await?;
-        }
-        if let Some(rate) = options.max_rate
-            && enqueued.created
-        {
-            store.set_rate_limit(&target, rate).await?;
-        }
-        if let Some(budget) = options.latency_budget
-            && enqueued.created
-        {
-            store.set_latency_budget(&target, budget).await?;
-        }
-        Ok(enqueued)
+        checked.spec.target_name = name;
+        record(&store, checked, options, window.as_ref()).await
     }
     .instrument(span)
     .await
+}
+
+/// Records a checked operation: its rows counted, its trace started, then
+/// its window, rate limit and latency budget stored beside it.
+async fn record(
+    store: &Store,
+    checked: CheckedSpec,
+    options: &EnqueueOptions,
+    window: Option<&(String, String)>,
+) -> Result<Enqueued, OperationError> {
+    let CheckedSpec {
+        mut spec, scope, ..
+    } = checked;
+    spec.estimated_rows = count_rows(store, &scope).await?.rows;
+    spec.validate()?;
+    // The operation's trace starts here; every run of it joins it.
+    spec.trace_context = traceparent(&Span::current());
+    let enqueued = store.enqueue(spec).await?;
+    Span::current().record("sluice.operation.id", enqueued.id);
+    // Right after the operation: a worker that starts it within these
+    // milliseconds obeys them from its next run (a closed window from
+    // its scheduler's next tick, which pauses it).
+    let target = operation_target(enqueued.id);
+    if let Some((hours, time_zone)) = window
+        && enqueued.created
+    {
+        store.set_window(&target, hours, time_zone).await?;
+    }
+    if let Some(rate) = options.max_rate
+        && enqueued.created
+    {
+        store.set_rate_limit(&target, rate).await?;
+    }
+    if let Some(budget) = options.latency_budget
+        && enqueued.created
+    {
+        store.set_latency_budget(&target, budget).await?;
+    }
+    Ok(enqueued)
 }
 
 /// The span an operation's trace starts with (a child of the caller's

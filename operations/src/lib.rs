@@ -27,8 +27,8 @@ pub mod window;
 pub use builtin::{ArchiveRows, DeleteAgedRows, UpdateInBatches};
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use enqueue::{
-    COUNT_EXACTLY_UP_TO, EnqueueOptions, NewOperation, RowCount, check, enqueue, enqueue_many,
-    on_target,
+    COUNT_EXACTLY_UP_TO, EnqueueOptions, NamedTarget, NewOperation, RowCount, check, enqueue,
+    enqueue_many, on_target,
 };
 pub use error::OperationError;
 pub use operation::{Operation, PreparedOperation, Registry};

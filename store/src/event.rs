@@ -30,8 +30,9 @@ pub enum Health {
 }
 
 /// The format version [`encode`] writes. Version 2 added
-/// [`OperationSpec::target`] as the last recorded field of a `created`
-/// event's spec; every other event is encoded as in version 1.
+/// [`OperationSpec::target`], `target_name` and `fleet` as the last
+/// recorded fields of a `created` event's spec; every other event is
+/// encoded as in version 1.
 pub const FORMAT_VERSION: i32 = 2;
 
 /// One fact in an operation's life. See [`crate::machine`] for when each is legal.
@@ -197,8 +198,8 @@ pub fn encode(event: &Event) -> Vec<u8> {
 pub fn decode(version: i32, kind: &str, payload: &[u8]) -> Result<Event, DecodeError> {
     let event = match version {
         // A version-1 `created` ends where its spec's `target` begins: a
-        // zero byte after it is that field's `None`.
-        1 if kind == "created" => postcard::from_bytes::<Event>(&[payload, &[0]].concat())
+        // zero byte for each of the three fields added is its `None`.
+        1 if kind == "created" => postcard::from_bytes::<Event>(&[payload, &[0, 0, 0]].concat())
             .map_err(|e| DecodeError::Corrupt(e.to_string()))?,
         1 | 2 => postcard::from_bytes::<Event>(payload)
             .map_err(|e| DecodeError::Corrupt(e.to_string()))?,
@@ -267,13 +268,15 @@ mod tests {
         let mut spec = OperationSpec::new("update-in-batches", "events", vec!["id".into()]);
         spec.estimated_rows = Some(7);
         let v2 = encode(&Event::Created(Box::new(spec.clone())));
-        assert_eq!(v2.last(), Some(&0), "target None is the last byte");
-        let v1 = &v2[..v2.len() - 1];
+        assert!(v2.ends_with(&[0, 0, 0]), "three Nones are the last bytes");
+        let v1 = &v2[..v2.len() - 3];
         assert_eq!(
             decode(1, "created", v1),
             Ok(Event::Created(Box::new(spec.clone())))
         );
         spec.target = Some("postgres://app@db-7/app".into());
+        spec.target_name = Some("shard-07".into());
+        spec.fleet = Some("f1".into());
         let with_target = Event::Created(Box::new(spec));
         assert_eq!(decode(2, "created", &encode(&with_target)), Ok(with_target));
     }

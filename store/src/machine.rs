@@ -84,6 +84,10 @@ pub struct Projection {
     /// The database it works on when not the store's own: its URL without
     /// a password ([`crate::OperationSpec::target`]).
     pub target: Option<String>,
+    /// The target's name in its fleet ([`crate::OperationSpec::target_name`]).
+    pub target_name: Option<String>,
+    /// The fleet it belongs to ([`crate::OperationSpec::fleet`]).
+    pub fleet: Option<String>,
     /// Where the operation is in its life.
     pub status: OperationStatus,
     /// Last recorded health signal.
@@ -281,6 +285,8 @@ fn created(spec: &crate::spec::OperationSpec, at: i64) -> Projection {
         estimated_rows: spec.estimated_rows,
         trace_context: spec.trace_context.clone(),
         target: spec.target.clone(),
+        target_name: spec.target_name.clone(),
+        fleet: spec.fleet.clone(),
         status: OperationStatus::Pending,
         health: Health::Normal,
         health_reason: None,

@@ -39,7 +39,7 @@ pub(crate) enum ColumnValue {
 }
 
 /// The projection's columns, in the order statements bind them.
-pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 33] = [
+pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 35] = [
     spec("kind", |p| text(&p.kind)),
     spec("target_table", |p| text(&p.table)),
     spec("batching_columns", |p| {
@@ -66,6 +66,8 @@ pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 33] = [
         ColumnValue::Text(p.trace_context.clone())
     }),
     spec("target_url", |p| ColumnValue::Text(p.target.clone())),
+    spec("target_name", |p| ColumnValue::Text(p.target_name.clone())),
+    spec("fleet", |p| ColumnValue::Text(p.fleet.clone())),
     state("status", |p| text(p.status.as_str())),
     state("health", |p| text(health_of(p.health).0)),
     state("health_percent", |p| {
@@ -175,6 +177,8 @@ pub(crate) struct OperationRow {
     pub estimated_rows: Option<i64>,
     pub trace_context: Option<String>,
     pub target_url: Option<String>,
+    pub target_name: Option<String>,
+    pub fleet: Option<String>,
     pub status: String,
     pub health: String,
     pub health_percent: Option<i32>,
@@ -242,6 +246,8 @@ impl TryFrom<OperationRow> for OperationRecord {
             estimated_rows: row.estimated_rows,
             trace_context: row.trace_context,
             target: row.target_url,
+            target_name: row.target_name,
+            fleet: row.fleet,
             health,
             health_reason: row.health_reason,
             rows_done: row.rows_done,

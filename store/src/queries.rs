@@ -215,6 +215,16 @@ macro_rules! backend {
                 rows.into_iter().map(OperationRecord::try_from).collect()
             }
 
+            pub(crate) async fn fleet(
+                pool: &Pool,
+                fleet: &str,
+            ) -> Result<Vec<OperationRecord>, StoreError> {
+                const FLEET: &str = "SELECT * FROM sluice_operations WHERE fleet = $1 ORDER BY id";
+                let rows: Vec<OperationRow> =
+                    sqlx::query_as(FLEET).bind(fleet).fetch_all(pool).await?;
+                rows.into_iter().map(OperationRecord::try_from).collect()
+            }
+
             pub(crate) async fn event_rows(
                 pool: &Pool,
                 id: i64,

@@ -47,9 +47,16 @@ pub struct OperationSpec {
     /// The database the operation works on when it is not the store's own
     /// (`enqueue --target`): its URL without a password, which a worker
     /// supplies from its environment ([`crate::Store::on_target`]). `None`: the
-    /// store's database. (Last among the recorded fields: a version-1
-    /// `created` payload, written before it, decodes with it `None`.)
+    /// store's database. (This and the two below are the last recorded
+    /// fields: a version-1 `created` payload, written before them, decodes
+    /// with all three `None`.)
     pub target: Option<String>,
+    /// The target's name in its fleet (`shard-07`), when it has one.
+    pub target_name: Option<String>,
+    /// The fleet the operation belongs to: one operation per target of one
+    /// `enqueue` over several (`--target` repeated, `--targets FILE`), all
+    /// sharing this key; `None` for an operation on one database.
+    pub fleet: Option<String>,
     /// What the uniqueness rule compares instead of [`OperationSpec::arguments`],
     /// as canonical JSON: the arguments as the caller asked for them, where
     /// the stored ones also hold what was resolved from them at enqueue (a
@@ -179,6 +186,8 @@ impl OperationSpec {
             trace_context: None,
             estimated_rows: None,
             target: None,
+            target_name: None,
+            fleet: None,
             identity: None,
         }
     }

@@ -285,6 +285,12 @@ impl Store {
         dispatch!(self.list(filter))
     }
 
+    /// The operations of fleet `fleet` ([`OperationSpec::fleet`]: one per
+    /// target of one enqueue), by id.
+    pub async fn fleet(&self, fleet: &str) -> Result<Vec<OperationRecord>, StoreError> {
+        dispatch!(self.fleet(fleet))
+    }
+
     /// Appends `events` to an operation's log and updates its projection in one
     /// transaction. `expected` guards against lost updates; `fence`, when given,
     /// must be the lease the operation is currently held under.
