@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{
     TestDb, assert_group_one_changed_once, claim_lease, create_counted_items, json, sluice,
-    spawn_worker, until, until_items_changed,
+    spawn_worker, succeeded, until, until_items_changed,
 };
 use sluice_store::{Event, ManualClock, NextBatch, OperationStatus, StoreError};
 use sluice_target::{Cursor, Statement};
@@ -73,6 +73,147 @@ async fn a_stalled_holder_commits_nothing_on_a_mysql_target() {
     a_stalled_holder_commits_nothing_on_the_target(coordinator, target).await;
 }
 
+/// A fleet over two PostgreSQL schemas and a MariaDB database, its
+/// coordinator in SQLite: enqueued from a targets file, one target paused
+/// alone while the others finish, a worker SIGKILLed midway; every row of
+/// every target changed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_changes_every_row_of_every_target_once() {
+    let (Some(first), Some(second), Some(third)) = (
+        TestDb::postgres().await,
+        TestDb::postgres().await,
+        TestDb::mysql().await,
+    ) else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    let targets = [("shard-01", &first), ("shard-02", &second), ("shard-03", &third)];
+    for (_, target) in &targets {
+        create_counted_items(target, 2_000).await;
+    }
+    let file = targets_file(&targets);
+    let enqueued = json(&sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--targets",
+            file.path().to_str().unwrap(),
+            "--batch-size",
+            "200",
+            "--sub-batch-size",
+            "20",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let members = fleet_of(&coordinator, id).await;
+    assert_eq!(members.len(), 3, "one operation per target");
+    // One target paused alone: the others run, it does not.
+    succeeded(&sluice(&coordinator, &["pause", &id.to_string(), "--target", "shard-02"]));
+    let mut running = spawn_worker(&coordinator, &["--node", "a", "--lease-ttl", "1s"]);
+    until_items_changed(&first, 200).await;
+    running.kill().expect("SIGKILL");
+    running.wait().expect("reaped");
+    let _worker = spawn_worker(&coordinator, &["--node", "b", "--lease-ttl", "1s"]);
+    until("the fleet but the paused target finishes", || async {
+        let members = fleet_of(&coordinator, id).await;
+        members
+            .iter()
+            .filter(|m| m.state.target_name.as_deref() != Some("shard-02"))
+            .all(|m| m.state.status == OperationStatus::Finished)
+    })
+    .await;
+    assert_eq!(
+        second.scalar("SELECT COUNT(*) FROM items WHERE counter <> 0").await,
+        0,
+        "the paused target was worked on"
+    );
+    let shown = sluice(&coordinator, &["show", &id.to_string()]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("2 of 3 targets finished"), "{text}");
+    assert!(!text.contains(PASSWORD), "{text}");
+    // Resumed, it finishes too.
+    succeeded(&sluice(&coordinator, &["resume", &id.to_string(), "--target", "shard-02"]));
+    until("the whole fleet finishes", || async {
+        fleet_of(&coordinator, id)
+            .await
+            .iter()
+            .all(|m| m.state.status == OperationStatus::Finished)
+    })
+    .await;
+    for (_, target) in &targets {
+        assert_group_one_changed_once(target).await;
+    }
+    for member in fleet_of(&coordinator, id).await {
+        assert_eq!(member.state.rows_done, 1_000);
+        coordinator.store.verify(member.id).await.unwrap();
+    }
+    coordinator.cleanup().await;
+    for (_, target) in targets {
+        target.release().await;
+    }
+}
+
+/// Enqueueing a fleet is whole or nothing: a target whose table differs,
+/// a duplicate, a targets file line that does not parse are refused, named,
+/// and nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_with_a_bad_target_is_refused_whole() {
+    let (Some(first), Some(second)) = (TestDb::postgres().await, TestDb::postgres().await) else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&first, 100).await;
+    create_counted_items(&second, 100).await;
+    second.execute("ALTER TABLE items DROP COLUMN grp").await;
+    second.execute("ALTER TABLE items ADD COLUMN grp BIGINT NOT NULL DEFAULT 1").await;
+    let enqueue = |file: &std::path::Path| {
+        sluice(
+            &coordinator,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = counter + 1",
+                "--targets",
+                file.to_str().unwrap(),
+            ],
+        )
+    };
+    let refused = |output: std::process::Output, wanted: &[&str]| {
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        for part in wanted {
+            assert!(stderr.contains(part), "`{part}` not in: {stderr}");
+        }
+        assert!(!stderr.contains(PASSWORD), "{stderr}");
+    };
+    let differs = targets_file(&[("a", &first), ("b", &second)]);
+    refused(enqueue(differs.path()), &["target `b`", "column `grp`", "bigint", "integer"]);
+    let twice = targets_file(&[("a", &first), ("b", &first)]);
+    refused(enqueue(twice.path()), &["listed twice"]);
+    let mut garbled = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut garbled, b"# fleet
+a postgres://x@h/d
+b
+").unwrap();
+    refused(enqueue(garbled.path()), &["line 3"]);
+    let listed = json(&sluice(&coordinator, &["list", "--json"]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+    coordinator.cleanup().await;
+    first.cleanup().await;
+    second.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_target_is_refused_without_its_password() {
     let coordinator = TestDb::sqlite().await;
@@ -103,6 +244,24 @@ async fn an_unreachable_target_is_refused_without_its_password() {
     let listed = json(&sluice(&coordinator, &["list", "--json"]));
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
     coordinator.cleanup().await;
+}
+
+/// A targets file naming each of `targets` (their URLs with [`PASSWORD`]).
+fn targets_file(targets: &[(&str, &TestDb)]) -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().expect("a temporary file");
+    let mut text = String::from("# name, then URL\n");
+    for (name, target) in targets {
+        text.push_str(&format!("{name} {}\n", with_password(&target.url)));
+    }
+    std::io::Write::write_all(&mut file, text.as_bytes()).expect("written");
+    file
+}
+
+/// The operations of the fleet operation `id` belongs to.
+async fn fleet_of(coordinator: &TestDb, id: i64) -> Vec<sluice_store::OperationRecord> {
+    let record = coordinator.store.operation(id).await.unwrap();
+    let fleet = record.state.fleet.expect("in a fleet");
+    coordinator.store.fleet(&fleet).await.unwrap()
 }
 
 /// `url` with [`PASSWORD`] in it, on PostgreSQL (MariaDB's test user has
