@@ -87,7 +87,11 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
         return;
     };
     let coordinator = TestDb::sqlite().await;
-    let targets = [("shard-01", &first), ("shard-02", &second), ("shard-03", &third)];
+    let targets = [
+        ("shard-01", &first),
+        ("shard-02", &second),
+        ("shard-03", &third),
+    ];
     for (_, target) in &targets {
         create_counted_items(target, 2_000).await;
     }
@@ -116,7 +120,10 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
     let members = fleet_of(&coordinator, id).await;
     assert_eq!(members.len(), 3, "one operation per target");
     // One target paused alone: the others run, it does not.
-    succeeded(&sluice(&coordinator, &["pause", &id.to_string(), "--target", "shard-02"]));
+    succeeded(&sluice(
+        &coordinator,
+        &["pause", &id.to_string(), "--target", "shard-02"],
+    ));
     let mut running = spawn_worker(&coordinator, &["--node", "a", "--lease-ttl", "1s"]);
     until_items_changed(&first, 200).await;
     running.kill().expect("SIGKILL");
@@ -131,7 +138,9 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
     })
     .await;
     assert_eq!(
-        second.scalar("SELECT COUNT(*) FROM items WHERE counter <> 0").await,
+        second
+            .scalar("SELECT COUNT(*) FROM items WHERE counter <> 0")
+            .await,
         0,
         "the paused target was worked on"
     );
@@ -140,7 +149,10 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
     assert!(text.contains("2 of 3 targets finished"), "{text}");
     assert!(!text.contains(PASSWORD), "{text}");
     // Resumed, it finishes too.
-    succeeded(&sluice(&coordinator, &["resume", &id.to_string(), "--target", "shard-02"]));
+    succeeded(&sluice(
+        &coordinator,
+        &["resume", &id.to_string(), "--target", "shard-02"],
+    ));
     until("the whole fleet finishes", || async {
         fleet_of(&coordinator, id)
             .await
@@ -173,7 +185,9 @@ async fn a_fleet_with_a_bad_target_is_refused_whole() {
     create_counted_items(&first, 100).await;
     create_counted_items(&second, 100).await;
     second.execute("ALTER TABLE items DROP COLUMN grp").await;
-    second.execute("ALTER TABLE items ADD COLUMN grp BIGINT NOT NULL DEFAULT 1").await;
+    second
+        .execute("ALTER TABLE items ADD COLUMN grp BIGINT NOT NULL DEFAULT 1")
+        .await;
     let enqueue = |file: &std::path::Path| {
         sluice(
             &coordinator,
@@ -198,20 +212,126 @@ async fn a_fleet_with_a_bad_target_is_refused_whole() {
         assert!(!stderr.contains(PASSWORD), "{stderr}");
     };
     let differs = targets_file(&[("a", &first), ("b", &second)]);
-    refused(enqueue(differs.path()), &["target `b`", "column `grp`", "bigint", "integer"]);
+    refused(
+        enqueue(differs.path()),
+        &["target `b`", "column `grp`", "bigint", "integer"],
+    );
     let twice = targets_file(&[("a", &first), ("b", &first)]);
     refused(enqueue(twice.path()), &["listed twice"]);
     let mut garbled = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut garbled, b"# fleet
+    std::io::Write::write_all(
+        &mut garbled,
+        b"# fleet
 a postgres://x@h/d
 b
-").unwrap();
+",
+    )
+    .unwrap();
     refused(enqueue(garbled.path()), &["line 3"]);
     let listed = json(&sluice(&coordinator, &["list", "--json"]));
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
     coordinator.cleanup().await;
     first.cleanup().await;
     second.cleanup().await;
+}
+
+/// A fleet of two PostgreSQL targets, one reached through a TCP proxy the
+/// test cuts midway (its connections dropped, new ones refused): the other
+/// target finishes, the cut one waits without failing, and once the proxy
+/// is back it finishes by itself; every row of both changed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_cut_off_waits_and_resumes_by_itself() {
+    let (Some(cut), Some(direct)) = (TestDb::postgres().await, TestDb::postgres().await) else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&cut, 4_000).await;
+    create_counted_items(&direct, 4_000).await;
+    let server = server_address(&cut.url);
+    let mut proxy = Proxy::start(server).await;
+    let proxied = cut
+        .url
+        .replacen(&server.to_string(), &proxy.address().to_string(), 1);
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    let text = format!("cut {proxied}\ndirect {}\n", direct.url);
+    std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
+    let enqueued = json(&sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--targets",
+            file.path().to_str().unwrap(),
+            "--batch-size",
+            "100",
+            "--sub-batch-size",
+            "10",
+            "--pause",
+            "5ms",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let _worker = spawn_worker(&coordinator, &["--node", "w", "--lease-ttl", "1s"]);
+    until_items_changed(&cut, 100).await;
+    proxy.cut();
+    until("the target not cut off finishes", || async {
+        fleet_of(&coordinator, id).await.iter().any(|m| {
+            m.state.target_name.as_deref() == Some("direct")
+                && m.state.status == OperationStatus::Finished
+        })
+    })
+    .await;
+    let waiting = fleet_of(&coordinator, id)
+        .await
+        .into_iter()
+        .find(|m| m.state.target_name.as_deref() == Some("cut"))
+        .unwrap();
+    assert_ne!(
+        waiting.state.status,
+        OperationStatus::Failed,
+        "{:?}",
+        waiting.state.last_error
+    );
+    assert_ne!(waiting.state.status, OperationStatus::Finished);
+    // It says why it waits.
+    until(
+        "the cut-off target's operation says it is stopped",
+        || async {
+            let record = coordinator.store.operation(waiting.id).await.unwrap();
+            record.state.health == sluice_store::Health::Stopped
+                && record
+                    .state
+                    .health_reason
+                    .is_some_and(|r| r.contains("cannot be reached"))
+        },
+    )
+    .await;
+    proxy.restore().await;
+    until("the cut-off target finishes once it is back", || async {
+        fleet_of(&coordinator, id)
+            .await
+            .iter()
+            .all(|m| m.state.status == OperationStatus::Finished)
+    })
+    .await;
+    assert_group_one_changed_once(&cut).await;
+    assert_group_one_changed_once(&direct).await;
+    let back = coordinator.store.operation(waiting.id).await.unwrap();
+    assert_eq!(
+        back.state.health,
+        sluice_store::Health::Normal,
+        "the stop was not lifted"
+    );
+    coordinator.cleanup().await;
+    cut.cleanup().await;
+    direct.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -244,6 +364,77 @@ async fn an_unreachable_target_is_refused_without_its_password() {
     let listed = json(&sluice(&coordinator, &["list", "--json"]));
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
     coordinator.cleanup().await;
+}
+
+/// The `host:port` a server URL names.
+fn server_address(url: &str) -> std::net::SocketAddr {
+    let after = url.split_once('@').map_or(url, |(_, rest)| rest);
+    let host_port = after.split('/').next().unwrap();
+    host_port.parse().expect("a numeric host and port")
+}
+
+/// A TCP proxy in front of a database server, which a test cuts off (its
+/// connections dropped, new ones refused) and restores on the same port.
+struct Proxy {
+    server: std::net::SocketAddr,
+    address: std::net::SocketAddr,
+    running: tokio::task::JoinSet<()>,
+}
+
+impl Proxy {
+    async fn start(server: std::net::SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut proxy = Proxy {
+            server,
+            address,
+            running: tokio::task::JoinSet::new(),
+        };
+        proxy.serve(listener);
+        proxy
+    }
+
+    fn address(&self) -> std::net::SocketAddr {
+        self.address
+    }
+
+    /// Accepts on `listener`, relaying each connection to the server; every
+    /// relay is a task of the set, so cutting aborts them all.
+    fn serve(&mut self, listener: tokio::net::TcpListener) {
+        let server = self.server;
+        let relays = Arc::new(std::sync::Mutex::new(Vec::<tokio::task::AbortHandle>::new()));
+        let held = Arc::clone(&relays);
+        self.running.spawn(async move {
+            struct AbortOnDrop(Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>);
+            impl Drop for AbortOnDrop {
+                fn drop(&mut self) {
+                    for relay in self.0.lock().unwrap().drain(..) {
+                        relay.abort();
+                    }
+                }
+            }
+            let _relays = AbortOnDrop(held);
+            while let Ok((mut client, _)) = listener.accept().await {
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(server).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+                relays.lock().unwrap().push(relay.abort_handle());
+            }
+        });
+    }
+
+    /// Drops every connection and stops listening: connecting is refused.
+    fn cut(&mut self) {
+        self.running.abort_all();
+    }
+
+    /// Listens again on the same port.
+    async fn restore(&mut self) {
+        let listener = tokio::net::TcpListener::bind(self.address).await.unwrap();
+        self.serve(listener);
+    }
 }
 
 /// A targets file naming each of `targets` (their URLs with [`PASSWORD`]).

@@ -110,16 +110,14 @@ pub async fn on_target(
     options: &sluice_target::ConnectOptions,
 ) -> Result<Store, OperationError> {
     let shown = sluice_target::url_without_password(url);
-    let unreachable = |error: &dyn std::fmt::Display| {
-        OperationError::Arguments(format!("target `{shown}`: {error}"))
+    let on_target = |source: StoreError| OperationError::OnTarget {
+        target: shown.clone(),
+        source,
     };
     let target = sluice_target::Target::open(&sluice_target::with_password_from_env(url), options)
         .await
-        .map_err(|e| unreachable(&e))?;
-    store
-        .on_target(&shown, target)
-        .await
-        .map_err(|e| unreachable(&e))
+        .map_err(|e| on_target(e.into()))?;
+    store.on_target(&shown, target).await.map_err(on_target)
 }
 
 /// `store` when `options` name no target, else a handle on it for each

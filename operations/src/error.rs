@@ -49,6 +49,15 @@ pub enum OperationError {
     /// An operation cannot be reverted as asked (nothing was enqueued).
     #[error("cannot revert: {0}")]
     NotRevertible(String),
+    /// A database apart from the store could not be opened or prepared
+    /// ([`crate::on_target`]); named by its URL without a password.
+    #[error("target `{target}`: {source}")]
+    OnTarget {
+        /// The target's URL, without its password.
+        target: String,
+        /// Why.
+        source: StoreError,
+    },
     /// One operation of a bulk enqueue was refused (nothing was written).
     #[error("operation {index} of the bulk enqueue: {source}")]
     InBulk {
@@ -93,8 +102,21 @@ impl OperationError {
             | OperationError::NotRevertible(_) => true,
             OperationError::Target(e) => e.is_bad_input(),
             OperationError::Store(e) => e.is_bad_input(),
+            OperationError::OnTarget { source, .. } => source.is_bad_input(),
             OperationError::InBulk { source, .. } => source.is_bad_input(),
             OperationError::TimedOut(_) | OperationError::Failed(_) => false,
+        }
+    }
+
+    /// True when a database could not be reached or used for now (the
+    /// store, or a target apart from it): not the operation's fault, so it
+    /// is waited out rather than counted as a failure.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            OperationError::Store(e) | OperationError::OnTarget { source: e, .. } => {
+                e.is_unavailable()
+            }
+            _ => false,
         }
     }
 }

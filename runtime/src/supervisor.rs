@@ -18,7 +18,7 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 use sluice_operations::OperationError;
-use sluice_store::{Announced, Event, Expected, OperationStatus, StoreError};
+use sluice_store::{Announced, Event, Expected, Health, OperationStatus, StoreError};
 
 use crate::context::{RuntimeContext, Services};
 use crate::health::HealthIndicator;
@@ -289,7 +289,9 @@ impl SupervisorState {
                     return;
                 }
                 Err(ractor::SpawnErr::StartupFailed(e)) if store_unavailable(e.as_ref()) => {
-                    self.wait_out_store_fault(myself, id, &format!("it did not start: {e}"));
+                    let reason = format!("it did not start: {e}");
+                    self.note_unreachable(id, &e.to_string()).await;
+                    self.wait_out_store_fault(myself, id, &reason);
                     return;
                 }
                 Err(e) => {
@@ -369,6 +371,32 @@ impl SupervisorState {
             tracing::debug!(operation = id, faults = *faults, ?wait, %reason, "the store still cannot be used");
         }
         myself.send_after(wait, move || SupervisorMessage::Start(id));
+    }
+
+    /// Operation `id` could not start because a database could not be
+    /// reached: when the store still answers (so it is the operation's
+    /// target apart from it that does not) and this node holds it, its
+    /// health is recorded as stopped with `error` as the reason, once, so
+    /// `show` and `list` say why it waits. Its next start records its
+    /// health again.
+    async fn note_unreachable(&self, id: i64, error: &str) {
+        let store = &self.context.store;
+        let Ok(record) = store.operation(id).await else {
+            return;
+        };
+        let held = record
+            .lease
+            .as_ref()
+            .filter(|lease| lease.node == self.context.config.node);
+        if record.state.target.is_none() || held.is_none() || record.state.health == Health::Stopped
+        {
+            return;
+        }
+        let stopped = Event::Throttled {
+            health: Health::Stopped,
+            reason: Some(format!("{UNREACHABLE}: {error}")),
+        };
+        let _ = store.append(id, Expected::Any, held, &[stopped]).await;
     }
 
     /// An operation actor failed: restart it from the store within the
@@ -483,13 +511,17 @@ fn publish(context: &RuntimeContext, pool: &RunningPool, monitor: &ActorRef<Heal
 
 /// True when `error` (an actor's failure) is, or wraps, a store error that
 /// says the store cannot be used for now ([`StoreError::is_unavailable`]).
+/// How a stop recorded because an operation's target could not be reached
+/// begins ([`SupervisorState::note_unreachable`]).
+pub const UNREACHABLE: &str = "its target cannot be reached";
+
 fn store_unavailable(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {
         if let Some(e) = error.downcast_ref::<StoreError>() {
             return e.is_unavailable();
         }
-        if let Some(OperationError::Store(e)) = error.downcast_ref::<OperationError>() {
+        if let Some(e) = error.downcast_ref::<OperationError>() {
             return e.is_unavailable();
         }
         next = error.source();

@@ -57,9 +57,10 @@ pub use protocol::{Answer, Command, Input, NextPlan};
 pub use trace::Note;
 
 use crate::context::RuntimeContext;
-use crate::health::{HealthMessage, HealthSnapshot, Watched};
+use crate::health::{HealthMessage, HealthSnapshot, Signal, Watched};
 use crate::pool::SubBatchReport;
 use crate::sizing::BatchSizer;
+use crate::supervisor::UNREACHABLE;
 use sluice_operations::window::RunWindow;
 
 /// The operation actor.
@@ -127,6 +128,10 @@ pub struct OperationState {
     batch_span: Span,
     operation: Arc<dyn PreparedOperation>,
     driver: Driver,
+    /// Why its target apart from the store cannot be reached, since a
+    /// sub-batch found it so: its health is a stop until a tick reaches
+    /// the target again.
+    target_down: Option<String>,
 }
 
 impl Actor for OperationActor {
@@ -144,13 +149,10 @@ impl Actor for OperationActor {
         // On a target apart from the store, everything about its table is
         // asked of that database, and its sub-batches record there.
         if let Some(url) = &record.state.target {
-            context.store = context
-                .targets
-                .store_for(&context.store, url)
-                .await
-                .map_err(|e| format!("operation {}: {e}", record.id))?;
+            context.store = context.targets.store_for(&context.store, url).await?;
         }
         let store = &context.store;
+        let mut record = record;
         let node = &context.config.node;
         if record.state.status != OperationStatus::Running {
             return Err(format!("operation {} is not running", record.id).into());
@@ -211,6 +213,25 @@ impl Actor for OperationActor {
                     .await?;
             }
             return Err(error.into());
+        }
+        // Its target answers again: the stop recorded while it could not
+        // be reached is lifted (the owner's; a helper leaves it).
+        if !args.helper
+            && record.state.health == sluice_store::Health::Stopped
+            && record
+                .state
+                .health_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(UNREACHABLE))
+        {
+            let normal = Event::Throttled {
+                health: sluice_store::Health::Normal,
+                reason: None,
+            };
+            store
+                .append(record.id, Expected::Any, record.lease.as_ref(), &[normal])
+                .await?;
+            record = store.operation(record.id).await?;
         }
         // A batch this node held before a restart may still have a sub-batch
         // of the previous actor in the pool: give it back so that sub-batch's
@@ -302,6 +323,7 @@ impl Actor for OperationActor {
             operation,
             driver,
             context,
+            target_down: None,
         })
     }
 
@@ -357,21 +379,52 @@ impl Actor for OperationActor {
                         .metrics
                         .sub_batch_failed(state.subject(), report.took),
                 }
-                Input::SubBatchDone(report.outcome, report.took)
+                let down = match &report.outcome {
+                    Err(error)
+                        if error.is_unavailable()
+                            && state.context.store.target_apart().is_some() =>
+                    {
+                        Some(format!("{UNREACHABLE}: {error}"))
+                    }
+                    _ => None,
+                };
+                state
+                    .run(&myself, Input::SubBatchDone(report.outcome, report.took))
+                    .await?;
+                let Some(reason) = down.filter(|_| state.target_down.is_none()) else {
+                    return Ok(());
+                };
+                state.target_down = Some(reason.clone());
+                Input::Health(Signal::Stop { reason })
             }
-            OperationMessage::Health(snapshot) => {
-                Input::Health(snapshot.for_table(&state.driver.projection().table))
-            }
+            OperationMessage::Health(snapshot) => match &state.target_down {
+                Some(reason) => Input::Health(Signal::Stop {
+                    reason: reason.clone(),
+                }),
+                None => Input::Health(snapshot.for_table(&state.driver.projection().table)),
+            },
             OperationMessage::Tick => {
                 let interval = state.context.config.control_interval;
                 myself.send_after(interval, || OperationMessage::Tick);
-                Input::Tick
+                if state.target_down.is_some() && target_answers(&state.context.store).await {
+                    state.target_down = None;
+                    state.run(&myself, Input::Tick).await?;
+                    Input::Health(Signal::Normal)
+                } else {
+                    Input::Tick
+                }
             }
             OperationMessage::Controlled => Input::Tick,
             OperationMessage::Shutdown => Input::Shutdown,
         };
         state.run(&myself, input).await
     }
+}
+
+/// True when the operation's target answers a trivial query.
+async fn target_answers(store: &sluice_store::Store) -> bool {
+    let probe = sluice_target::Statement::new("SELECT 1");
+    store.target().fetch_int(&probe).await.is_ok()
 }
 
 /// Why operation `id` must not run on this worker, if it must not: its SQL
