@@ -141,9 +141,16 @@ pub struct CommonOptions {
     /// Work only in these daily hours (e.g. 00:00-06:00, 22:00-04:00).
     #[arg(long, value_name = "HH:MM-HH:MM", help_heading = "When")]
     window: Option<String>,
-    /// At most this many rows a second, all workers together (e.g. 5000/s).
+    /// At most this many rows a second, all workers together (e.g. 5000/s);
+    /// over several targets, all of them together.
     #[arg(long, value_parser = crate::parse_rate, allow_hyphen_values = true, help_heading = "Pace and limits")]
     max_rate: Option<i64>,
+    /// Over several targets: at most this many rows a second on each.
+    #[arg(long, value_parser = crate::parse_rate, allow_hyphen_values = true, help_heading = "Pace and limits")]
+    max_rate_per_target: Option<i64>,
+    /// Over several targets: at most this many worked on at once, by all workers.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..), help_heading = "Pace and limits")]
+    max_targets_at_once: Option<i64>,
     /// The foreground p99 latency it may cost: auto (default), off, or e.g. 5ms.
     #[arg(
         long,
@@ -319,6 +326,8 @@ impl From<EnqueueCommand> for Recipe {
             priority: common.priority,
             force: common.force,
             max_rate: common.max_rate,
+            max_rate_per_target: common.max_rate_per_target,
+            max_targets_at_once: common.max_targets_at_once,
             latency_budget: common.latency_budget,
             window: common.window.map(|hours| WindowOption {
                 hours,
@@ -440,7 +449,9 @@ async fn options_it_lacks(
     let has = &record.state;
     let window = store.window_for(record.id, &has.kind).await?;
     let own_window = window.filter(|w| w.target == operation_target(record.id));
-    let rates = store.rate_limits_for(record.id, &has.kind).await?;
+    let rates = store
+        .rate_limits_for(record.id, &has.kind, has.fleet.as_deref())
+        .await?;
     let own_rate = rates
         .iter()
         .find(|r| r.target == operation_target(record.id))

@@ -297,17 +297,19 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             let pace = recent_pace(store, &record).await?;
             let target = sluice_store::operation_target(id);
             let kind = &record.state.kind;
+            let fleet = record.state.fleet.as_deref();
             let held = render::Held {
                 resume_at: store.timed_resume(&target).await?.map(|r| r.resume_at),
                 window: store
                     .window_for(id, kind)
                     .await?
                     .map(|w| format!("{} {}", w.run_window, w.time_zone)),
-                rate_limits: store.rate_limits_for(id, kind).await?,
+                rate_limits: store.rate_limits_for(id, kind, fleet).await?,
                 binding_limit: sluice_store::binding_limit(
                     &store.binding_rate_limits().await?,
                     id,
                     kind,
+                    fleet,
                 )
                 .cloned(),
                 latency_budget: sluice_store::budget_and_target(

@@ -35,8 +35,13 @@ pub fn list(
     canaries: &[CanaryReading],
     as_json: bool,
 ) -> Result<(), Failure> {
-    let pace_of =
-        |r: &OperationRecord| Binding::of(r, binding_limit(binding, r.id, &r.state.kind).cloned());
+    let pace_of = |r: &OperationRecord| {
+        let s = &r.state;
+        Binding::of(
+            r,
+            binding_limit(binding, r.id, &s.kind, s.fleet.as_deref()).cloned(),
+        )
+    };
     let canary_of = |r: &OperationRecord| {
         canaries.iter().find(|c| {
             r.state.status == sluice_store::OperationStatus::Running

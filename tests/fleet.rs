@@ -334,6 +334,87 @@ async fn a_target_cut_off_waits_and_resumes_by_itself() {
     direct.cleanup().await;
 }
 
+/// `--max-targets-at-once 1` over three targets, two workers on a
+/// PostgreSQL coordinator: never two targets worked on at once, and all
+/// of them done, each row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_capped_at_one_target_works_on_one_at_a_time() {
+    let (Some(coordinator), Some(a), Some(b), Some(c)) = (
+        TestDb::postgres().await,
+        TestDb::postgres().await,
+        TestDb::postgres().await,
+        TestDb::postgres().await,
+    ) else {
+        return;
+    };
+    let targets = [("a", &a), ("b", &b), ("c", &c)];
+    for (_, target) in &targets {
+        create_counted_items(target, 1_000).await;
+    }
+    let file = targets_file(&targets);
+    let enqueued = json(&sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--targets",
+            file.path().to_str().unwrap(),
+            "--max-targets-at-once",
+            "1",
+            "--sub-batch-size",
+            "25",
+            "--pause",
+            "2ms",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let _one = spawn_worker(&coordinator, &["--node", "one", "--concurrency", "3"]);
+    let _two = spawn_worker(&coordinator, &["--node", "two", "--concurrency", "3"]);
+    let mut most = 0;
+    let mut seen_running = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let members = fleet_of(&coordinator, id).await;
+        let now = chrono::Utc::now().timestamp_millis();
+        let running = members
+            .iter()
+            .filter(|m| {
+                m.state.status == OperationStatus::Running
+                    && m.lease.as_ref().is_some_and(|l| l.expires_at >= now)
+            })
+            .count();
+        most = most.max(running);
+        seen_running += usize::from(running > 0);
+        if members
+            .iter()
+            .all(|m| m.state.status == OperationStatus::Finished)
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out: the capped fleet"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen_running > 0, "never saw the fleet running");
+    assert_eq!(most, 1, "two targets were worked on at once");
+    for (_, target) in &targets {
+        assert_group_one_changed_once(target).await;
+    }
+    coordinator.cleanup().await;
+    for (_, target) in targets {
+        target.release().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_target_is_refused_without_its_password() {
     let coordinator = TestDb::sqlite().await;

@@ -2181,12 +2181,12 @@ async fn rate_limit_buckets_refill_go_into_debt_and_stamp_the_binding_limit(db: 
     store.set_rate_limit("kind:other", 10).await.unwrap();
     let ms = |taken: &sluice_store::RowsTaken| taken.wait.as_millis();
     // Operation 7's own bucket (500) is the lower: 400 rows fit in it.
-    let taken = store.take_rows(7, "purge", 400).await.unwrap();
+    let taken = store.take_rows(7, "purge", None, 400).await.unwrap();
     assert_eq!((ms(&taken), taken.binding), (0, None));
     assert!(store.binding_rate_limits().await.unwrap().is_empty());
     // 400 more: its own bucket owes 300 rows, 600 ms at 500 rows/s; the
     // kind's (1,000) is still above zero.
-    let taken = store.take_rows(7, "purge", 400).await.unwrap();
+    let taken = store.take_rows(7, "purge", None, 400).await.unwrap();
     let own = RateLimit {
         target: "operation:7".into(),
         rows_per_second: 500,
@@ -2194,30 +2194,39 @@ async fn rate_limit_buckets_refill_go_into_debt_and_stamp_the_binding_limit(db: 
     assert_eq!((ms(&taken), taken.binding.as_ref()), (600, Some(&own)));
     let binding = store.binding_rate_limits().await.unwrap();
     assert_eq!(binding, vec![own.clone()]);
-    assert_eq!(binding_limit(&binding, 7, "purge"), Some(&own));
-    assert_eq!(binding_limit(&binding, 8, "purge"), None, "not another's");
+    assert_eq!(binding_limit(&binding, 7, "purge", None), Some(&own));
+    assert_eq!(
+        binding_limit(&binding, 8, "purge", None),
+        None,
+        "not another's"
+    );
     // Another operation of the kind is not held by operation 7's limit.
-    let other = store.take_rows(8, "purge", 100).await.unwrap();
+    let other = store.take_rows(8, "purge", None, 100).await.unwrap();
     assert_eq!((ms(&other), other.binding), (0, None));
     // The wait passes: the debt is paid, a second's refill is capped.
     clock.advance(10_000);
-    let taken = store.take_rows(7, "purge", 500).await.unwrap();
+    let taken = store.take_rows(7, "purge", None, 500).await.unwrap();
     assert_eq!((ms(&taken), taken.binding), (0, None));
     // The stamp counted for the wait and a few seconds after it only.
     assert!(store.binding_rate_limits().await.unwrap().is_empty());
     // A cleared limit no longer holds anything; the kind's refills.
     assert!(store.clear_rate_limit("operation:7").await.unwrap());
     clock.advance(1_000);
-    let taken = store.take_rows(7, "purge", 900).await.unwrap();
+    let taken = store.take_rows(7, "purge", None, 900).await.unwrap();
     assert_eq!((ms(&taken), taken.binding), (0, None));
-    let taken = store.take_rows(7, "purge", 600).await.unwrap();
+    let taken = store.take_rows(7, "purge", None, 600).await.unwrap();
     let kind = RateLimit {
         target: "kind:purge".into(),
         rows_per_second: 1_000,
     };
     assert_eq!((ms(&taken), taken.binding), (500, Some(kind.clone())));
     assert_eq!(
-        binding_limit(&store.binding_rate_limits().await.unwrap(), 8, "purge"),
+        binding_limit(
+            &store.binding_rate_limits().await.unwrap(),
+            8,
+            "purge",
+            None
+        ),
         Some(&kind),
         "a kind's limit binds every operation of the kind"
     );
@@ -2227,6 +2236,39 @@ async fn rate_limit_buckets_refill_go_into_debt_and_stamp_the_binding_limit(db: 
     // The largest limit, idle for a year, refills without overflowing.
     store.set_rate_limit("*", i64::MAX).await.unwrap();
     clock.advance(365 * 86_400_000);
-    let taken = store.take_rows(9, "another", 1_000).await.unwrap();
+    let taken = store.take_rows(9, "another", None, 1_000).await.unwrap();
     assert_eq!((ms(&taken), taken.binding), (0, None));
+    // A fleet's limit is one bucket for all its operations: two of them
+    // taking 200 rows each from 300 a second, the second waits 1/3 s.
+    store.clear_rate_limit("*").await.unwrap();
+    store.set_rate_limit("fleet:f", 300).await.unwrap();
+    let first = store
+        .take_rows(11, "fleetwide", Some("f"), 200)
+        .await
+        .unwrap();
+    assert_eq!((ms(&first), first.binding), (0, None));
+    let second = store
+        .take_rows(12, "fleetwide", Some("f"), 200)
+        .await
+        .unwrap();
+    let fleet = RateLimit {
+        target: "fleet:f".into(),
+        rows_per_second: 300,
+    };
+    assert_eq!((ms(&second), second.binding.as_ref()), (333, Some(&fleet)));
+    let binding = store.binding_rate_limits().await.unwrap();
+    assert_eq!(
+        binding_limit(&binding, 11, "fleetwide", Some("f")),
+        Some(&fleet)
+    );
+    assert_eq!(
+        binding_limit(&binding, 13, "fleetwide", None),
+        None,
+        "not outside it"
+    );
+    let limits = store
+        .rate_limits_for(12, "fleetwide", Some("f"))
+        .await
+        .unwrap();
+    assert_eq!(limits, vec![fleet]);
 }

@@ -61,8 +61,15 @@ pub struct EnqueueOptions {
     /// operation ([`Store::set_window`]) once it is enqueued.
     pub window: Option<crate::window::WindowOption>,
     /// At most this many rows a second, all workers together (a rate
-    /// limit stored beside the operation, [`Store::set_rate_limit`]).
+    /// limit stored beside the operation, [`Store::set_rate_limit`]); for a
+    /// fleet, all its targets together (`fleet:<key>`).
     pub max_rate: Option<i64>,
+    /// For a fleet, at most this many rows a second on each target (a
+    /// limit on each of its operations).
+    pub max_rate_per_target: Option<i64>,
+    /// For a fleet, at most this many of its targets worked on at once,
+    /// across all workers.
+    pub max_targets_at_once: Option<i64>,
     /// The foreground latency it may cost, as the canary's p99 on its
     /// table (stored beside the operation, [`Store::set_latency_budget`]);
     /// `None`: the one set for its kind or everything, else auto.
@@ -89,6 +96,8 @@ impl Default for EnqueueOptions {
             force: false,
             window: None,
             max_rate: None,
+            max_rate_per_target: None,
+            max_targets_at_once: None,
             latency_budget: None,
             targets: Vec::new(),
         }
@@ -198,12 +207,15 @@ pub async fn enqueue(
             ),
             None => None,
         };
-        if let Some(rate) = options.max_rate
-            && rate < 1
+        for rate in [options.max_rate, options.max_rate_per_target]
+            .into_iter()
+            .flatten()
         {
-            return Err(OperationError::Arguments(format!(
-                "the rate limit must be at least 1 row a second, not {rate}"
-            )));
+            if rate < 1 {
+                return Err(OperationError::Arguments(format!(
+                    "the rate limit must be at least 1 row a second, not {rate}"
+                )));
+            }
         }
         if options.targets.len() > 1 {
             return fleet::enqueue_fleet(
@@ -229,7 +241,11 @@ pub async fn enqueue(
         )
         .await?;
         checked.spec.target_name = name;
-        record(&store, checked, options, window.as_ref()).await
+        let rate = [options.max_rate, options.max_rate_per_target]
+            .into_iter()
+            .flatten()
+            .min();
+        record(&store, checked, options, window.as_ref(), rate).await
     }
     .instrument(span)
     .await
@@ -242,6 +258,7 @@ async fn record(
     checked: CheckedSpec,
     options: &EnqueueOptions,
     window: Option<&(String, String)>,
+    rate: Option<i64>,
 ) -> Result<Enqueued, OperationError> {
     let CheckedSpec {
         mut spec, scope, ..
@@ -261,7 +278,7 @@ async fn record(
     {
         store.set_window(&target, hours, time_zone).await?;
     }
-    if let Some(rate) = options.max_rate
+    if let Some(rate) = rate
         && enqueued.created
     {
         store.set_rate_limit(&target, rate).await?;

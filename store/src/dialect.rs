@@ -30,6 +30,10 @@ pub(crate) struct Statements {
     pub operation: &'static str,
     /// Operation `$1`, locked for the rest of the transaction (PostgreSQL).
     pub operation_locked: &'static str,
+    /// The first operation of fleet `$1`, locked for the rest of the
+    /// transaction (PostgreSQL, MySQL): claims of one fleet's operations
+    /// take it in turn, so its cap is counted right.
+    pub fleet_head_locked: &'static str,
     /// Operations of status `$1` and kind `$2` (either `NULL`: any) with an
     /// id above `$3` (`NULL`: any), by id, at most `$4`.
     pub list_operations: &'static str,

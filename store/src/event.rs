@@ -30,7 +30,7 @@ pub enum Health {
 }
 
 /// The format version [`encode`] writes. Version 2 added
-/// [`OperationSpec::target`], `target_name` and `fleet` as the last
+/// [`OperationSpec::target`], `target_name`, `fleet` and `fleet_cap` as the last
 /// recorded fields of a `created` event's spec; every other event is
 /// encoded as in version 1.
 pub const FORMAT_VERSION: i32 = 2;
@@ -198,8 +198,8 @@ pub fn encode(event: &Event) -> Vec<u8> {
 pub fn decode(version: i32, kind: &str, payload: &[u8]) -> Result<Event, DecodeError> {
     let event = match version {
         // A version-1 `created` ends where its spec's `target` begins: a
-        // zero byte for each of the three fields added is its `None`.
-        1 if kind == "created" => postcard::from_bytes::<Event>(&[payload, &[0, 0, 0]].concat())
+        // zero byte for each of the four fields added is its `None`.
+        1 if kind == "created" => postcard::from_bytes::<Event>(&[payload, &[0, 0, 0, 0]].concat())
             .map_err(|e| DecodeError::Corrupt(e.to_string()))?,
         1 | 2 => postcard::from_bytes::<Event>(payload)
             .map_err(|e| DecodeError::Corrupt(e.to_string()))?,
@@ -268,8 +268,8 @@ mod tests {
         let mut spec = OperationSpec::new("update-in-batches", "events", vec!["id".into()]);
         spec.estimated_rows = Some(7);
         let v2 = encode(&Event::Created(Box::new(spec.clone())));
-        assert!(v2.ends_with(&[0, 0, 0]), "three Nones are the last bytes");
-        let v1 = &v2[..v2.len() - 3];
+        assert!(v2.ends_with(&[0, 0, 0, 0]), "four Nones are the last bytes");
+        let v1 = &v2[..v2.len() - 4];
         assert_eq!(
             decode(1, "created", v1),
             Ok(Event::Created(Box::new(spec.clone())))
@@ -277,6 +277,7 @@ mod tests {
         spec.target = Some("postgres://app@db-7/app".into());
         spec.target_name = Some("shard-07".into());
         spec.fleet = Some("f1".into());
+        spec.fleet_cap = Some(2);
         let with_target = Event::Created(Box::new(spec));
         assert_eq!(decode(2, "created", &encode(&with_target)), Ok(with_target));
     }

@@ -51,7 +51,7 @@ pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection
 pub use pace::{PACE_WINDOW_MS, RecentPace};
 pub use partition_drops::DropIntent;
 pub use queries::{Appended, Expected, PROMOTE_AFTER_MS};
-pub use rate_limit::{HOLD_GRACE_MS, RateLimit, RowsTaken, binding_limit};
+pub use rate_limit::{HOLD_GRACE_MS, RateLimit, RowsTaken, binding_limit, fleet_target};
 pub use record::{Batch, BatchLease, BatchStatus, Lease, NextBatch, OperationRecord};
 pub use schedule::{
     FireOutcome, Schedule, ScheduleFire, StoredWindow, Switch, TimedResume, kind_target,

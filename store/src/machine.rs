@@ -88,6 +88,8 @@ pub struct Projection {
     pub target_name: Option<String>,
     /// The fleet it belongs to ([`crate::OperationSpec::fleet`]).
     pub fleet: Option<String>,
+    /// How many of its fleet may run at once ([`crate::OperationSpec::fleet_cap`]).
+    pub fleet_cap: Option<i64>,
     /// Where the operation is in its life.
     pub status: OperationStatus,
     /// Last recorded health signal.
@@ -287,6 +289,7 @@ fn created(spec: &crate::spec::OperationSpec, at: i64) -> Projection {
         target: spec.target.clone(),
         target_name: spec.target_name.clone(),
         fleet: spec.fleet.clone(),
+        fleet_cap: spec.fleet_cap,
         status: OperationStatus::Pending,
         health: Health::Normal,
         health_reason: None,

@@ -39,7 +39,7 @@ pub(crate) enum ColumnValue {
 }
 
 /// The projection's columns, in the order statements bind them.
-pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 35] = [
+pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 36] = [
     spec("kind", |p| text(&p.kind)),
     spec("target_table", |p| text(&p.table)),
     spec("batching_columns", |p| {
@@ -68,6 +68,7 @@ pub(crate) const PROJECTION_COLUMNS: [ProjectionColumn; 35] = [
     spec("target_url", |p| ColumnValue::Text(p.target.clone())),
     spec("target_name", |p| ColumnValue::Text(p.target_name.clone())),
     spec("fleet", |p| ColumnValue::Text(p.fleet.clone())),
+    spec("fleet_cap", |p| ColumnValue::Int(p.fleet_cap)),
     state("status", |p| text(p.status.as_str())),
     state("health", |p| text(health_of(p.health).0)),
     state("health_percent", |p| {
@@ -179,6 +180,7 @@ pub(crate) struct OperationRow {
     pub target_url: Option<String>,
     pub target_name: Option<String>,
     pub fleet: Option<String>,
+    pub fleet_cap: Option<i64>,
     pub status: String,
     pub health: String,
     pub health_percent: Option<i32>,
@@ -248,6 +250,7 @@ impl TryFrom<OperationRow> for OperationRecord {
             target: row.target_url,
             target_name: row.target_name,
             fleet: row.fleet,
+            fleet_cap: row.fleet_cap,
             health,
             health_reason: row.health_reason,
             rows_done: row.rows_done,

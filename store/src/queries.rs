@@ -13,6 +13,8 @@
 //! by the database lock (waiting up to the busy timeout) and a read inside the
 //! transaction can never be invalidated by another writer.
 
+use std::collections::HashMap;
+
 use sqlx::{AssertSqlSafe, Row as _};
 
 use crate::batch_machine::{BatchChange, next_status};
@@ -272,8 +274,29 @@ macro_rules! backend {
                     .fetch_all(&mut *tx)
                     .await?;
                 let mut claimed = Vec::with_capacity(rows.len());
+                let mut claimed_in: HashMap<String, i64> = HashMap::new();
                 for row in rows {
                     let record = OperationRecord::try_from(row)?;
+                    // A fleet with a cap: its running operations (and those
+                    // claimed here) counted under its first one's lock.
+                    if let (Some(fleet), Some(cap)) = (&record.state.fleet, record.state.fleet_cap) {
+                        const RUNNING: &str = "SELECT COUNT(*) FROM sluice_operations \
+                             WHERE fleet = $1 AND status = 'running' AND lease_expires_at >= $2";
+                        let _: Option<i64> = sqlx::query_scalar(S.fleet_head_locked)
+                            .bind(fleet)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                        let running: i64 = sqlx::query_scalar(RUNNING)
+                            .bind(fleet)
+                            .bind(now)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                        let here = claimed_in.entry(fleet.clone()).or_default();
+                        if running + *here >= cap {
+                            continue;
+                        }
+                        *here += 1;
+                    }
                     let epoch = record.lease_epoch + 1;
                     let lease = Lease {
                         operation_id: record.id,

@@ -1,5 +1,5 @@
 //! Rate limits shared by every worker on one store: one token bucket per
-//! limit (`operation:<id>`, `kind:<kind>` or `*`), refilled and debited in
+//! limit (`operation:<id>`, `fleet:<key>`, `kind:<kind>` or `*`), refilled and debited in
 //! the store, so four workers together keep one limit. A worker that must
 //! wait stamps the limit that holds it, so anyone reading the store can
 //! say which limit binds an operation now.
@@ -8,6 +8,20 @@ use serde::Serialize;
 
 use crate::error::StoreError;
 use crate::schedule::{kind_target, operation_target};
+
+/// How a fleet's rate limit names it (`fleet:<key>`): one bucket for every
+/// operation of the fleet ([`crate::OperationSpec::fleet`]).
+pub fn fleet_target(fleet: &str) -> String {
+    format!("fleet:{fleet}")
+}
+
+/// The targets of the limits an operation obeys besides everyone's: its
+/// own, its fleet's (its own again when it has none) and its kind's.
+fn limited_as(id: i64, kind: &str, fleet: Option<&str>) -> [String; 3] {
+    let own = operation_target(id);
+    let fleet = fleet.map_or_else(|| own.clone(), fleet_target);
+    [own, fleet, kind_target(kind)]
+}
 use crate::store::Store;
 use sluice_target::on_pool;
 
@@ -66,14 +80,22 @@ impl Store {
         self.delete_by_key(DELETE, target).await
     }
 
-    /// The rate limits operation `id` of `kind` obeys: its own, its
-    /// kind's and the one for everything, those that are set.
-    pub async fn rate_limits_for(&self, id: i64, kind: &str) -> Result<Vec<RateLimit>, StoreError> {
+    /// The rate limits operation `id` of `kind` (in `fleet`, if it is in
+    /// one) obeys: its own, its fleet's, its kind's and the one for
+    /// everything, those that are set.
+    pub async fn rate_limits_for(
+        &self,
+        id: i64,
+        kind: &str,
+        fleet: Option<&str>,
+    ) -> Result<Vec<RateLimit>, StoreError> {
         const SELECT: &str = "SELECT target, rows_per_second FROM sluice_rate_limits \
-             WHERE target IN ($1, $2, '*') ORDER BY target";
+             WHERE target IN ($1, $2, $3, '*') ORDER BY target";
+        let [own, fleet, kinds] = limited_as(id, kind, fleet);
         Ok(on_pool!(self, |pool| sqlx::query_as(SELECT)
-            .bind(operation_target(id))
-            .bind(kind_target(kind))
+            .bind(&own)
+            .bind(&fleet)
+            .bind(&kinds)
             .fetch_all(pool)
             .await?))
     }
@@ -88,30 +110,38 @@ impl Store {
     /// point, so no rate and no idle time overflows it. The bucket that sets a wait is
     /// stamped with its end, in the same transaction, for
     /// [`Store::binding_rate_limits`].
-    pub async fn take_rows(&self, id: i64, kind: &str, rows: i64) -> Result<RowsTaken, StoreError> {
+    pub async fn take_rows(
+        &self,
+        id: i64,
+        kind: &str,
+        fleet: Option<&str>,
+        rows: i64,
+    ) -> Result<RowsTaken, StoreError> {
         const TAKE: &str = "UPDATE sluice_rate_limits SET \
              tokens = LEAST(rows_per_second, tokens + GREATEST(0, $1 - refilled_at) * (rows_per_second / 1000.0)) - $2, \
-             refilled_at = GREATEST(refilled_at, $1) WHERE target IN ($3, $4, '*')";
+             refilled_at = GREATEST(refilled_at, $1) WHERE target IN ($3, $4, $5, '*')";
         const SQLITE_TAKE: &str = "UPDATE sluice_rate_limits SET \
              tokens = MIN(rows_per_second, tokens + MAX(0, $1 - refilled_at) * (rows_per_second / 1000.0)) - $2, \
-             refilled_at = MAX(refilled_at, $1) WHERE target IN ($3, $4, '*')";
+             refilled_at = MAX(refilled_at, $1) WHERE target IN ($3, $4, $5, '*')";
         const READ: &str = "SELECT target, rows_per_second, tokens FROM sluice_rate_limits \
-             WHERE target IN ($1, $2, '*')";
+             WHERE target IN ($1, $2, $3, '*')";
         const HOLD: &str = "UPDATE sluice_rate_limits SET held_until = $1 WHERE target = $2";
         let take = self.backend().dialect().scalar_extremes(TAKE, SQLITE_TAKE);
         let now = self.clock().now_ms();
-        let (own, kinds) = (operation_target(id), kind_target(kind));
+        let [own, fleet, kinds] = limited_as(id, kind, fleet);
         Ok(on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query(take)
                 .bind(now)
                 .bind(rows)
                 .bind(&own)
+                .bind(&fleet)
                 .bind(&kinds)
                 .execute(&mut *tx)
                 .await?;
             let buckets: Vec<(String, i64, f64)> = sqlx::query_as(READ)
                 .bind(&own)
+                .bind(&fleet)
                 .bind(&kinds)
                 .fetch_all(&mut *tx)
                 .await?;
@@ -149,13 +179,18 @@ impl Store {
 pub const HOLD_GRACE_MS: i64 = 5_000;
 
 /// Of `binding` (from [`Store::binding_rate_limits`], lowest rate first),
-/// the limit holding operation `id` of `kind` back: its own, its kind's or
-/// everyone's, whichever is lowest.
-pub fn binding_limit<'a>(binding: &'a [RateLimit], id: i64, kind: &str) -> Option<&'a RateLimit> {
-    let (own, kinds) = (operation_target(id), kind_target(kind));
+/// the limit holding operation `id` of `kind` (in `fleet`) back: its own,
+/// its fleet's, its kind's or everyone's, whichever is lowest.
+pub fn binding_limit<'a>(
+    binding: &'a [RateLimit],
+    id: i64,
+    kind: &str,
+    fleet: Option<&str>,
+) -> Option<&'a RateLimit> {
+    let limited = limited_as(id, kind, fleet);
     binding
         .iter()
-        .find(|l| l.target == own || l.target == kinds || l.target == "*")
+        .find(|l| limited.contains(&l.target) || l.target == "*")
 }
 
 /// The wait the deepest debt among `buckets` (target, rate, tokens) sets,

@@ -47,9 +47,9 @@ pub struct OperationSpec {
     /// The database the operation works on when it is not the store's own
     /// (`enqueue --target`): its URL without a password, which a worker
     /// supplies from its environment ([`crate::Store::on_target`]). `None`: the
-    /// store's database. (This and the two below are the last recorded
+    /// store's database. (This and the three below are the last recorded
     /// fields: a version-1 `created` payload, written before them, decodes
-    /// with all three `None`.)
+    /// with all four `None`.)
     pub target: Option<String>,
     /// The target's name in its fleet (`shard-07`), when it has one.
     pub target_name: Option<String>,
@@ -57,6 +57,9 @@ pub struct OperationSpec {
     /// `enqueue` over several (`--target` repeated, `--targets FILE`), all
     /// sharing this key; `None` for an operation on one database.
     pub fleet: Option<String>,
+    /// At most this many operations of its fleet run at once, across all
+    /// workers (`--max-targets-at-once`); `None`: no cap.
+    pub fleet_cap: Option<i64>,
     /// What the uniqueness rule compares instead of [`OperationSpec::arguments`],
     /// as canonical JSON: the arguments as the caller asked for them, where
     /// the stored ones also hold what was resolved from them at enqueue (a
@@ -188,6 +191,7 @@ impl OperationSpec {
             target: None,
             target_name: None,
             fleet: None,
+            fleet_cap: None,
             identity: None,
         }
     }

@@ -147,6 +147,13 @@ pub(super) async fn enqueue_fleet(
     window: Option<&(String, String)>,
 ) -> Result<Enqueued, OperationError> {
     refuse_duplicates(&options.targets)?;
+    if let Some(cap) = options.max_targets_at_once
+        && cap < 1
+    {
+        return Err(OperationError::Arguments(format!(
+            "at least one target must be worked on at once, not {cap}"
+        )));
+    }
     let mut checked: Vec<(Store, CheckedSpec, &NamedTarget)> = Vec::new();
     let mut first_table: Option<(&NamedTarget, &'static str, Vec<ColumnDefinition>)> = None;
     for target in &options.targets {
@@ -191,8 +198,15 @@ pub(super) async fn enqueue_fleet(
     for (apart, mut spec, target) in checked {
         spec.spec.target_name = Some(target.name.clone());
         spec.spec.fleet = Some(fleet.clone());
-        let enqueued = record(&apart, spec, options, window).await?;
+        spec.spec.fleet_cap = options.max_targets_at_once;
+        let enqueued = record(&apart, spec, options, window, options.max_rate_per_target).await?;
         first.get_or_insert(enqueued);
+    }
+    // One bucket for the whole fleet, shared by its operations.
+    if let Some(rate) = options.max_rate {
+        store
+            .set_rate_limit(&sluice_store::fleet_target(&fleet), rate)
+            .await?;
     }
     first.ok_or_else(|| OperationError::Arguments("a fleet needs a target".into()))
 }

@@ -97,9 +97,9 @@ impl OperationState {
                     .map_err(OperationError::from)
             }
             Command::TakeRows { rows } => {
-                let kind = &self.driver.projection().kind;
+                let projection = self.driver.projection();
                 store
-                    .take_rows(self.id, kind, rows)
+                    .take_rows(self.id, &projection.kind, projection.fleet.as_deref(), rows)
                     .await
                     .map(Answer::RowsTaken)
                     .map_err(OperationError::from)
@@ -247,8 +247,9 @@ impl OperationState {
     /// version of the target's planner statistics.
     async fn read_settings(&self, statistics: bool) -> Result<Answer, OperationError> {
         let store = &self.context.store;
+        let projection = self.driver.projection();
         let limits = store
-            .rate_limits_for(self.id, &self.driver.projection().kind)
+            .rate_limits_for(self.id, &projection.kind, projection.fleet.as_deref())
             .await?;
         let statistics = match statistics {
             true => {

@@ -299,9 +299,10 @@ impl Actor for OperationActor {
             .window_for(record.id, &record.state.kind)
             .await?
             .and_then(|w| RunWindow::parse(&w.run_window, &w.time_zone).ok());
-        // Rate limits set when it starts (its own, its kind's, everyone's).
+        // Rate limits set when it starts (its own, its fleet's, its kind's,
+        // everyone's).
         let rate_limited = !store
-            .rate_limits_for(record.id, &record.state.kind)
+            .rate_limits_for(record.id, &record.state.kind, record.state.fleet.as_deref())
             .await?
             .is_empty();
         let driver = Driver::new(

@@ -13,6 +13,7 @@ use super::Statements;
 /// the unique index, not skipped (no partial index to name).
 pub(crate) const STATEMENTS: Statements = Statements {
     on_active_identity: "",
+    fleet_head_locked: "SELECT id FROM sluice_operations WHERE fleet = $1 ORDER BY id LIMIT 1 FOR UPDATE",
     insert_batch: "INSERT INTO sluice_batches \
         (operation_id, ordinal, start_cursor, end_cursor, batch_size, sub_batch_size, status, created_at, \
          claimed_by, lease_epoch, attempts, lease_expires_at) \

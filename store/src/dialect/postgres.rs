@@ -8,6 +8,7 @@ use super::Statements;
 pub(crate) const STATEMENTS: Statements = Statements {
     begin_write: "BEGIN",
     operation_locked: "SELECT * FROM sluice_operations WHERE id = $1 FOR UPDATE",
+    fleet_head_locked: "SELECT id FROM sluice_operations WHERE fleet = $1 ORDER BY id LIMIT 1 FOR UPDATE",
     claimable_operations: "SELECT * FROM sluice_operations \
         WHERE (status = 'pending' OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at < $1))) \
         AND ($3::TEXT IS NULL OR kind IN (SELECT jsonb_array_elements_text($3::JSONB))) \

@@ -12,6 +12,7 @@ pub(crate) const STATEMENTS: Statements = Statements {
         WHERE unique_key = $1 AND status IN ('pending', 'running', 'paused')",
     operation: "SELECT * FROM sluice_operations WHERE id = $1",
     operation_locked: "SELECT * FROM sluice_operations WHERE id = $1",
+    fleet_head_locked: "SELECT id FROM sluice_operations WHERE fleet = $1 ORDER BY id LIMIT 1",
     list_operations: "SELECT * FROM sluice_operations \
         WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR kind = $2) AND ($3 IS NULL OR id > $3) \
         ORDER BY id LIMIT $4",
