@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPoolOptions;
 
-use common::{env, postgres_url};
+use common::{env, postgres_url, resident_kib_of, sluice};
 
 const COORDINATOR: &str = "sluice_bench_fleet_coordinator";
 
@@ -120,7 +120,7 @@ async fn main() {
             peak_kib = peak_kib.max(
                 running
                     .iter()
-                    .map(|pid| resident_kib(*pid))
+                    .map(|pid| resident_kib_of(&pid.to_string()))
                     .max()
                     .unwrap_or(0),
             );
@@ -143,29 +143,10 @@ async fn main() {
     }
 }
 
-/// Runs the sluice binary against `url`; its stdout.
-fn sluice(url: &str, args: &[&str]) -> Vec<u8> {
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .env("SLUICE_DATABASE_URL", url)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
-}
-
-/// Transactions committed in database `name` so far (what the statistics
-/// collector has flushed: read after a short wait).
+/// Transactions committed in database `name` so far (the statistics the
+/// workers' sessions flushed as they ended, read a moment after).
 async fn commits(admin: &sqlx::PgPool, name: &str) -> i64 {
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    sqlx::query_scalar("SELECT pg_stat_force_next_flush()")
-        .fetch_optional(admin)
-        .await
-        .ok();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
         .bind(name)
         .fetch_one(admin)
@@ -209,17 +190,4 @@ async fn drop_database(admin: &sqlx::PgPool, name: &str) {
     .execute(admin)
     .await
     .unwrap();
-}
-
-/// A process's resident memory, KiB.
-fn resident_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }

@@ -193,17 +193,9 @@ async fn event_table(store: &Store) -> (i64, i64) {
     (bytes, events(store).await)
 }
 
-/// This process's resident set size, from `/proc/self/status`.
+/// This process's resident set size.
 fn resident_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    common::resident_kib_of("self")
 }
 
 /// User plus system CPU time of this process, from `/proc/self/stat`.

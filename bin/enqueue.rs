@@ -218,18 +218,23 @@ impl Recipe {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Failure::BadInput(e.to_string()))?;
         if let Some(path) = &self.targets_file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                Failure::BadInput(format!(
-                    "cannot read the targets file `{}`: {e}",
-                    path.display()
-                ))
-            })?;
-            let listed = NamedTarget::parse_file(&text)
-                .map_err(|e| Failure::BadInput(format!("`{}`: {e}", path.display())))?;
-            named.extend(listed);
+            named.extend(read_targets_file(path)?);
         }
         Ok(named)
     }
+}
+
+/// The targets a targets file lists ([`NamedTarget::parse_file`]); a file
+/// that cannot be read or parsed is bad input, named.
+pub fn read_targets_file(path: &std::path::Path) -> Result<Vec<NamedTarget>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::BadInput(format!(
+            "cannot read the targets file `{}`: {e}",
+            path.display()
+        ))
+    })?;
+    NamedTarget::parse_file(&text)
+        .map_err(|e| Failure::BadInput(format!("`{}`: {e}", path.display())))
 }
 
 impl From<EnqueueCommand> for Recipe {

@@ -39,6 +39,10 @@ pub struct RunArgs {
     /// A replica whose lag throttles and stops the work (repeatable).
     #[arg(long = "replica", value_name = "URL", help_heading = "Health")]
     replicas: Vec<String>,
+    /// A targets file (a name and a URL a line), whose URLs' passwords this
+    /// worker connects to those targets with.
+    #[arg(long, value_name = "FILE", help_heading = "Work")]
+    targets: Option<std::path::PathBuf>,
     /// Run without this built-in health indicator (repeatable).
     #[arg(long = "without-indicator", value_name = "ID", help_heading = "Health")]
     without_indicators: Vec<String>,
@@ -91,6 +95,11 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     }
     for replica in &args.replicas {
         builder = builder.replica(replica);
+    }
+    if let Some(path) = &args.targets {
+        for target in crate::enqueue::read_targets_file(path)? {
+            builder = builder.target_url(&target.url);
+        }
     }
     builder = builder.replica_lag(sluice_runtime::health::Thresholds {
         throttle_at: args.replica_lag_throttle.as_secs_f64(),

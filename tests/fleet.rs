@@ -415,6 +415,91 @@ async fn a_fleet_capped_at_one_target_works_on_one_at_a_time() {
     }
 }
 
+/// A MariaDB target whose user has a password: a worker without it waits,
+/// its operation stopped with the reason (no password shown); a worker
+/// given the targets file (`run --targets`) connects with it and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_takes_a_target_s_password_from_the_targets_file() {
+    let Some(target) = TestDb::mysql().await else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&target, 400).await;
+    let user = format!("sluice_pw_{}", std::process::id());
+    let database = target.url.rsplit('/').next().unwrap().to_owned();
+    target
+        .execute(&format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await;
+    target
+        .execute(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY '{PASSWORD}'"
+        ))
+        .await;
+    target
+        .execute(&format!("GRANT ALL ON {database}.* TO '{user}'@'%'"))
+        .await;
+    let url = target
+        .url
+        .replacen("root@", &format!("{user}:{PASSWORD}@"), 1);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), format!("secured {url}\n")).unwrap();
+    let path = file.path().to_str().unwrap();
+    let enqueued = json(&sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--target",
+            &url,
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    {
+        let _without = spawn_worker(&coordinator, &["--node", "without", "--lease-ttl", "1s"]);
+        until(
+            "the worker without the password says why it waits",
+            || async {
+                let record = coordinator.store.operation(id).await.unwrap();
+                record
+                    .state
+                    .health_reason
+                    .is_some_and(|r| r.contains("cannot be reached"))
+            },
+        )
+        .await;
+    }
+    let record = coordinator.store.operation(id).await.unwrap();
+    assert_ne!(record.state.status, OperationStatus::Failed);
+    let reason = record.state.health_reason.unwrap_or_default();
+    assert!(!reason.contains(PASSWORD), "{reason}");
+    assert_eq!(
+        target
+            .scalar("SELECT COUNT(*) FROM items WHERE counter <> 0")
+            .await,
+        0
+    );
+    let _with = spawn_worker(&coordinator, &["--node", "with", "--targets", path]);
+    until("the worker with the targets file finishes it", || async {
+        coordinator.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_group_one_changed_once(&target).await;
+    let shown = sluice(&coordinator, &["show", &id.to_string(), "--json"]);
+    assert!(!String::from_utf8_lossy(&shown.stdout).contains(PASSWORD));
+    target
+        .execute(&format!("DROP USER IF EXISTS '{user}'@'%'"))
+        .await;
+    coordinator.cleanup().await;
+    target.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_target_is_refused_without_its_password() {
     let coordinator = TestDb::sqlite().await;

@@ -280,6 +280,20 @@ pub async fn aged_operations(store: &Store, n: usize) -> Vec<sluice_operations::
         .collect()
 }
 
+/// The resident set size of process `process` (a pid, or `self`), KiB,
+/// from `/proc/<process>/status`; 0 once it is gone.
+pub fn resident_kib_of(process: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{process}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Runs the built `sluice` binary against `url` and returns its stdout;
 /// panics with its stderr unless it succeeded.
 pub fn sluice(url: &str, args: &[&str]) -> Vec<u8> {

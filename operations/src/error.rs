@@ -108,14 +108,15 @@ impl OperationError {
         }
     }
 
-    /// True when a database could not be reached or used for now (the
-    /// store, or a target apart from it): not the operation's fault, so it
-    /// is waited out rather than counted as a failure.
+    /// True when a database could not be reached or used for now: the
+    /// store unavailable, or a target apart from it that this worker could
+    /// not open at all (unreachable, or refusing this worker's password,
+    /// which another worker may have). Not the operation's fault, so it is
+    /// waited out rather than counted as a failure.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            OperationError::Store(e) | OperationError::OnTarget { source: e, .. } => {
-                e.is_unavailable()
-            }
+            OperationError::Store(e) => e.is_unavailable(),
+            OperationError::OnTarget { .. } => true,
             _ => false,
         }
     }

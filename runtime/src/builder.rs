@@ -41,6 +41,9 @@ pub struct RuntimeBuilder {
     /// Connection settings for a runtime built from a URL (its pool size and
     /// sub-batch sessions are the runtime's own).
     connect: ConnectOptions,
+    /// URLs of targets apart from the store, with their passwords
+    /// ([`RuntimeBuilder::target_url`]).
+    target_urls: Vec<String>,
 }
 
 enum Source {
@@ -53,6 +56,15 @@ impl RuntimeBuilder {
     /// with the built-in operation kinds and health indicators.
     pub fn new(url: &str) -> Self {
         RuntimeBuilder::from_source(Source::Url(url.to_owned()))
+    }
+
+    /// The URL, password included, to reach a target apart from the store
+    /// with: an operation whose stored target (its URL without a password)
+    /// is this URL's connects with it, instead of the password this
+    /// process's environment gives. Never stored or shown.
+    pub fn target_url(mut self, url: &str) -> Self {
+        self.target_urls.push(url.to_owned());
+        self
     }
 
     /// A runtime on an existing store (e.g. from an application's sqlx pool
@@ -72,6 +84,7 @@ impl RuntimeBuilder {
             replicas: Vec::new(),
             replica_lag: REPLICA_LAG_THRESHOLDS,
             connect: ConnectOptions::default(),
+            target_urls: Vec::new(),
         }
     }
 
@@ -197,11 +210,14 @@ impl RuntimeBuilder {
         }
         let (progress, _) = broadcast::channel(1_024);
         let (ended, _) = broadcast::channel(1_024);
-        let targets = crate::targets::TargetDirectory::new(ConnectOptions {
-            max_connections: (self.config.pool_size + 4) as u32,
-            sub_batch_timeout: Some(self.config.sub_batch_timeout),
-            ..ConnectOptions::default()
-        });
+        let targets = crate::targets::TargetDirectory::new(
+            ConnectOptions {
+                max_connections: (self.config.pool_size + 4) as u32,
+                sub_batch_timeout: Some(self.config.sub_batch_timeout),
+                ..ConnectOptions::default()
+            },
+            self.target_urls,
+        );
         let context = RuntimeContext {
             store,
             registry: self.registry,

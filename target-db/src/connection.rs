@@ -354,20 +354,9 @@ pub fn statement_timeout_ms(timeout: Duration) -> u128 {
 /// stores of a target's URL; a worker supplies the password
 /// ([`with_password_from_env`]).
 pub fn url_without_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!(
-                    "{}{}{}",
-                    &url[..scheme_end + 3],
-                    &userinfo[..colon],
-                    &url[at..]
-                ),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
+    match password_span(url) {
+        Some((colon, at)) => format!("{}{}", &url[..colon], &url[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -400,21 +389,19 @@ pub fn with_password_from_env(url: &str) -> String {
 
 /// The URL without its password, for messages.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &userinfo[..colon],
-                    &url[at..]
-                ),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
+    match password_span(url) {
+        Some((colon, at)) => format!("{}:***{}", &url[..colon], &url[at..]),
+        None => url.to_owned(),
     }
+}
+
+/// Where a URL's password is: from the `:` after its user name to the `@`
+/// before its host (both as byte offsets), when it names one.
+fn password_span(url: &str) -> Option<(usize, usize)> {
+    let scheme_end = url.find("://")? + 3;
+    let at = url.rfind('@').filter(|at| *at > scheme_end)?;
+    let colon = url[scheme_end..at].find(':')? + scheme_end;
+    Some((colon, at))
 }
 
 #[cfg(test)]
