@@ -253,6 +253,90 @@ async fn an_operator_reverts_an_undone_update_from_the_dashboard() {
     db.cleanup().await;
 }
 
+/// A fleet over two SQLite files apart from the store: the list names each
+/// operation's target, and an operation's page shows the fleet as a whole
+/// and a line per target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_sees_a_fleet_and_each_target() {
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    let (first, second) = (TestDb::sqlite().await, TestDb::sqlite().await);
+    create_counted_items(&first, 100).await;
+    create_counted_items(&second, 300).await;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        format!("tenant-01 {}\ntenant-02 {}\n", first.url, second.url),
+    )
+    .unwrap();
+    let enqueued = common::json(&common::sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--targets",
+            file.path().to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let ran = common::sluice(&coordinator, &["run", "--until-idle"]);
+    assert!(ran.status.success(), "{ran:?}");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(
+        Console::new(coordinator.store.clone(), Access::default())
+            .serve(listener, std::future::pending()),
+    );
+    let browser = driver.client().await;
+    browser.goto(&format!("http://{address}/#/")).await.unwrap();
+    until_within("the list to name both targets", LIMIT, || async {
+        browser
+            .find_all(Locator::Css("[data-target]"))
+            .await
+            .map(|found| found.len())
+            .unwrap_or(0)
+            == 2
+    })
+    .await;
+    screenshot(&browser, "fleet-list").await;
+    browser
+        .goto(&format!("http://{address}/#/operations/{id}"))
+        .await
+        .unwrap();
+    let summary = || async {
+        match browser.find(Locator::Css("#fleet-summary")).await {
+            Ok(element) => element.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    };
+    until_within("the page to show the fleet", LIMIT, || async {
+        summary().await.starts_with("2 of 2 targets finished")
+    })
+    .await;
+    assert!(summary().await.contains("400 rows"), "{}", summary().await);
+    for target in ["tenant-01", "tenant-02"] {
+        let row = browser
+            .find(Locator::Css(&format!("tr[data-fleet-target={target}]")))
+            .await
+            .unwrap_or_else(|_| panic!("no line for {target}"));
+        assert!(row.text().await.unwrap().contains("finished"));
+    }
+    let target = browser.find(Locator::Css("#op-target")).await.unwrap();
+    assert_eq!(target.text().await.unwrap(), "tenant-01");
+    screenshot(&browser, "fleet-operation").await;
+    browser.close().await.unwrap();
+    coordinator.cleanup().await;
+    first.cleanup().await;
+    second.cleanup().await;
+}
+
 /// With tokens, the page sends a browser to sign in; the read-only token
 /// shows the operation with its controls disabled, the admin token pauses
 /// it (the session's cookie and CSRF token carry the control).

@@ -94,7 +94,7 @@ async function listView() {
   const rows = ops.map((op) => {
     const { rate, eta } = pace(op);
     return el("tr", { class: "link", "data-operation": op.id, onclick: () => { location.hash = "#/operations/" + op.id; } },
-      el("td", { class: "num" }, op.id), el("td", {}, op.kind), el("td", { class: "wide" }, op.table),
+      el("td", { class: "num" }, op.id), el("td", {}, op.kind), el("td", { class: "wide" }, op.table, op.target ? el("small", { class: "muted", "data-target": op.target }, " @ " + op.target) : null),
       el("td", {}, badge(op.status)), el("td", {}, progress(op)),
       el("td", { class: "num" }, number(op.rows_done), op.estimated_rows !== null ? el("small", { class: "muted" }, " / " + number(op.estimated_rows)) : null),
       el("td", { class: "num" }, rate === null ? "–" : number(rate)), el("td", { class: "num" }, span(eta)),
@@ -206,6 +206,24 @@ function chart(op, events) {
     el("span", {}, new Date(start).toLocaleTimeString() + " – " + new Date(end).toLocaleTimeString())));
 }
 
+// A fleet: how far it is as a whole, then a line per target.
+function fleet(op) {
+  const members = op.fleet_operations;
+  const finished = members.filter((m) => m.status === "finished").length;
+  const rows = members.reduce((sum, m) => sum + m.rows_done, 0);
+  const failed = members.filter((m) => m.status === "failed").map((m) => m.target);
+  return el("section", { id: "fleet" },
+    el("h2", {}, "Fleet"),
+    el("p", { id: "fleet-summary" }, finished + " of " + members.length + " targets finished, " + number(rows) + " rows",
+      failed.length ? el("span", { class: "error" }, " · failed: " + failed.join(", ")) : null),
+    el("table", {}, el("thead", {}, el("tr", {}, ["Target", "ID", "Status", "Done", "Rows", "Health"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, members.map((m) => el("tr", { class: "link", "data-fleet-target": m.target, onclick: () => { location.hash = "#/operations/" + m.id; } },
+        el("td", {}, m.target), el("td", { class: "num" }, m.id), el("td", {}, badge(m.status)),
+        el("td", { class: "num" }, m.percent_done === null ? "–" : m.percent_done.toFixed(1) + " %"),
+        el("td", { class: "num" }, number(m.rows_done)),
+        el("td", {}, m.health + (m.health_reason ? " (" + m.health_reason + ")" : "")))))));
+}
+
 async function operationView(id) {
   const [op, events, batches] = await Promise.all([
     api("/api/operations/" + id), api("/api/operations/" + id + "/events"), api("/api/operations/" + id + "/batches"),
@@ -219,13 +237,15 @@ async function operationView(id) {
       card("rows", number(op.rows_done) + (op.estimated_rows !== null ? " / " + number(op.estimated_rows) : ""), { id: "op-rows" }),
       card("rows/s", rate === null ? "–" : number(rate)), card("ETA", span(eta)), card("health", health(op)),
       card("latency", op.latency ? op.latency.says : "–", { id: "op-latency", class: "v" + (op.latency && op.latency.over_budget ? " h-throttled" : "") }),
-      card("batches", number(op.batches_succeeded) + " / " + number(op.batches_planned)), card("node", op.node || "–")),
+      card("batches", number(op.batches_succeeded) + " / " + number(op.batches_planned)), card("node", op.node || "–"),
+      op.target ? card("target", op.target, { id: "op-target", title: op.target_url }) : null),
     el("div", { class: "actions" }, Object.keys(ALLOWED).map((action) =>
       el("button", { "data-action": action, class: action === "cancel" ? "danger" : null, disabled: !session.controls || !ALLOWED[action].includes(op.status), onclick: () => control(op, action) },
         action[0].toUpperCase() + action.slice(1))),
       op.undo ? el("button", { "data-action": "revert", disabled: !session.controls || !revertible(op), onclick: () => revert(op) }, "Revert") : null),
     op.reverts ? el("p", {}, "Puts back what ", el("a", { href: "#/operations/" + op.reverts }, "operation " + op.reverts), " changed.") : null,
     op.last_error ? el("div", { class: "error" }, el("strong", {}, "Last error: "), op.last_error) : null,
+    op.fleet_operations ? fleet(op) : null,
     el("h2", {}, "Progress"), chart(op, events),
     el("h2", {}, "Batches"),
     el("table", {}, el("thead", {}, el("tr", {}, ["#", "Status", "Attempts", "Rows", "Took", "Node", "Error"].map((h) => el("th", {}, h)))),

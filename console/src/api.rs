@@ -286,6 +286,11 @@ pub(crate) async fn show(
             .find(|c| c.table_name == record.state.table)
             .map_or(Value::Null, sluice_store::CanaryReading::to_json);
     }
+    // In a fleet: a line per target.
+    if let Some(fleet) = &record.state.fleet {
+        let members = console.store.fleet(fleet).await?;
+        value["fleet_operations"] = members.iter().map(views::fleet_member).collect();
+    }
     Ok(Json(value))
 }
 

@@ -97,6 +97,9 @@ fn operation() -> Value {
             ("id", INTEGER),
             ("kind", STRING),
             ("table", STRING),
+            ("target", STRING_OR_NULL),
+            ("target_url", STRING_OR_NULL),
+            ("fleet", STRING_OR_NULL),
             ("status", STRING),
             ("origin", STRING),
             ("priority", INTEGER),
@@ -135,6 +138,11 @@ fn operation() -> Value {
         "cancelled"
     ]);
     schema["properties"]["health"]["enum"] = json!(["normal", "throttled", "stopped", "unknown"]);
+    schema["properties"]["fleet_operations"] = json!({
+        "description": "GET /api/operations/{id} of a fleet's operation: a line per target (id, target, status, percent_done, rows_done, health, health_reason)",
+        "type": "array",
+        "items": {"type": "object"}
+    });
     schema["properties"]["latency"] = json!({
         "description": "GET /api/operations/{id} while it runs: its table's canary against its latency budget",
         "oneOf": [{"$ref": "#/components/schemas/Latency"}, {"type": "null"}]

@@ -11,6 +11,21 @@ use sluice_store::{Batch, Event, Health, OperationRecord, RecordedEvent, Schedul
 
 /// An operation: what it is, where it stands, and who runs it. Times are
 /// epoch milliseconds.
+/// One operation of a fleet, as an operation's page lists its fleet: its
+/// target, where it is and how it fares.
+pub(crate) fn fleet_member(record: &OperationRecord) -> Value {
+    let s = &record.state;
+    json!({
+        "id": record.id,
+        "target": s.target_name.as_ref().or(s.target.as_ref()),
+        "status": s.status.as_str(),
+        "percent_done": s.percent_done(),
+        "rows_done": s.rows_done,
+        "health": health(s.health).0,
+        "health_reason": s.health_reason.as_deref().map(without_values),
+    })
+}
+
 pub(crate) fn operation(record: &OperationRecord) -> Value {
     let s = &record.state;
     let (health, health_percent) = health(s.health);
@@ -23,6 +38,9 @@ pub(crate) fn operation(record: &OperationRecord) -> Value {
         "id": record.id,
         "kind": s.kind,
         "table": s.table,
+        "target": s.target_name.as_ref().or(s.target.as_ref()),
+        "target_url": s.target,
+        "fleet": s.fleet,
         "status": s.status.as_str(),
         "origin": s.origin.as_str(),
         "priority": s.priority,
