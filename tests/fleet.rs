@@ -500,6 +500,98 @@ async fn a_worker_takes_a_target_s_password_from_the_targets_file() {
     target.cleanup().await;
 }
 
+/// Each target's health is read on that target: a session holding a lock
+/// on one target's table makes its operation's sub-batch wait for it, which
+/// that target's monitor sees and stops that operation alone (the store,
+/// in SQLite, knows nothing of it); the other target goes on; released, it
+/// resumes and finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_s_own_health_stops_its_operation_alone() {
+    let (Some(locked), Some(free)) = (TestDb::postgres().await, TestDb::postgres().await) else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&locked, 4_000).await;
+    create_counted_items(&free, 4_000).await;
+    let file = targets_file(&[("locked", &locked), ("free", &free)]);
+    let enqueued = json(&sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--targets",
+            file.path().to_str().unwrap(),
+            "--batch-size",
+            "100",
+            "--sub-batch-size",
+            "10",
+            "--pause",
+            "5ms",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let member = |name: &'static str| {
+        let coordinator = &coordinator;
+        async move {
+            fleet_of(coordinator, id)
+                .await
+                .into_iter()
+                .find(|m| m.state.target_name.as_deref() == Some(name))
+                .unwrap()
+        }
+    };
+    let _worker = spawn_worker(&coordinator, &["--node", "w"]);
+    until_items_changed(&locked, 100).await;
+    // A session holds the table: the operation's next update waits for it.
+    let holder = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&locked.url)
+        .await
+        .unwrap();
+    let mut held = holder.begin().await.unwrap();
+    sqlx::query("LOCK TABLE items IN SHARE MODE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    until(
+        "the locked target's operation is stopped by its own health",
+        || async {
+            let m = member("locked").await;
+            m.state.health == sluice_store::Health::Stopped
+                && m.state
+                    .health_reason
+                    .is_some_and(|r| r.contains("waiting for a lock on items"))
+        },
+    )
+    .await;
+    until("the other target finishes meanwhile", || async {
+        member("free").await.state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_ne!(
+        member("locked").await.state.status,
+        OperationStatus::Finished
+    );
+    held.rollback().await.unwrap();
+    holder.close().await;
+    until("the released target finishes", || async {
+        member("locked").await.state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_group_one_changed_once(&locked).await;
+    assert_group_one_changed_once(&free).await;
+    coordinator.cleanup().await;
+    locked.cleanup().await;
+    free.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_target_is_refused_without_its_password() {
     let coordinator = TestDb::sqlite().await;

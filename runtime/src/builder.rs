@@ -217,6 +217,12 @@ impl RuntimeBuilder {
                 ..ConnectOptions::default()
             },
             self.target_urls,
+            crate::targets::TargetHealth {
+                builtin: self.builtin_indicators,
+                without: self.without.clone(),
+                interval: self.config.health_interval,
+                clear_after: self.config.health_clear_after,
+            },
         );
         let context = RuntimeContext {
             store,
@@ -228,6 +234,7 @@ impl RuntimeBuilder {
             metrics: sluice_telemetry::Metrics::new(),
             services: Arc::new(RwLock::new(None)),
             targets,
+            target_monitor: None,
         };
         let args = SupervisorArgs {
             context: context.clone(),

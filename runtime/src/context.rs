@@ -60,6 +60,10 @@ pub struct RuntimeContext {
     pub(crate) services: Arc<RwLock<Option<Services>>>,
     /// The targets apart from the store this node opened.
     pub(crate) targets: crate::targets::TargetDirectory,
+    /// For an operation on a target apart from the store: that target's
+    /// health monitor (its snapshots come on [`RuntimeContext::health`],
+    /// then that target's port).
+    pub(crate) target_monitor: Option<ActorRef<HealthMessage>>,
 }
 
 /// The node's shared actors, as the supervisor last started them.
@@ -79,8 +83,12 @@ impl RuntimeContext {
             .map(|s| s.pool.queue.clone())
     }
 
-    /// The health monitor in service now.
+    /// The health monitor in service now: its target's, for an operation
+    /// on a target apart from the store.
     pub(crate) fn monitor(&self) -> Option<ActorRef<HealthMessage>> {
+        if let Some(monitor) = &self.target_monitor {
+            return Some(monitor.clone());
+        }
         self.services
             .read()
             .ok()?

@@ -35,10 +35,18 @@ pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
     indicators
 }
 
+/// The built-in indicators for a target apart from the store
+/// ([`sluice_store::Store::on_target`]): those that read the target's own
+/// reports. The latency canary is left out: its timed write goes to the
+/// store's table, not the target's.
+pub fn target_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
+    backend_indicators(store, &CanaryView::new())
+}
+
 /// The indicators that read the database's own reports, in the order
 /// the database lists its measures.
 fn backend_indicators(store: &Store, view: &CanaryView) -> Vec<Arc<dyn HealthIndicator>> {
-    let health = store.backend().health();
+    let health = store.target().health();
     let mut indicators: Vec<Arc<dyn HealthIndicator>> = Vec::new();
     if health.has_innodb_report() {
         indicators.push(Arc::new(InnodbActivity::new(LONGEST_TRANSACTION)));
@@ -112,7 +120,7 @@ impl ValueIndicator {
     }
 
     async fn measure(&self, store: &Store) -> Result<Option<f64>, sqlx::Error> {
-        store.backend().health().measure(self.measure).await
+        store.target().health().measure(self.measure).await
     }
 }
 
@@ -204,7 +212,7 @@ impl HealthIndicator for InnodbActivity {
     }
 
     async fn readable(&self, store: &Store) -> Result<(), String> {
-        match store.backend().health().innodb_report().await {
+        match store.target().health().innodb_report().await {
             Ok(_) => Ok(()),
             Err(error) => Err(unreadable(store, &error).await),
         }
@@ -213,7 +221,7 @@ impl HealthIndicator for InnodbActivity {
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
         let Some(InnodbReport { report, database }) = context
             .store
-            .backend()
+            .target()
             .health()
             .innodb_report()
             .await
@@ -260,7 +268,7 @@ impl HealthIndicator for InnodbActivity {
 /// (`pg_stat_activity`'s times, `pg_stat_replication`'s lags, vacuum
 /// progress): without `pg_read_all_stats` they read as an idle database.
 async fn sees_all_sessions(store: &Store) -> Result<(), String> {
-    let blind = store.backend().health().blind_role().await;
+    let blind = store.target().health().blind_role().await;
     match blind.map_err(|e| e.to_string())? {
         None => Ok(()),
         Some(role) => Err(format!(
@@ -274,7 +282,7 @@ async fn sees_all_sessions(store: &Store) -> Result<(), String> {
 /// the database refused a privilege (MySQL's `PROCESS`, error 1227; a
 /// PostgreSQL permission, 42501).
 async fn unreadable(store: &Store, error: &sqlx::Error) -> String {
-    match store.backend().health().privilege_remedy(error).await {
+    match store.target().health().privilege_remedy(error).await {
         Some(remedy) => remedy,
         None => error.to_string(),
     }

@@ -218,6 +218,8 @@ impl Actor for RuntimeSupervisor {
         if let Some(listener) = state.listener.take() {
             listener.abort();
         }
+        // The monitors of targets apart from the store are no one's children.
+        state.context.targets.stop().await;
         Ok(())
     }
 

@@ -1,14 +1,18 @@
 //! The databases apart from the store that this node's operations work on
-//! (`enqueue --target`), each opened once and shared by the operations on
-//! it: [`TargetDirectory`].
+//! (`enqueue --target`), each opened once, with a health monitor of its
+//! own, and shared by the operations on it: [`TargetDirectory`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use ractor::{Actor, ActorRef, ActorStatus, OutputPort};
 use sluice_operations::OperationError;
 use sluice_store::Store;
 use sluice_target::ConnectOptions;
 use tokio::sync::Mutex;
+
+use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs, HealthSnapshot};
 
 /// The handles ([`Store::on_target`]) this node opened on targets apart
 /// from its store, by stored URL (without a password). A target is opened
@@ -16,19 +20,46 @@ use tokio::sync::Mutex;
 /// URL this node was given for it (`run --targets FILE`,
 /// [`crate::RuntimeBuilder::target_url`]), else the one its environment
 /// gives ([`sluice_target::with_password_from_env`]; PostgreSQL's
-/// `PGPASSWORD` and `.pgpass`), and kept for the next.
+/// `PGPASSWORD` and `.pgpass`), and kept for the next. Each has its own
+/// [`HealthMonitor`] reading the target's built-in indicators (the store's
+/// monitor reads the store's database), started with it and again if it
+/// stopped, and stopped with the runtime ([`TargetDirectory::stop`]).
 #[derive(Clone)]
 pub(crate) struct TargetDirectory {
-    opened: Arc<Mutex<HashMap<String, Store>>>,
+    opened: Arc<Mutex<HashMap<String, TargetHandle>>>,
     options: ConnectOptions,
     /// Given URLs, passwords included, by their URL without one.
     given: Arc<HashMap<String, String>>,
+    health: TargetHealth,
+}
+
+/// How the targets' monitors run: the runtime's settings.
+#[derive(Clone)]
+pub(crate) struct TargetHealth {
+    /// Whether the built-in indicators run at all.
+    pub(crate) builtin: bool,
+    /// Built-in indicators left out, by id.
+    pub(crate) without: Vec<String>,
+    /// Time between polls.
+    pub(crate) interval: Duration,
+    /// Polls a better signal must be seen in a row before it holds.
+    pub(crate) clear_after: u32,
+}
+
+/// One target as this node opened it: the store's handle on it, and its
+/// health monitor with the port it publishes on.
+#[derive(Clone)]
+pub(crate) struct TargetHandle {
+    pub(crate) store: Store,
+    pub(crate) port: Arc<OutputPort<HealthSnapshot>>,
+    pub(crate) monitor: ActorRef<HealthMessage>,
 }
 
 impl TargetDirectory {
     /// A directory opening targets with `options` (the runtime's pool
-    /// size and sub-batch timeout).
-    pub(crate) fn new(options: ConnectOptions, given: Vec<String>) -> Self {
+    /// size and sub-batch timeout), the URLs it was `given`, and its
+    /// monitors run as `health` says.
+    pub(crate) fn new(options: ConnectOptions, given: Vec<String>, health: TargetHealth) -> Self {
         let given = given
             .into_iter()
             .map(|url| (sluice_target::url_without_password(&url), url))
@@ -37,24 +68,71 @@ impl TargetDirectory {
             opened: Arc::default(),
             options,
             given: Arc::new(given),
+            health,
         }
     }
 
     /// The handle on `store` for the target stored as `url`, opened now
-    /// if this node has none yet. Errors: the target cannot be reached or
-    /// prepared (named without a password).
-    pub(crate) async fn store_for(
+    /// if this node has none yet (its monitor started again if it
+    /// stopped). Errors: the target cannot be reached or prepared (named
+    /// without a password).
+    pub(crate) async fn handle_for(
         &self,
         store: &Store,
         url: &str,
-    ) -> Result<Store, OperationError> {
+    ) -> Result<TargetHandle, OperationError> {
         let mut opened = self.opened.lock().await;
-        if let Some(handle) = opened.get(url) {
+        if let Some(handle) = opened.get_mut(url) {
+            if handle.monitor.get_status() != ActorStatus::Running {
+                handle.monitor = self.start_monitor(&handle.store, &handle.port).await?;
+            }
             return Ok(handle.clone());
         }
         let with_password = self.given.get(url).map_or(url, String::as_str);
-        let handle = sluice_operations::on_target(store, with_password, &self.options).await?;
+        let apart = sluice_operations::on_target(store, with_password, &self.options).await?;
+        let port = Arc::new(OutputPort::default());
+        let monitor = self.start_monitor(&apart, &port).await?;
+        let handle = TargetHandle {
+            store: apart,
+            port,
+            monitor,
+        };
         opened.insert(url.to_owned(), handle.clone());
         Ok(handle)
+    }
+
+    /// Stops every target's monitor (the runtime shuts down).
+    pub(crate) async fn stop(&self) {
+        for handle in self.opened.lock().await.values() {
+            handle.monitor.stop(None);
+        }
+    }
+
+    /// A monitor of `apart`'s target publishing on `port`: the target's
+    /// built-in indicators as the runtime runs its own (the latency canary
+    /// aside, whose write is to the store's table), none when they are off.
+    async fn start_monitor(
+        &self,
+        apart: &Store,
+        port: &Arc<OutputPort<HealthSnapshot>>,
+    ) -> Result<ActorRef<HealthMessage>, OperationError> {
+        let indicators = match self.health.builtin {
+            true => crate::indicators::target_indicators(apart)
+                .into_iter()
+                .filter(|i| !self.health.without.iter().any(|id| id == i.id()))
+                .collect(),
+            false => Vec::new(),
+        };
+        let args = HealthMonitorArgs {
+            store: apart.clone(),
+            indicators,
+            interval: self.health.interval,
+            clear_after: self.health.clear_after,
+            port: Arc::clone(port),
+        };
+        let (monitor, _) = Actor::spawn(None, HealthMonitor, args)
+            .await
+            .map_err(|e| OperationError::Failed(format!("a target's health monitor: {e}")))?;
+        Ok(monitor)
     }
 }

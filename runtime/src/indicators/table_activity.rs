@@ -98,7 +98,7 @@ impl HealthIndicator for TableActivity {
 
     async fn readable(&self, store: &Store) -> Result<(), String> {
         sees_all_sessions(store).await?;
-        match store.backend().health().table_activity("[]").await {
+        match store.target().health().table_activity("[]").await {
             Ok(_) => Ok(()),
             Err(error) => Err(unreadable(store, &error).await),
         }
@@ -112,7 +112,7 @@ impl HealthIndicator for TableActivity {
             serde_json::to_string(&named_and_quoted(&context.tables)).map_err(|e| e.to_string())?;
         let Some(rows) = context
             .store
-            .backend()
+            .target()
             .health()
             .table_activity(&tables)
             .await

@@ -149,7 +149,10 @@ impl Actor for OperationActor {
         // On a target apart from the store, everything about its table is
         // asked of that database, and its sub-batches record there.
         if let Some(url) = &record.state.target {
-            context.store = context.targets.store_for(&context.store, url).await?;
+            let target = context.targets.handle_for(&context.store, url).await?;
+            context.store = target.store;
+            context.health = target.port;
+            context.target_monitor = Some(target.monitor);
         }
         let store = &context.store;
         let mut record = record;
@@ -254,10 +257,8 @@ impl Actor for OperationActor {
         });
         // With a monitor, nothing runs before its first reading for this
         // table arrives: an operation must not start on an unhealthy database.
-        // An operation on a target apart from the store obeys the store's
-        // global signal only: the monitor reads the store's database, where
-        // its table is not.
-        let health_known = match context.monitor().filter(|_| store.target_apart().is_none()) {
+        // On a target apart from the store, its target's monitor.
+        let health_known = match context.monitor() {
             Some(monitor) => monitor
                 .cast(HealthMessage::Watch(watched(record.id, &record.state)))
                 .is_err(),
@@ -280,6 +281,8 @@ impl Actor for OperationActor {
             sluice.operation.id = record.id,
             sluice.operation.kind = %record.state.kind,
             db.collection.name = %record.state.table,
+            sluice.target = record.state.target_name.as_deref().or(record.state.target.as_deref()),
+            sluice.fleet = record.state.fleet.as_deref(),
             sluice.node = %node,
             sluice.helper = args.helper,
             sluice.rows = tracing::field::Empty,
