@@ -6,10 +6,13 @@
 //! committed per sub-batch (`pg_stat_database.xact_commit`: its plans,
 //! claims, outcomes and events; a sub-batch itself commits on its target
 //! alone), the workers' resident memory, and how long enqueueing the fleet
-//! took (every target checked).
+//! took (every target checked). Then how long enqueueing one operation over
+//! 1,000 targets takes (schemas of one database, 100 rows each; the store
+//! an SQLite file).
 //!
 //! `cargo bench --bench fleet` (env: `SLUICE_BENCH_TARGETS`, default 8;
 //! `SLUICE_BENCH_ROWS` per target, default 250,000;
+//! `SLUICE_BENCH_ENQUEUE_TARGETS`, default 1,000;
 //! `SLUICE_TEST_POSTGRES_URL`).
 
 mod common;
@@ -141,6 +144,62 @@ async fn main() {
     for name in names.iter().map(String::as_str).chain([COORDINATOR]) {
         drop_database(&admin, name).await;
     }
+    enqueue_many_targets(&admin, &server, env("SLUICE_BENCH_ENQUEUE_TARGETS", 1_000)).await;
+}
+
+/// Enqueues one `update-in-batches` over `targets` schemas of one database
+/// (a table of 100 rows in each) from a targets file, the store an SQLite
+/// file; prints how long it took, the best of three.
+async fn enqueue_many_targets(admin: &sqlx::PgPool, server: &str, targets: usize) {
+    const MANY: &str = "sluice_bench_fleet_many";
+    recreate(admin, MANY).await;
+    let url = format!("{server}/{MANY}");
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let mut fill = String::new();
+    for n in 1..=targets {
+        fill.push_str(&format!(
+            "CREATE SCHEMA t_{n}; CREATE TABLE t_{n}.items (id BIGINT PRIMARY KEY, counter BIGINT NOT NULL DEFAULT 0); \
+             INSERT INTO t_{n}.items (id) SELECT g FROM generate_series(1, 100) g; ANALYZE t_{n}.items;"
+        ));
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(fill))
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let listed: String = (1..=targets)
+        .map(|n| format!("t-{n} {url}?options=-c%20search_path%3Dt_{n}\n"))
+        .collect();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), listed).unwrap();
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let folder = tempfile::tempdir().unwrap();
+        let store = format!("sqlite:{}", folder.path().join("store.sqlite").display());
+        let started = Instant::now();
+        sluice(
+            &store,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = counter + 1",
+                "--targets",
+                file.path().to_str().unwrap(),
+            ],
+        );
+        best = best.min(started.elapsed().as_secs_f64());
+    }
+    println!(
+        "enqueue over {targets} targets (every one checked), the sluice command: {best:.2} s (best of 3)"
+    );
+    drop_database(admin, MANY).await;
 }
 
 /// Transactions committed in database `name` so far (the statistics the

@@ -269,26 +269,36 @@ async fn record(
     spec.trace_context = traceparent(&Span::current());
     let enqueued = store.enqueue(spec).await?;
     Span::current().record("sluice.operation.id", enqueued.id);
-    // Right after the operation: a worker that starts it within these
-    // milliseconds obeys them from its next run (a closed window from
-    // its scheduler's next tick, which pauses it).
+    settle(store, enqueued, options, window, rate).await?;
+    Ok(enqueued)
+}
+
+/// What a new operation is held to beside its spec, stored right after it
+/// (a worker that starts it within these milliseconds obeys them from its
+/// next run; a closed window from its scheduler's next tick, which pauses
+/// it): its window, rate limit and latency budget. An operation that
+/// existed already keeps its own.
+async fn settle(
+    store: &Store,
+    enqueued: Enqueued,
+    options: &EnqueueOptions,
+    window: Option<&(String, String)>,
+    rate: Option<i64>,
+) -> Result<(), OperationError> {
+    if !enqueued.created {
+        return Ok(());
+    }
     let target = operation_target(enqueued.id);
-    if let Some((hours, time_zone)) = window
-        && enqueued.created
-    {
+    if let Some((hours, time_zone)) = window {
         store.set_window(&target, hours, time_zone).await?;
     }
-    if let Some(rate) = rate
-        && enqueued.created
-    {
+    if let Some(rate) = rate {
         store.set_rate_limit(&target, rate).await?;
     }
-    if let Some(budget) = options.latency_budget
-        && enqueued.created
-    {
+    if let Some(budget) = options.latency_budget {
         store.set_latency_budget(&target, budget).await?;
     }
-    Ok(enqueued)
+    Ok(())
 }
 
 /// The span an operation's trace starts with (a child of the caller's

@@ -5,11 +5,16 @@
 //! every target — so a fleet is enqueued whole or not at all.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use sluice_store::{Enqueued, Store};
 use sluice_target::{ColumnDefinition, ConnectOptions, url_without_password};
+use sluice_telemetry::traceparent;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tracing::{Instrument, Span};
 
-use super::{Checked, CheckedSpec, EnqueueOptions, checked_spec, on_target, record};
+use super::{Checked, CheckedSpec, EnqueueOptions, checked_spec, count_rows, on_target, settle};
 use crate::error::OperationError;
 use crate::operation::Registry;
 
@@ -135,9 +140,21 @@ pub(crate) fn refuse_duplicates(targets: &[NamedTarget]) -> Result<(), Operation
     Ok(())
 }
 
-/// Checks every target of a fleet, then records one operation per target
-/// under one fleet key; returns the first one's (the fleet is shown and
-/// controlled through any of its operations).
+/// How many targets of a fleet are checked at once at enqueue.
+const CHECKED_AT_ONCE: usize = 16;
+
+/// A target checked for a fleet: its checked spec (rows counted), and its
+/// table's columns, to compare.
+struct CheckedTarget {
+    checked: CheckedSpec,
+    dialect: &'static str,
+    columns: Vec<ColumnDefinition>,
+}
+
+/// Checks every target of a fleet, [`CHECKED_AT_ONCE`] at a time, then
+/// records one operation per target in one bulk insert under one fleet key;
+/// returns the first one's (the fleet is shown and controlled through any
+/// of its operations).
 pub(super) async fn enqueue_fleet(
     store: &Store,
     registry: &Registry,
@@ -154,53 +171,34 @@ pub(super) async fn enqueue_fleet(
             "at least one target must be worked on at once, not {cap}"
         )));
     }
-    let mut checked: Vec<(Store, CheckedSpec, &NamedTarget)> = Vec::new();
-    let mut first_table: Option<(&NamedTarget, &'static str, Vec<ColumnDefinition>)> = None;
-    for target in &options.targets {
-        let about =
-            |e: OperationError| OperationError::Arguments(format!("target `{}`: {e}", target.name));
-        let apart = on_target(store, &target.url, &ConnectOptions::default()).await?;
-        let spec = checked_spec(
-            &apart,
-            registry,
-            kind,
-            arguments,
-            options,
-            &mut Checked::default(),
-        )
-        .await
-        .map_err(about)?;
-        let table = sluice_target::Ident::parse(&spec.spec.table)
-            .map_err(|e| about(OperationError::Arguments(e.to_string())))?;
-        let columns = apart
-            .target()
-            .column_definitions(&table)
-            .await
-            .map_err(|e| about(e.into()))?;
-        let dialect = apart.target().dialect().name();
-        match &first_table {
-            None => first_table = Some((target, dialect, columns)),
-            Some((first, first_dialect, first_columns)) => {
-                if let Some(difference) =
-                    table_difference(first_columns, &columns, *first_dialect == dialect)
-                {
-                    return Err(OperationError::Arguments(format!(
-                        "target `{}`: its table `{}` differs from target `{}`'s: {difference}",
-                        target.name, spec.spec.table, first.name
-                    )));
-                }
+    let checked = check_all(store, registry, kind, arguments, options).await?;
+    if let Some((first, rest)) = checked.split_first() {
+        for (other, target) in rest.iter().zip(&options.targets[1..]) {
+            let same_kind = first.dialect == other.dialect;
+            if let Some(difference) = table_difference(&first.columns, &other.columns, same_kind) {
+                return Err(OperationError::Arguments(format!(
+                    "target `{}`: its table `{}` differs from target `{}`'s: {difference}",
+                    target.name, other.checked.spec.table, options.targets[0].name
+                )));
             }
         }
-        checked.push((apart, spec, target));
     }
     let fleet = fleet_key();
-    let mut first: Option<Enqueued> = None;
-    for (apart, mut spec, target) in checked {
-        spec.spec.target_name = Some(target.name.clone());
-        spec.spec.fleet = Some(fleet.clone());
-        spec.spec.fleet_cap = options.max_targets_at_once;
-        let enqueued = record(&apart, spec, options, window, options.max_rate_per_target).await?;
-        first.get_or_insert(enqueued);
+    // The fleet's trace starts here; every run of every target joins it.
+    let trace = traceparent(&Span::current());
+    let mut specs = Vec::with_capacity(checked.len());
+    for (target, named) in checked.iter().zip(&options.targets) {
+        let mut spec = target.checked.spec.clone();
+        spec.target_name = Some(named.name.clone());
+        spec.fleet = Some(fleet.clone());
+        spec.fleet_cap = options.max_targets_at_once;
+        spec.trace_context = trace.clone();
+        spec.validate()?;
+        specs.push(spec);
+    }
+    let enqueued = store.enqueue_many(&specs).await?;
+    for one in &enqueued {
+        settle(store, *one, options, window, options.max_rate_per_target).await?;
     }
     // One bucket for the whole fleet, shared by its operations.
     if let Some(rate) = options.max_rate {
@@ -208,7 +206,88 @@ pub(super) async fn enqueue_fleet(
             .set_rate_limit(&sluice_store::fleet_target(&fleet), rate)
             .await?;
     }
-    first.ok_or_else(|| OperationError::Arguments("a fleet needs a target".into()))
+    let first = enqueued
+        .first()
+        .copied()
+        .ok_or_else(|| OperationError::Arguments("a fleet needs a target".into()))?;
+    Span::current().record("sluice.operation.id", first.id);
+    Ok(first)
+}
+
+/// Checks each of `options.targets` as its own enqueue would, at most
+/// [`CHECKED_AT_ONCE`] at a time; the checked targets in the targets'
+/// order, or the refusal of the first one (in that order) refused.
+async fn check_all(
+    store: &Store,
+    registry: &Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+    options: &EnqueueOptions,
+) -> Result<Vec<CheckedTarget>, OperationError> {
+    let permits = Arc::new(Semaphore::new(CHECKED_AT_ONCE));
+    let mut checks = JoinSet::new();
+    for (index, target) in options.targets.iter().enumerate() {
+        let (store, registry, kind) = (store.clone(), registry.clone(), kind.to_owned());
+        let (arguments, options, target) = (arguments.clone(), options.clone(), target.clone());
+        let permits = Arc::clone(&permits);
+        checks.spawn(
+            async move {
+                let _permit = permits.acquire_owned().await;
+                let checked = check_one(&store, &registry, &kind, &arguments, &options, &target)
+                    .await
+                    .map_err(|e| {
+                        OperationError::Arguments(format!("target `{}`: {e}", target.name))
+                    });
+                (index, checked)
+            }
+            .in_current_span(),
+        );
+    }
+    let mut results: Vec<Option<Result<CheckedTarget, OperationError>>> =
+        (0..options.targets.len()).map(|_| None).collect();
+    while let Some(joined) = checks.join_next().await {
+        let (index, checked) =
+            joined.map_err(|e| OperationError::Failed(format!("checking a target: {e}")))?;
+        results[index] = Some(checked);
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(OperationError::Failed("a target went unchecked".into()))))
+        .collect()
+}
+
+/// One target checked: opened, the kind's checks run on it, its rows in
+/// scope counted and its table's columns read, then its connections
+/// closed (a fleet of a thousand targets must not hold a thousand pools).
+async fn check_one(
+    store: &Store,
+    registry: &Registry,
+    kind: &str,
+    arguments: &serde_json::Value,
+    options: &EnqueueOptions,
+    target: &NamedTarget,
+) -> Result<CheckedTarget, OperationError> {
+    let apart = on_target(store, &target.url, &ConnectOptions::default()).await?;
+    let mut checked = checked_spec(
+        &apart,
+        registry,
+        kind,
+        arguments,
+        options,
+        &mut Checked::default(),
+    )
+    .await?;
+    checked.spec.estimated_rows = count_rows(&apart, &checked.scope).await?.rows;
+    let table = sluice_target::Ident::parse(&checked.spec.table)
+        .map_err(|e| OperationError::Arguments(e.to_string()))?;
+    let columns = apart.target().column_definitions(&table).await?;
+    let dialect = apart.target().dialect().name();
+    apart.target().close().await;
+    Ok(CheckedTarget {
+        checked,
+        dialect,
+        columns,
+    })
 }
 
 /// How `columns` differ from `first`'s, if they do: a column missing or
