@@ -39,8 +39,9 @@ pub struct RunArgs {
     /// A replica whose lag throttles and stops the work (repeatable).
     #[arg(long = "replica", value_name = "URL", help_heading = "Health")]
     replicas: Vec<String>,
-    /// A targets file (a name and a URL a line), whose URLs' passwords this
-    /// worker connects to those targets with.
+    /// A targets file (a name, a URL and any replica=URL a line), whose
+    /// URLs' passwords this worker connects to those targets with, and whose
+    /// replicas' lag it watches.
     #[arg(long, value_name = "FILE", help_heading = "Work")]
     targets: Option<std::path::PathBuf>,
     /// Run without this built-in health indicator (repeatable).
@@ -99,6 +100,9 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     if let Some(path) = &args.targets {
         for target in crate::enqueue::read_targets_file(path)? {
             builder = builder.target_url(&target.url);
+            for replica in &target.replicas {
+                builder = builder.target_replica(&target.url, replica);
+            }
         }
     }
     builder = builder.replica_lag(sluice_runtime::health::Thresholds {

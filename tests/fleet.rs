@@ -592,6 +592,102 @@ async fn a_target_s_own_health_stops_its_operation_alone() {
     free.cleanup().await;
 }
 
+/// A target's replica named in the worker's targets file (`replica=URL`):
+/// its replay paused, the lag stops that target's operation, measured by a
+/// heartbeat written on the target; replay resumed, it finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_s_replica_lag_stops_its_operation() {
+    let Some(target) = TestDb::postgres().await else {
+        return;
+    };
+    let Some(replica) = target.replica_url().await else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&target, 20_000).await;
+    target.replica_caught_up(Duration::from_secs(600)).await;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        format!("lagging {} replica={replica}\n", target.url),
+    )
+    .unwrap();
+    let path = file.path().to_str().unwrap();
+    let enqueued = json(&sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--where",
+            "grp = 1",
+            "--targets",
+            path,
+            "--sub-batch-size",
+            "50",
+            "--pause",
+            "5ms",
+            "--json",
+        ],
+    ));
+    let id = enqueued["id"].as_i64().unwrap();
+    let _worker = spawn_worker(
+        &coordinator,
+        &[
+            "--node",
+            "w",
+            "--targets",
+            path,
+            "--replica-lag-throttle",
+            "1s",
+            "--replica-lag-stop",
+            "2s",
+        ],
+    );
+    until_items_changed(&target, 500).await;
+    let beat = "SELECT (SELECT 1 UNION ALL SELECT 2 FROM sluice_heartbeat WHERE beat_ms = 0)";
+    until("a heartbeat of the target on its replica", || {
+        target.on_replica(&replica, beat)
+    })
+    .await;
+    let server = target.replica_server();
+    assert!(
+        target
+            .on_replica(&server, "SELECT pg_wal_replay_pause()")
+            .await
+    );
+    until(
+        "the target's operation stopped for its replica's lag",
+        || async {
+            let record = coordinator.store.operation(id).await.unwrap();
+            record.state.health == sluice_store::Health::Stopped
+                && record
+                    .state
+                    .health_reason
+                    .is_some_and(|r| r.contains("lag of replica"))
+        },
+    )
+    .await;
+    assert!(
+        target
+            .on_replica(&server, "SELECT pg_wal_replay_resume()")
+            .await
+    );
+    until(
+        "the operation finishes once the replica catches up",
+        || async {
+            coordinator.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+        },
+    )
+    .await;
+    assert_group_one_changed_once(&target).await;
+    coordinator.cleanup().await;
+    target.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_target_is_refused_without_its_password() {
     let coordinator = TestDb::sqlite().await;

@@ -41,9 +41,9 @@ pub struct RuntimeBuilder {
     /// Connection settings for a runtime built from a URL (its pool size and
     /// sub-batch sessions are the runtime's own).
     connect: ConnectOptions,
-    /// URLs of targets apart from the store, with their passwords
-    /// ([`RuntimeBuilder::target_url`]).
-    target_urls: Vec<String>,
+    /// URLs of targets apart from the store, with their passwords and
+    /// replicas ([`RuntimeBuilder::target_url`]).
+    target_urls: Vec<crate::targets::GivenTarget>,
 }
 
 enum Source {
@@ -63,7 +63,31 @@ impl RuntimeBuilder {
     /// is this URL's connects with it, instead of the password this
     /// process's environment gives. Never stored or shown.
     pub fn target_url(mut self, url: &str) -> Self {
-        self.target_urls.push(url.to_owned());
+        self.target_urls.push(crate::targets::GivenTarget {
+            url: url.to_owned(),
+            replicas: Vec::new(),
+        });
+        self
+    }
+
+    /// A replica of a target apart from the store (the target given by its
+    /// URL, with or without its password): its lag is watched on this node
+    /// as the store's replicas' are ([`RuntimeBuilder::replica`], with
+    /// [`RuntimeBuilder::replica_lag`]'s thresholds), stopping the
+    /// operations on that target alone.
+    pub fn target_replica(mut self, target: &str, replica: &str) -> Self {
+        let shown = sluice_target::url_without_password(target);
+        match self
+            .target_urls
+            .iter_mut()
+            .find(|given| sluice_target::url_without_password(&given.url) == shown)
+        {
+            Some(given) => given.replicas.push(replica.to_owned()),
+            None => self.target_urls.push(crate::targets::GivenTarget {
+                url: target.to_owned(),
+                replicas: vec![replica.to_owned()],
+            }),
+        }
         self
     }
 
@@ -222,6 +246,7 @@ impl RuntimeBuilder {
                 without: self.without.clone(),
                 interval: self.config.health_interval,
                 clear_after: self.config.health_clear_after,
+                replica_lag: self.replica_lag,
             },
         );
         let context = RuntimeContext {

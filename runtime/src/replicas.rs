@@ -115,7 +115,7 @@ impl ReplicaLag {
                     reason: e.to_string(),
                 },
             };
-            let dialect = store.backend().dialect();
+            let dialect = store.target().dialect();
             if !dialect.has_replicas() {
                 return Err(ReplicaError::NoReplicasOnSqlite);
             }
@@ -126,6 +126,7 @@ impl ReplicaLag {
                 });
             }
             let pool = store
+                .target()
                 .backend()
                 .open_like(url, REPLICA_TIMEOUT)
                 .await

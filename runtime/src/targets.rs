@@ -28,9 +28,18 @@ use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs, HealthSnaps
 pub(crate) struct TargetDirectory {
     opened: Arc<Mutex<HashMap<String, TargetHandle>>>,
     options: ConnectOptions,
-    /// Given URLs, passwords included, by their URL without one.
-    given: Arc<HashMap<String, String>>,
+    /// Given URLs, passwords included, and replicas, by the URL without a
+    /// password.
+    given: Arc<HashMap<String, GivenTarget>>,
     health: TargetHealth,
+}
+
+/// What a worker was given for a target apart from the store (`run
+/// --targets FILE`): its URL with its password, and its replicas.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GivenTarget {
+    pub(crate) url: String,
+    pub(crate) replicas: Vec<String>,
 }
 
 /// How the targets' monitors run: the runtime's settings.
@@ -44,6 +53,8 @@ pub(crate) struct TargetHealth {
     pub(crate) interval: Duration,
     /// Polls a better signal must be seen in a row before it holds.
     pub(crate) clear_after: u32,
+    /// The replica lag a target's replicas are held to.
+    pub(crate) replica_lag: crate::health::Thresholds,
 }
 
 /// One target as this node opened it: the store's handle on it, and its
@@ -59,10 +70,14 @@ impl TargetDirectory {
     /// A directory opening targets with `options` (the runtime's pool
     /// size and sub-batch timeout), the URLs it was `given`, and its
     /// monitors run as `health` says.
-    pub(crate) fn new(options: ConnectOptions, given: Vec<String>, health: TargetHealth) -> Self {
+    pub(crate) fn new(
+        options: ConnectOptions,
+        given: Vec<GivenTarget>,
+        health: TargetHealth,
+    ) -> Self {
         let given = given
             .into_iter()
-            .map(|url| (sluice_target::url_without_password(&url), url))
+            .map(|target| (sluice_target::url_without_password(&target.url), target))
             .collect();
         TargetDirectory {
             opened: Arc::default(),
@@ -84,14 +99,14 @@ impl TargetDirectory {
         let mut opened = self.opened.lock().await;
         if let Some(handle) = opened.get_mut(url) {
             if handle.monitor.get_status() != ActorStatus::Running {
-                handle.monitor = self.start_monitor(&handle.store, &handle.port).await?;
+                handle.monitor = self.start_monitor(url, &handle.store, &handle.port).await?;
             }
             return Ok(handle.clone());
         }
-        let with_password = self.given.get(url).map_or(url, String::as_str);
+        let with_password = self.given.get(url).map_or(url, |given| given.url.as_str());
         let apart = sluice_operations::on_target(store, with_password, &self.options).await?;
         let port = Arc::new(OutputPort::default());
-        let monitor = self.start_monitor(&apart, &port).await?;
+        let monitor = self.start_monitor(url, &apart, &port).await?;
         let handle = TargetHandle {
             store: apart,
             port,
@@ -108,21 +123,39 @@ impl TargetDirectory {
         }
     }
 
-    /// A monitor of `apart`'s target publishing on `port`: the target's
-    /// built-in indicators as the runtime runs its own (the latency canary
-    /// aside, whose write is to the store's table), none when they are off.
+    /// A monitor of `apart`'s target (stored as `url`) publishing on
+    /// `port`: the target's built-in indicators as the runtime runs its own
+    /// (the latency canary aside, whose write is to the store's table),
+    /// none when they are off; and the lag of the replicas this node was
+    /// given for it, measured by a heartbeat written on the target. A
+    /// replica that cannot be reached is the target's error.
     async fn start_monitor(
         &self,
+        url: &str,
         apart: &Store,
         port: &Arc<OutputPort<HealthSnapshot>>,
     ) -> Result<ActorRef<HealthMessage>, OperationError> {
-        let indicators = match self.health.builtin {
+        let mut indicators: Vec<Arc<dyn crate::health::HealthIndicator>> = match self.health.builtin
+        {
             true => crate::indicators::target_indicators(apart)
                 .into_iter()
                 .filter(|i| !self.health.without.iter().any(|id| id == i.id()))
                 .collect(),
             false => Vec::new(),
         };
+        if let Some(given) = self.given.get(url).filter(|g| !g.replicas.is_empty()) {
+            let lag = crate::replicas::ReplicaLag::connect(
+                apart,
+                &given.replicas,
+                self.health.replica_lag,
+            )
+            .await
+            .map_err(|e| OperationError::OnTarget {
+                target: url.to_owned(),
+                source: sluice_store::StoreError::bad_setting(e.to_string()),
+            })?;
+            indicators.push(Arc::new(lag));
+        }
         let args = HealthMonitorArgs {
             store: apart.clone(),
             indicators,

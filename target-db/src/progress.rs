@@ -31,6 +31,20 @@ pub(crate) const CREATE_PROGRESS_TABLE_INNODB: &str = "CREATE TABLE IF NOT EXIST
      status VARCHAR(16) NOT NULL, start_cursor TEXT, progress_cursor TEXT, \
      rows_affected BIGINT NOT NULL, PRIMARY KEY (coordinator, id)) ENGINE = InnoDB";
 
+/// The one-row heartbeat a worker watching a target's replicas writes on
+/// the target and reads back on each replica, as the store's own.
+pub(crate) const CREATE_HEARTBEAT_TABLE: &str = "CREATE TABLE IF NOT EXISTS sluice_heartbeat (\
+     id INTEGER NOT NULL PRIMARY KEY CHECK (id = 1), beat_ms BIGINT NOT NULL)";
+
+/// [`CREATE_HEARTBEAT_TABLE`] in InnoDB (MySQL, MariaDB).
+pub(crate) const CREATE_HEARTBEAT_TABLE_INNODB: &str = "CREATE TABLE IF NOT EXISTS sluice_heartbeat (\
+     id INTEGER NOT NULL PRIMARY KEY CHECK (id = 1), beat_ms BIGINT NOT NULL) ENGINE = InnoDB";
+
+/// Its one row, when it is not there.
+const FIRST_BEAT_ON_CONFLICT: &str =
+    "INSERT INTO sluice_heartbeat (id, beat_ms) VALUES (1, 0) ON CONFLICT (id) DO NOTHING";
+const FIRST_BEAT_IGNORE: &str = "INSERT IGNORE INTO sluice_heartbeat (id, beat_ms) VALUES (1, 0)";
+
 /// A batch's row, written the first time a claim adopts it: from the
 /// coordinator's copy, which is then the truth (no sub-batch can have
 /// committed on the target without this row).
@@ -74,21 +88,35 @@ pub struct Adopted {
 }
 
 impl Target {
-    /// Creates the progress table if it is not there. A role that may not
-    /// create it is refused with the grant it needs
-    /// ([`DatabaseError::BadSetting`]), nothing changed.
+    /// Creates the progress table and the heartbeat table (with its row)
+    /// if they are not there. A role that may not create them is refused
+    /// with the grant it needs ([`DatabaseError::BadSetting`]), nothing
+    /// changed.
     pub async fn prepare_progress_table(&self) -> Result<(), DatabaseError> {
-        let create =
-            Statement::with_text(SqlText::new(self.dialect().create_progress_table()), vec![]);
-        match self.execute(&create).await {
+        let dialect = self.dialect();
+        let statement = |text: &'static str| Statement::with_text(SqlText::new(text), vec![]);
+        let prepared = async {
+            self.execute(&statement(dialect.create_progress_table()))
+                .await?;
+            self.execute(&statement(dialect.create_table_suffixed(
+                CREATE_HEARTBEAT_TABLE,
+                CREATE_HEARTBEAT_TABLE_INNODB,
+            )))
+            .await?;
+            self.execute(&statement(
+                dialect.upsert(FIRST_BEAT_ON_CONFLICT, FIRST_BEAT_IGNORE),
+            ))
+            .await
+        };
+        match prepared.await {
             Ok(_) => Ok(()),
             Err(DatabaseError::Database(error)) if is_permission_denied(&error) => {
                 Err(DatabaseError::BadSetting(format!(
-                    "the target's role may not create Sluice's progress table \
-                     `sluice_target_progress` ({error}): grant it CREATE on the target's \
+                    "the target's role may not create Sluice's tables \
+                     `sluice_target_progress` and `sluice_heartbeat` ({error}): grant it CREATE on the target's \
                      schema or database (PostgreSQL: `GRANT CREATE ON SCHEMA <schema> TO <role>`; \
                      MySQL: `GRANT CREATE, INSERT, UPDATE, SELECT ON <database>.* TO <user>`), \
-                     or create the table as its owner"
+                     or create the tables as its owner"
                 )))
             }
             Err(error) => Err(error),

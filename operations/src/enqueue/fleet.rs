@@ -26,6 +26,10 @@ pub struct NamedTarget {
     pub name: String,
     /// Its URL; a password in it is used to connect and never stored.
     pub url: String,
+    /// Its replicas' URLs (`replica=URL` in a targets file), whose lag a
+    /// worker given the file watches ([`crate::Operation`]s on the target
+    /// stop past the worker's lag thresholds). Not stored.
+    pub replicas: Vec<String>,
 }
 
 impl NamedTarget {
@@ -78,12 +82,14 @@ impl NamedTarget {
         Ok(NamedTarget {
             name: name.to_owned(),
             url: url.to_owned(),
+            replicas: Vec::new(),
         })
     }
 
     /// The targets a targets file lists: one a line, its name then its URL,
-    /// separated by spaces; blank lines and lines starting with `#` are
-    /// skipped. A line that does not parse is refused by its number.
+    /// then any number of `replica=URL`, separated by spaces; blank lines
+    /// and lines starting with `#` are skipped. A line that does not parse
+    /// is refused by its number.
     pub fn parse_file(text: &str) -> Result<Vec<Self>, OperationError> {
         let mut targets = Vec::new();
         for (number, line) in text.lines().enumerate() {
@@ -92,16 +98,26 @@ impl NamedTarget {
                 continue;
             }
             let words: Vec<&str> = line.split_whitespace().collect();
-            let [name, url] = words[..] else {
-                return Err(OperationError::Arguments(format!(
-                    "targets file, line {}: expected a name and a URL, found {} word(s)",
-                    number + 1,
+            let at_line = |e: String| {
+                OperationError::Arguments(format!("targets file, line {}: {e}", number + 1))
+            };
+            let [name, url, more @ ..] = &words[..] else {
+                return Err(at_line(format!(
+                    "expected a name and a URL, found {} word(s)",
                     words.len()
                 )));
             };
-            let target = NamedTarget::named(name, url).map_err(|e| {
-                OperationError::Arguments(format!("targets file, line {}: {e}", number + 1))
-            })?;
+            let mut target = NamedTarget::named(name, url).map_err(|e| at_line(e.to_string()))?;
+            for word in more {
+                match word.strip_prefix("replica=").filter(|url| !url.is_empty()) {
+                    Some(replica) => target.replicas.push(replica.to_owned()),
+                    None => {
+                        return Err(at_line(format!(
+                            "`{word}` after the URL is not `replica=URL`"
+                        )));
+                    }
+                }
+            }
             targets.push(target);
         }
         if targets.is_empty() {
@@ -338,7 +354,14 @@ mod tests {
     fn a_targets_file_names_its_bad_line() {
         let text = "# shards\nshard-01 postgres://app@db-1/app\n\nshard-02 postgres://app@db-2/app extra\n";
         let error = NamedTarget::parse_file(text).unwrap_err().to_string();
-        assert!(error.contains("line 4"), "{error}");
+        assert!(
+            error.contains("line 4") && error.contains("`extra`"),
+            "{error}"
+        );
+        let text =
+            "a postgres://app@db-1/app replica=postgres://app@db-1r/app replica=postgres://x@y/z\n";
+        let parsed = NamedTarget::parse_file(text).unwrap();
+        assert_eq!(parsed[0].replicas.len(), 2);
         let text = "shard-01 postgres://app@db-1/app\nshard 02 x\n";
         assert!(NamedTarget::parse_file(text).is_err());
         let text = "shard-01 postgres://app@db-1/app\nbad/name mysql://root@db/x\n";

@@ -170,7 +170,18 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// batches run on it ([`crate::progress`]), transactional as the
     /// sub-batches that write it.
     fn create_progress_table(&self) -> &'static str {
-        crate::progress::CREATE_PROGRESS_TABLE
+        self.create_table_suffixed(
+            crate::progress::CREATE_PROGRESS_TABLE,
+            crate::progress::CREATE_PROGRESS_TABLE_INNODB,
+        )
+    }
+
+    /// `plain` (a `CREATE TABLE`), or where a table must name its engine
+    /// to be transactional (MySQL, MariaDB), `in_innodb`: the two forms of
+    /// one statement.
+    fn create_table_suffixed(&self, plain: &'static str, in_innodb: &'static str) -> &'static str {
+        let _ = in_innodb;
+        plain
     }
 
     /// True when one statement can delete rows and insert exactly the

@@ -74,10 +74,10 @@ impl Dialect for MySql {
         Some((" REGEXP ", " NOT REGEXP "))
     }
 
-    /// In InnoDB whatever the server's default engine: the record must
-    /// roll back with its sub-batch.
-    fn create_progress_table(&self) -> &'static str {
-        crate::progress::CREATE_PROGRESS_TABLE_INNODB
+    /// In InnoDB whatever the server's default engine: a record must roll
+    /// back with its sub-batch.
+    fn create_table_suffixed(&self, _plain: &'static str, in_innodb: &'static str) -> &'static str {
+        in_innodb
     }
 
     fn upsert<'s>(&self, _on_conflict: &'s str, on_duplicate_key: &'s str) -> &'s str {
