@@ -173,6 +173,73 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
     }
 }
 
+/// A fleet over both PostgreSQL clusters and MariaDB, coordinated in turn
+/// from SQLite, PostgreSQL and MariaDB, a worker SIGKILLed midway each
+/// time: every row of every target changed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
+    for coordinator in ["sqlite", "postgres", "mysql"] {
+        let (Some(first), Some(second), Some(third)) = (
+            TestDb::postgres().await,
+            TestDb::postgres_second().await,
+            TestDb::mysql().await,
+        ) else {
+            return;
+        };
+        let coordinator = match coordinator {
+            "sqlite" => TestDb::sqlite().await,
+            "postgres" => TestDb::postgres().await.unwrap(),
+            _ => TestDb::mysql().await.unwrap(),
+        };
+        let targets = [("pg-1", &first), ("pg-2", &second), ("maria", &third)];
+        for (_, target) in &targets {
+            create_counted_items(target, 2_000).await;
+        }
+        let file = targets_file(&targets);
+        let enqueued = json(&sluice(
+            &coordinator,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = counter + 1",
+                "--where",
+                "grp = 1",
+                "--targets",
+                file.path().to_str().unwrap(),
+                "--sub-batch-size",
+                "25",
+                "--json",
+            ],
+        ));
+        let id = enqueued["id"].as_i64().unwrap();
+        let mut killed = spawn_worker(&coordinator, &["--node", "a", "--lease-ttl", "1s"]);
+        until_items_changed(&second, 150).await;
+        killed.kill().expect("SIGKILL");
+        killed.wait().expect("reaped");
+        let _worker = spawn_worker(&coordinator, &["--node", "b", "--lease-ttl", "1s"]);
+        until("the fleet finishes", || async {
+            fleet_of(&coordinator, id)
+                .await
+                .iter()
+                .all(|m| m.state.status == OperationStatus::Finished)
+        })
+        .await;
+        for (_, target) in &targets {
+            assert_group_one_changed_once(target).await;
+        }
+        for member in fleet_of(&coordinator, id).await {
+            assert_eq!(member.state.rows_done, 1_000, "{}", coordinator.backend);
+        }
+        coordinator.cleanup().await;
+        for (_, target) in targets {
+            target.release().await;
+        }
+    }
+}
+
 /// Enqueueing a fleet is whole or nothing: a target whose table differs,
 /// a duplicate, a targets file line that does not parse are refused, named,
 /// and nothing is recorded.

@@ -48,6 +48,8 @@ pub struct TestDb {
     pub schema: Option<String>,
     /// The MySQL database the test made, dropped by [`TestDb::cleanup`].
     database: Option<String>,
+    /// The PostgreSQL server the schema is on.
+    server: Option<String>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -63,6 +65,7 @@ impl TestDb {
             backend: "sqlite",
             schema: None,
             database: None,
+            server: None,
             _dir: Some(dir),
         }
     }
@@ -70,7 +73,20 @@ impl TestDb {
     /// A fresh schema in the test PostgreSQL, or `None` (after saying so) when
     /// the server is unreachable and servers are not required.
     pub async fn postgres() -> Option<TestDb> {
-        let base = postgres_url();
+        TestDb::postgres_on(postgres_url()).await
+    }
+
+    /// A fresh schema in the second PostgreSQL cluster
+    /// (`SLUICE_TEST_POSTGRES_SECOND_URL`, port 5434), as
+    /// [`TestDb::postgres`]: a database of a server apart from the first.
+    pub async fn postgres_second() -> Option<TestDb> {
+        let base = std::env::var("SLUICE_TEST_POSTGRES_SECOND_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5434/test".into());
+        TestDb::postgres_on(base).await
+    }
+
+    /// A fresh schema in the PostgreSQL server at `base`.
+    async fn postgres_on(base: String) -> Option<TestDb> {
         let admin = reachable(
             &base,
             PgPoolOptions::new()
@@ -105,6 +121,7 @@ impl TestDb {
             backend: "postgres",
             schema: Some(schema),
             database: None,
+            server: Some(base),
             _dir: None,
         })
     }
@@ -140,6 +157,7 @@ impl TestDb {
             backend: "mysql",
             schema: None,
             database: Some(database),
+            server: None,
             _dir: None,
         })
     }
@@ -492,7 +510,7 @@ impl TestDb {
         if let Some(schema) = &self.schema
             && let Ok(admin) = PgPoolOptions::new()
                 .max_connections(1)
-                .connect(&postgres_url())
+                .connect(self.server.as_deref().unwrap_or(&postgres_url()))
                 .await
         {
             let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
