@@ -96,27 +96,17 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
         create_counted_items(target, 2_000).await;
     }
     let file = targets_file(&targets);
-    let enqueued = json(&sluice(
+    let id = increment_group_one(
         &coordinator,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
             "--targets",
             file.path().to_str().unwrap(),
             "--batch-size",
             "200",
             "--sub-batch-size",
             "20",
-            "--json",
         ],
-    ));
-    let id = enqueued["id"].as_i64().unwrap();
+    );
     let members = fleet_of(&coordinator, id).await;
     assert_eq!(members.len(), 3, "one operation per target");
     // One target paused alone: the others run, it does not.
@@ -196,25 +186,15 @@ async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
             create_counted_items(target, 2_000).await;
         }
         let file = targets_file(&targets);
-        let enqueued = json(&sluice(
+        let id = increment_group_one(
             &coordinator,
             &[
-                "enqueue",
-                "update-in-batches",
-                "--table",
-                "items",
-                "--set",
-                "counter = counter + 1",
-                "--where",
-                "grp = 1",
                 "--targets",
                 file.path().to_str().unwrap(),
                 "--sub-batch-size",
                 "25",
-                "--json",
             ],
-        ));
-        let id = enqueued["id"].as_i64().unwrap();
+        );
         let mut killed = spawn_worker(&coordinator, &["--node", "a", "--lease-ttl", "1s"]);
         until_items_changed(&second, 150).await;
         killed.kill().expect("SIGKILL");
@@ -322,17 +302,9 @@ async fn a_target_cut_off_waits_and_resumes_by_itself() {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     let text = format!("cut {proxied}\ndirect {}\n", direct.url);
     std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
-    let enqueued = json(&sluice(
+    let id = increment_group_one(
         &coordinator,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
             "--targets",
             file.path().to_str().unwrap(),
             "--batch-size",
@@ -341,10 +313,8 @@ async fn a_target_cut_off_waits_and_resumes_by_itself() {
             "10",
             "--pause",
             "5ms",
-            "--json",
         ],
-    ));
-    let id = enqueued["id"].as_i64().unwrap();
+    );
     let _worker = spawn_worker(&coordinator, &["--node", "w", "--lease-ttl", "1s"]);
     until_items_changed(&cut, 100).await;
     proxy.cut();
@@ -419,17 +389,9 @@ async fn a_fleet_capped_at_one_target_works_on_one_at_a_time() {
         create_counted_items(target, 1_000).await;
     }
     let file = targets_file(&targets);
-    let enqueued = json(&sluice(
+    let id = increment_group_one(
         &coordinator,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
             "--targets",
             file.path().to_str().unwrap(),
             "--max-targets-at-once",
@@ -438,10 +400,8 @@ async fn a_fleet_capped_at_one_target_works_on_one_at_a_time() {
             "25",
             "--pause",
             "2ms",
-            "--json",
         ],
-    ));
-    let id = enqueued["id"].as_i64().unwrap();
+    );
     let _one = spawn_worker(&coordinator, &["--node", "one", "--concurrency", "3"]);
     let _two = spawn_worker(&coordinator, &["--node", "two", "--concurrency", "3"]);
     let mut most = 0;
@@ -511,23 +471,7 @@ async fn a_worker_takes_a_target_s_password_from_the_targets_file() {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), format!("secured {url}\n")).unwrap();
     let path = file.path().to_str().unwrap();
-    let enqueued = json(&sluice(
-        &coordinator,
-        &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
-            "--target",
-            &url,
-            "--json",
-        ],
-    ));
-    let id = enqueued["id"].as_i64().unwrap();
+    let id = increment_group_one(&coordinator, &["--target", &url]);
     {
         let _without = spawn_worker(&coordinator, &["--node", "without", "--lease-ttl", "1s"]);
         until(
@@ -581,17 +525,9 @@ async fn a_target_s_own_health_stops_its_operation_alone() {
     create_counted_items(&locked, 4_000).await;
     create_counted_items(&free, 4_000).await;
     let file = targets_file(&[("locked", &locked), ("free", &free)]);
-    let enqueued = json(&sluice(
+    let id = increment_group_one(
         &coordinator,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
             "--targets",
             file.path().to_str().unwrap(),
             "--batch-size",
@@ -600,10 +536,8 @@ async fn a_target_s_own_health_stops_its_operation_alone() {
             "10",
             "--pause",
             "5ms",
-            "--json",
         ],
-    ));
-    let id = enqueued["id"].as_i64().unwrap();
+    );
     let member = |name: &'static str| {
         let coordinator = &coordinator;
         async move {
@@ -680,27 +614,17 @@ async fn a_target_s_replica_lag_stops_its_operation() {
     )
     .unwrap();
     let path = file.path().to_str().unwrap();
-    let enqueued = json(&sluice(
+    let id = increment_group_one(
         &coordinator,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
             "--targets",
             path,
             "--sub-batch-size",
             "50",
             "--pause",
             "5ms",
-            "--json",
         ],
-    ));
-    let id = enqueued["id"].as_i64().unwrap();
+    );
     let _worker = spawn_worker(
         &coordinator,
         &[
@@ -885,31 +809,41 @@ fn with_password(url: &str) -> String {
     }
 }
 
+/// Enqueues through `coordinator` an increment of `items`' group 1 with
+/// `options` (the targets among them); returns the first operation's id.
+fn increment_group_one(coordinator: &TestDb, options: &[&str]) -> i64 {
+    let mut args = vec![
+        "enqueue",
+        "update-in-batches",
+        "--table",
+        "items",
+        "--set",
+        "counter = counter + 1",
+        "--where",
+        "grp = 1",
+    ];
+    args.extend_from_slice(options);
+    args.push("--json");
+    json(&sluice(coordinator, &args))["id"]
+        .as_i64()
+        .expect("an id")
+}
+
 /// Enqueues an increment of `items`' group 1 on `target` through
 /// `coordinator`; returns its id.
 fn enqueue_on(coordinator: &TestDb, target: &TestDb) -> i64 {
     let url = with_password(&target.url);
-    let enqueued = json(&sluice(
+    increment_group_one(
         coordinator,
         &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = counter + 1",
-            "--where",
-            "grp = 1",
             "--target",
             &url,
             "--batch-size",
             "400",
             "--sub-batch-size",
             "40",
-            "--json",
         ],
-    ));
-    enqueued["id"].as_i64().expect("an id")
+    )
 }
 
 async fn killed_workers_change_every_row_of_the_target_once(coordinator: TestDb, target: TestDb) {
