@@ -220,6 +220,74 @@ async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
     }
 }
 
+/// A worker stalled (SIGSTOP) past its lease on a MariaDB target while
+/// another takes its batches over, then woken (SIGCONT): whatever it had
+/// under way is refused by the target's records, it lets go, and every
+/// row is changed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_worker_woken_after_a_takeover_commits_nothing_twice() {
+    let Some(target) = TestDb::mysql().await else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&target, 6_000).await;
+    let id = increment_group_one(
+        &coordinator,
+        &[
+            "--target",
+            &target.url,
+            "--sub-batch-size",
+            "20",
+            "--pause",
+            "5ms",
+        ],
+    );
+    let mut stalled = spawn_worker(
+        &coordinator,
+        &["--node", "stalled", "--lease-ttl", "1s", "--until-idle"],
+    );
+    until_items_changed(&target, 300).await;
+    let pid = stalled.id().to_string();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill {name}");
+    };
+    signal("-STOP");
+    let epoch_before = coordinator.store.operation(id).await.unwrap().lease_epoch;
+    let _taker = spawn_worker(&coordinator, &["--node", "taker", "--lease-ttl", "1s"]);
+    until("another worker takes the operation over", || async {
+        let record = coordinator.store.operation(id).await.unwrap();
+        record.lease_epoch > epoch_before && record.lease.is_some_and(|lease| lease.node == "taker")
+    })
+    .await;
+    signal("-CONT");
+    until("the operation finishes", || async {
+        coordinator.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    until("the woken worker lets go and exits", || {
+        let exited = stalled.try_wait().expect("its status").is_some();
+        async move { exited }
+    })
+    .await;
+    assert_group_one_changed_once(&target).await;
+    assert_eq!(
+        coordinator
+            .store
+            .operation(id)
+            .await
+            .unwrap()
+            .state
+            .rows_done,
+        3_000
+    );
+    coordinator.cleanup().await;
+    target.cleanup().await;
+}
+
 /// Enqueueing a fleet is whole or nothing: a target whose table differs,
 /// a duplicate, a targets file line that does not parse are refused, named,
 /// and nothing is recorded.
