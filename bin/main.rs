@@ -329,7 +329,17 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                 )
                 .await?,
                 fleet: match &record.state.fleet {
-                    Some(fleet) => store.fleet(fleet).await?,
+                    Some(fleet) => {
+                        let mut members = Vec::new();
+                        for member in store.fleet(fleet).await? {
+                            let pace = match member.state.status.is_active() {
+                                true => Some(recent_pace(store, &member).await?.rows_per_second),
+                                false => None,
+                            };
+                            members.push((member, pace));
+                        }
+                        members
+                    }
                     None => Vec::new(),
                 },
             };

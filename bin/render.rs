@@ -146,18 +146,19 @@ fn target_cell(record: &OperationRecord) -> String {
 }
 
 /// A fleet in `show`: how far it is as a whole (finished when every one
-/// of its operations is; the targets failed named), then a line per target.
-fn fleet_text(key: &str, members: &[OperationRecord]) -> String {
+/// of its operations is; the targets failed named), then a line per target
+/// with its pace and its health.
+fn fleet_text(key: &str, members: &[(OperationRecord, Option<f64>)]) -> String {
     use sluice_store::OperationStatus;
     let finished = members
         .iter()
-        .filter(|m| m.state.status == OperationStatus::Finished)
+        .filter(|(m, _)| m.state.status == OperationStatus::Finished)
         .count();
-    let rows: i64 = members.iter().map(|m| m.state.rows_done).sum();
+    let rows: i64 = members.iter().map(|(m, _)| m.state.rows_done).sum();
     let failed: Vec<String> = members
         .iter()
-        .filter(|m| m.state.status == OperationStatus::Failed)
-        .map(target_cell)
+        .filter(|(m, _)| m.state.status == OperationStatus::Failed)
+        .map(|(m, _)| target_cell(m))
         .collect();
     let mut text = format!(
         "{key}: {finished} of {} targets finished, {rows} rows",
@@ -166,27 +167,32 @@ fn fleet_text(key: &str, members: &[OperationRecord]) -> String {
     if !failed.is_empty() {
         text.push_str(&format!("; failed: {}", failed.join(", ")));
     }
-    for member in members {
+    for (member, pace) in members {
         let s = &member.state;
+        let pace = pace.map_or(String::new(), |p| {
+            format!(", {} rows/s", thousands(p.round() as i64))
+        });
+        let health = match (&s.health, &s.health_reason) {
+            (Health::Normal, _) => String::new(),
+            (other, Some(reason)) => format!(", {}: {reason}", health(*other)),
+            (other, None) => format!(", {}", health(*other)),
+        };
         text.push_str(&format!(
-            "\n    {:<16} #{:<6} {:<9} {:>7} {} rows{}",
+            "\n    {:<16} #{:<6} {:<9} {:>7} {} rows{pace}{health}",
             target_cell(member),
             member.id,
             s.status.as_str(),
             percent(member),
             s.rows_done,
-            match s.health {
-                Health::Normal => String::new(),
-                other => format!(", {}", health(other)),
-            }
         ));
     }
     text
 }
 
-/// One operation of a fleet, as `show` lists it.
-fn fleet_member(record: &OperationRecord) -> serde_json::Value {
+/// One operation of a fleet, as `show` lists it, with its recent rows/s.
+fn fleet_member(record: &OperationRecord, rows_per_second: Option<f64>) -> serde_json::Value {
     json!({
+        "rows_per_second": rows_per_second,
         "id": record.id,
         "target": record.state.target_name,
         "status": record.state.status.as_str(),
@@ -225,8 +231,9 @@ pub struct Held {
     pub canary: Option<CanaryReading>,
     /// What its undo table holds (`--undo`, and a revert's), if it has one.
     pub undo: Option<UndoSummary>,
-    /// The operations of its fleet, itself included (none outside a fleet).
-    pub fleet: Vec<OperationRecord>,
+    /// The operations of its fleet, itself included (none outside a
+    /// fleet), each with its recent rows/s while it has work left.
+    pub fleet: Vec<(OperationRecord, Option<f64>)>,
 }
 
 /// What holds a running operation's pace now: a health stop, the health
@@ -323,7 +330,12 @@ pub fn show(
         value["latency"] =
             json!(running_canary(record, held.canary.as_ref()).map(CanaryReading::to_json));
         value["undo"] = json!(held.undo);
-        value["fleet_operations"] = json!(held.fleet.iter().map(fleet_member).collect::<Vec<_>>());
+        value["fleet_operations"] = json!(
+            held.fleet
+                .iter()
+                .map(|(member, pace)| fleet_member(member, *pace))
+                .collect::<Vec<_>>()
+        );
         return print_json(&value);
     }
     let Held {

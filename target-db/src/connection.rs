@@ -361,30 +361,70 @@ pub fn url_without_password(url: &str) -> String {
 }
 
 /// `url` with the password this process's environment gives for it, when
-/// it names none: MySQL's and MariaDB's `MYSQL_PWD`, as their own client
-/// reads it. (PostgreSQL's `PGPASSWORD` and `.pgpass` are read when the
-/// connection is made.) The result is for connecting only: never shown,
-/// never stored.
+/// it names none: for MySQL and MariaDB, `MYSQL_PWD`, else the `password`
+/// of the `[client]` group of `~/.my.cnf`, as their own client reads them.
+/// (PostgreSQL's `PGPASSWORD` and `.pgpass` are read when the connection
+/// is made.) The result is for connecting only: never shown, never stored.
 pub fn with_password_from_env(url: &str) -> String {
     let mysql = url.starts_with("mysql://") || url.starts_with("mariadb://");
-    let password = std::env::var("MYSQL_PWD").ok().filter(|p| !p.is_empty());
-    match (mysql, password, url.find("://"), url.rfind('@')) {
-        (true, Some(password), Some(scheme_end), Some(at))
-            if at > scheme_end && !url[scheme_end + 3..at].contains(':') =>
-        {
-            let encoded: String = password
-                .bytes()
-                .map(|b| match b {
-                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                        (b as char).to_string()
-                    }
-                    _ => format!("%{b:02X}"),
-                })
-                .collect();
-            format!("{}:{encoded}{}", &url[..at], &url[at..])
-        }
-        _ => url.to_owned(),
+    let Some((scheme_end, at)) = url
+        .find("://")
+        .zip(url.rfind('@'))
+        .filter(|(scheme_end, at)| *at > scheme_end + 3 && mysql)
+    else {
+        return url.to_owned();
+    };
+    if url[scheme_end + 3..at].contains(':') {
+        return url.to_owned();
     }
+    let password = std::env::var("MYSQL_PWD")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .or_else(|| {
+            let home = std::env::var_os("HOME")?;
+            let text = std::fs::read_to_string(std::path::Path::new(&home).join(".my.cnf")).ok()?;
+            client_password(&text)
+        });
+    let Some(password) = password else {
+        return url.to_owned();
+    };
+    let encoded: String = password
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    format!("{}:{encoded}{}", &url[..at], &url[at..])
+}
+
+/// The `password` of an option file's `[client]` group (quotes around it
+/// taken off), as MySQL's client reads `~/.my.cnf`.
+fn client_password(text: &str) -> Option<String> {
+    let mut in_client = false;
+    for line in text.lines().map(str::trim) {
+        if let Some(group) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            in_client = group.trim() == "client";
+            continue;
+        }
+        if !in_client || line.starts_with(['#', ';']) {
+            continue;
+        }
+        if let Some((key, value)) = line.split_once('=')
+            && key.trim() == "password"
+        {
+            let value = value.trim();
+            let unquoted = value
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+                .unwrap_or(value);
+            return Some(unquoted.to_owned());
+        }
+    }
+    None
 }
 
 /// The URL without its password, for messages.

@@ -11,6 +11,17 @@ fn passwords_are_not_repeated_in_messages() {
 }
 
 #[test]
+fn the_client_group_of_an_option_file_gives_the_password() {
+    let text = "[mysqld]\npassword = server\n\n[client]\n# mine\nuser = app\npassword = \"s3 cr#t\"\n[mysql]\npassword = other\n";
+    assert_eq!(client_password(text).as_deref(), Some("s3 cr#t"));
+    assert_eq!(
+        client_password("[client]\npassword='x'\n").as_deref(),
+        Some("x")
+    );
+    assert_eq!(client_password("[mysql]\npassword=x\n"), None);
+}
+
+#[test]
 fn a_stored_target_url_has_no_password() {
     assert_eq!(
         url_without_password("postgres://app:s3cr@t@db-7:5432/app?sslmode=require"),
