@@ -139,7 +139,6 @@ async fn main() {
             commits as f64 / sub_batches.max(1) as f64,
             peak_kib as f64 / 1024.0,
         );
-        let _ = id;
     }
     for name in names.iter().map(String::as_str).chain([COORDINATOR]) {
         drop_database(&admin, name).await;
