@@ -303,21 +303,7 @@ async fn a_fleet_with_a_bad_target_is_refused_whole() {
     second
         .execute("ALTER TABLE items ADD COLUMN grp BIGINT NOT NULL DEFAULT 1")
         .await;
-    let enqueue = |file: &std::path::Path| {
-        sluice(
-            &coordinator,
-            &[
-                "enqueue",
-                "update-in-batches",
-                "--table",
-                "items",
-                "--set",
-                "counter = counter + 1",
-                "--targets",
-                file.to_str().unwrap(),
-            ],
-        )
-    };
+    let enqueue = |file: &std::path::Path| increment_over(&coordinator, file);
     let refused = |output: std::process::Output, wanted: &[&str]| {
         let stderr = String::from_utf8_lossy(&output.stderr).to_string();
         assert_eq!(output.status.code(), Some(2), "{stderr}");
@@ -348,6 +334,56 @@ b
     coordinator.cleanup().await;
     first.cleanup().await;
     second.cleanup().await;
+}
+
+/// A target whose table's definition matches the first target's is
+/// vouched for by its full check, yet counted on its own; one whose key
+/// lost its unique index (the same columns, so the tables do not differ)
+/// is checked in full and refused, named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vouched_target_is_counted_and_a_changed_one_checked_in_full() {
+    let (Some(a), Some(b), Some(c)) = (
+        TestDb::postgres().await,
+        TestDb::postgres().await,
+        TestDb::postgres().await,
+    ) else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&a, 100).await;
+    create_counted_items(&b, 40).await;
+    create_counted_items(&c, 70).await;
+    c.execute("ALTER TABLE items DROP CONSTRAINT items_pkey")
+        .await;
+    let enqueue = |file: &std::path::Path| increment_over(&coordinator, file);
+    let refused = enqueue(targets_file(&[("a", &a), ("b", &b), ("c", &c)]).path());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("target `c`") && stderr.contains("unique index"),
+        "{stderr}"
+    );
+    let enqueued = json(&enqueue(targets_file(&[("a", &a), ("b", &b)]).path()));
+    let id = enqueued["id"].as_i64().expect("an id");
+    let mut counted: Vec<(String, Option<i64>)> = fleet_of(&coordinator, id)
+        .await
+        .into_iter()
+        .map(|r| {
+            (
+                r.state.target_name.unwrap_or_default(),
+                r.state.estimated_rows,
+            )
+        })
+        .collect();
+    counted.sort();
+    assert_eq!(
+        counted,
+        [("a".to_owned(), Some(100)), ("b".to_owned(), Some(40))]
+    );
+    coordinator.cleanup().await;
+    for db in [a, b, c] {
+        db.cleanup().await;
+    }
 }
 
 /// A fleet of two PostgreSQL targets, one reached through a TCP proxy the
@@ -848,6 +884,25 @@ impl Proxy {
         let listener = tokio::net::TcpListener::bind(self.address).await.unwrap();
         self.serve(listener);
     }
+}
+
+/// `sluice enqueue update-in-batches` of `counter = counter + 1` on
+/// `items` over the targets `file` lists, with `--json`.
+fn increment_over(coordinator: &TestDb, file: &std::path::Path) -> std::process::Output {
+    sluice(
+        coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + 1",
+            "--targets",
+            file.to_str().unwrap(),
+            "--json",
+        ],
+    )
 }
 
 /// A targets file naming each of `targets` (their URLs with [`PASSWORD`]).

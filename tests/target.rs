@@ -593,3 +593,78 @@ async fn a_loop_sub_batch_finds_its_rows_by_key_at_any_size(db: &TestDb) {
         "{by_join}"
     );
 }
+
+/// PostgreSQL: a table's definition (what vouches for a fleet's targets)
+/// is the same for the same table in two databases, and changes with
+/// anything an enqueue's checks read: a key's unique index, a column's
+/// type or nullability; a table with a trigger has none (checked in full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_definition_changes_with_what_the_checks_read() {
+    let (Some(one), Some(other)) = (TestDb::postgres().await, TestDb::postgres().await) else {
+        return;
+    };
+    let create = "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, \
+                  note TEXT, made TIMESTAMPTZ NOT NULL DEFAULT now())";
+    one.execute(create).await;
+    other.execute(create).await;
+    other
+        .execute("INSERT INTO items (id, grp) SELECT g, g FROM generate_series(1, 50) g")
+        .await;
+    let first = definition_of(&one, "items")
+        .await
+        .expect("a plain table has one");
+    assert_eq!(
+        definition_of(&other, "items").await.as_deref(),
+        Some(first.as_str())
+    );
+    for (change, undo) in [
+        (
+            "ALTER TABLE items DROP CONSTRAINT items_pkey",
+            "ALTER TABLE items ADD PRIMARY KEY (id)",
+        ),
+        (
+            "ALTER TABLE items ALTER COLUMN grp TYPE BIGINT",
+            "ALTER TABLE items ALTER COLUMN grp TYPE INTEGER",
+        ),
+        (
+            "ALTER TABLE items ALTER COLUMN note SET NOT NULL",
+            "ALTER TABLE items ALTER COLUMN note DROP NOT NULL",
+        ),
+        (
+            "CREATE INDEX items_note ON items (note) WHERE note IS NOT NULL",
+            "DROP INDEX items_note",
+        ),
+    ] {
+        one.execute(change).await;
+        let changed = definition_of(&one, "items").await;
+        assert!(
+            changed.is_some() && changed.as_deref() != Some(first.as_str()),
+            "{change}"
+        );
+        one.execute(undo).await;
+        assert_eq!(
+            definition_of(&one, "items").await.as_deref(),
+            Some(first.as_str()),
+            "{undo}"
+        );
+    }
+    one.execute(
+        "CREATE FUNCTION items_touch() RETURNS trigger LANGUAGE plpgsql AS \
+         $$BEGIN RETURN NEW; END$$",
+    )
+    .await;
+    one.execute(
+        "CREATE TRIGGER items_touch BEFORE UPDATE ON items FOR EACH ROW EXECUTE FUNCTION items_touch()",
+    )
+    .await;
+    assert_eq!(definition_of(&one, "items").await, None);
+    assert_eq!(definition_of(&one, "no_such_table").await, None);
+    one.cleanup().await;
+    other.cleanup().await;
+}
+
+/// `table`'s definition on `db` ([`sluice_target::Target::table_definition`]).
+async fn definition_of(db: &TestDb, table: &str) -> Option<String> {
+    let table = Ident::parse(table).unwrap();
+    db.store.target().table_definition(&table).await.unwrap()
+}

@@ -31,6 +31,7 @@ use crate::target::{
 
 mod bulk;
 mod fleet;
+mod fleet_checks;
 
 pub use bulk::{NewOperation, enqueue_many};
 pub use fleet::NamedTarget;
@@ -543,6 +544,7 @@ pub const COUNT_EXACTLY_UP_TO: i64 = 100_000;
 
 /// The statements about a set of rows (an operation's rows in scope, or a
 /// whole table).
+#[derive(Clone)]
 pub(crate) struct ScopeRows {
     /// Counts them.
     pub(crate) count: Statement,

@@ -87,14 +87,23 @@ pub struct Adopted {
     pub rows: i64,
 }
 
+/// One when both of Sluice's tables on a target are there, the
+/// heartbeat's row too; an error when either is missing.
+const PROGRESS_TABLES_READY: &str = "SELECT COUNT(*) FROM sluice_heartbeat WHERE id = 1 \
+     AND NOT EXISTS (SELECT 1 FROM sluice_target_progress WHERE 1 = 0)";
+
 impl Target {
     /// Creates the progress table and the heartbeat table (with its row)
-    /// if they are not there. A role that may not create them is refused
-    /// with the grant it needs ([`DatabaseError::BadSetting`]), nothing
-    /// changed.
+    /// if they are not there: one read when they are (a fleet's targets
+    /// after its first enqueue), the statements that create them when the
+    /// read fails. A role that may not create them is refused with the
+    /// grant it needs ([`DatabaseError::BadSetting`]), nothing changed.
     pub async fn prepare_progress_table(&self) -> Result<(), DatabaseError> {
         let dialect = self.dialect();
         let statement = |text: &'static str| Statement::with_text(SqlText::new(text), vec![]);
+        if let Ok(Some(1)) = self.fetch_int(&statement(PROGRESS_TABLES_READY)).await {
+            return Ok(());
+        }
         let prepared = async {
             self.execute(&statement(dialect.create_progress_table()))
                 .await?;

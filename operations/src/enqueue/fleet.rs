@@ -5,16 +5,14 @@
 //! every target — so a fleet is enqueued whole or not at all.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use sluice_store::{Enqueued, Store};
-use sluice_target::{ColumnDefinition, ConnectOptions, url_without_password};
+use sluice_target::url_without_password;
 use sluice_telemetry::traceparent;
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
-use super::{Checked, CheckedSpec, EnqueueOptions, checked_spec, count_rows, on_target, settle};
+use super::fleet_checks::{check_all, table_difference};
+use super::{EnqueueOptions, settle};
 use crate::error::OperationError;
 use crate::operation::Registry;
 
@@ -156,21 +154,10 @@ pub(crate) fn refuse_duplicates(targets: &[NamedTarget]) -> Result<(), Operation
     Ok(())
 }
 
-/// How many targets of a fleet are checked at once at enqueue.
-const CHECKED_AT_ONCE: usize = 16;
-
-/// A target checked for a fleet: its checked spec (rows counted), and its
-/// table's columns, to compare.
-struct CheckedTarget {
-    checked: CheckedSpec,
-    dialect: &'static str,
-    columns: Vec<ColumnDefinition>,
-}
-
-/// Checks every target of a fleet, [`CHECKED_AT_ONCE`] at a time, then
-/// records one operation per target in one bulk insert under one fleet key;
-/// returns the first one's (the fleet is shown and controlled through any
-/// of its operations).
+/// Checks every target of a fleet ([`check_all`]), then records one
+/// operation per target in one bulk insert under one fleet key; returns
+/// the first one's (the fleet is shown and controlled through any of its
+/// operations).
 pub(super) async fn enqueue_fleet(
     store: &Store,
     registry: &Registry,
@@ -229,109 +216,6 @@ pub(super) async fn enqueue_fleet(
     Span::current().record("sluice.operation.id", first.id);
     Ok(first)
 }
-
-/// Checks each of `options.targets` as its own enqueue would, at most
-/// [`CHECKED_AT_ONCE`] at a time; the checked targets in the targets'
-/// order, or the refusal of the first one (in that order) refused.
-async fn check_all(
-    store: &Store,
-    registry: &Registry,
-    kind: &str,
-    arguments: &serde_json::Value,
-    options: &EnqueueOptions,
-) -> Result<Vec<CheckedTarget>, OperationError> {
-    let permits = Arc::new(Semaphore::new(CHECKED_AT_ONCE));
-    let mut checks = JoinSet::new();
-    for (index, target) in options.targets.iter().enumerate() {
-        let (store, registry, kind) = (store.clone(), registry.clone(), kind.to_owned());
-        let (arguments, options, target) = (arguments.clone(), options.clone(), target.clone());
-        let permits = Arc::clone(&permits);
-        checks.spawn(
-            async move {
-                let _permit = permits.acquire_owned().await;
-                let checked = check_one(&store, &registry, &kind, &arguments, &options, &target)
-                    .await
-                    .map_err(|e| {
-                        OperationError::Arguments(format!("target `{}`: {e}", target.name))
-                    });
-                (index, checked)
-            }
-            .in_current_span(),
-        );
-    }
-    let mut results: Vec<Option<Result<CheckedTarget, OperationError>>> =
-        (0..options.targets.len()).map(|_| None).collect();
-    while let Some(joined) = checks.join_next().await {
-        let (index, checked) =
-            joined.map_err(|e| OperationError::Failed(format!("checking a target: {e}")))?;
-        results[index] = Some(checked);
-    }
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(OperationError::Failed("a target went unchecked".into()))))
-        .collect()
-}
-
-/// One target checked: opened, the kind's checks run on it, its rows in
-/// scope counted and its table's columns read, then its connections
-/// closed (a fleet of a thousand targets must not hold a thousand pools).
-async fn check_one(
-    store: &Store,
-    registry: &Registry,
-    kind: &str,
-    arguments: &serde_json::Value,
-    options: &EnqueueOptions,
-    target: &NamedTarget,
-) -> Result<CheckedTarget, OperationError> {
-    let apart = on_target(store, &target.url, &ConnectOptions::default()).await?;
-    let mut checked = checked_spec(
-        &apart,
-        registry,
-        kind,
-        arguments,
-        options,
-        &mut Checked::default(),
-    )
-    .await?;
-    checked.spec.estimated_rows = count_rows(&apart, &checked.scope).await?.rows;
-    let table = sluice_target::Ident::parse(&checked.spec.table)
-        .map_err(|e| OperationError::Arguments(e.to_string()))?;
-    let columns = apart.target().column_definitions(&table).await?;
-    let dialect = apart.target().dialect().name();
-    apart.target().close().await;
-    Ok(CheckedTarget {
-        checked,
-        dialect,
-        columns,
-    })
-}
-
-/// How `columns` differ from `first`'s, if they do: a column missing or
-/// added, by name; a column's type, when both tables are in the same kind
-/// of database (each kind names its types its own way).
-fn table_difference(
-    first: &[ColumnDefinition],
-    columns: &[ColumnDefinition],
-    same_dialect: bool,
-) -> Option<String> {
-    for column in first {
-        match columns.iter().find(|c| c.name == column.name) {
-            None => return Some(format!("it has no column `{}`", column.name)),
-            Some(other) if same_dialect && other.full_type != column.full_type => {
-                return Some(format!(
-                    "column `{}` is {} there, {} here",
-                    column.name, column.full_type, other.full_type
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-    columns
-        .iter()
-        .find(|c| !first.iter().any(|f| f.name == c.name))
-        .map(|extra| format!("it has a column `{}` the other lacks", extra.name))
-}
-
 /// A fleet's key: unique among fleets of any store (the time and a random
 /// part), shown as `fleet-…`.
 fn fleet_key() -> String {
@@ -408,39 +292,5 @@ mod tests {
             "127.0.0.1-shard_2"
         );
         assert_eq!(named("sqlite:data/tenant-9.sqlite"), "tenant-9");
-    }
-
-    #[test]
-    fn tables_that_differ_are_told_apart() {
-        let column = |name: &str, full_type: &str| ColumnDefinition {
-            name: name.into(),
-            full_type: full_type.into(),
-            collation: None,
-        };
-        let first = vec![column("id", "bigint"), column("n", "integer")];
-        assert_eq!(table_difference(&first, &first, true), None);
-        let missing = vec![column("id", "bigint")];
-        assert!(
-            table_difference(&first, &missing, true)
-                .unwrap()
-                .contains("no column `n`")
-        );
-        let typed = vec![column("id", "bigint"), column("n", "text")];
-        assert!(
-            table_difference(&first, &typed, true)
-                .unwrap()
-                .contains("column `n`")
-        );
-        assert_eq!(table_difference(&first, &typed, false), None);
-        let extra = vec![
-            column("id", "bigint"),
-            column("n", "integer"),
-            column("x", "int"),
-        ];
-        assert!(
-            table_difference(&first, &extra, true)
-                .unwrap()
-                .contains("`x`")
-        );
     }
 }

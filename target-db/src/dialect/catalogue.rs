@@ -97,6 +97,19 @@ pub(crate) trait Catalogue: Send + Sync {
     /// NULL there (SQLite allows one unless the column says NOT NULL).
     async fn table_keys(&self, table: &Ident) -> Result<TableKeys, DatabaseError>;
 
+    /// Everything about `table` an enqueue's checks read from the schema
+    /// (its columns with their types, defaults, nullability and the
+    /// current role's privileges, its indexes, constraints and those of the
+    /// tables referring to it, its kind and the server's version), as one
+    /// text: two tables with the same text pass or fail those checks alike
+    /// ([`crate::Target::table_definition`]). `None` where the checks read
+    /// more than this (triggers, partitions, a view or another kind of
+    /// relation) or the table does not exist; by default always `None`.
+    async fn table_definition(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {
+        let _ = table;
+        Ok(None)
+    }
+
     /// The columns of `table` in table order (generated ones included);
     /// empty when there is no such table.
     ///

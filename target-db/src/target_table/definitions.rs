@@ -45,6 +45,18 @@ impl Target {
             })
             .collect())
     }
+
+    /// `table`'s definition as the checks of an enqueue read it, as one
+    /// text: two tables (in two databases of a fleet) with the same text
+    /// pass or fail the checks that read only the schema alike, so one
+    /// checked in full vouches for the other. `None` where those checks
+    /// read more than the text holds (triggers, partitions, views; on
+    /// MySQL and SQLite, every table): such a table is checked in full.
+    ///
+    /// Errors: the database's, on reading its catalogue.
+    pub async fn table_definition(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {
+        self.catalogue().table_definition(table).await
+    }
 }
 
 /// The columns an SQLite `CREATE TABLE` text declares with a `COLLATE`,

@@ -208,6 +208,15 @@ impl Catalogue for sqlx::PgPool {
         })
     }
 
+    async fn table_definition(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {
+        Ok(sqlx::query_scalar(POSTGRES_TABLE_DEFINITION)
+            .bind(table.schema())
+            .bind(table.name())
+            .fetch_optional(self)
+            .await?
+            .flatten())
+    }
+
     async fn range_partitions(
         &self,
         table: &Ident,
@@ -461,6 +470,36 @@ impl Catalogue for sqlx::PgPool {
         .await
     }
 }
+
+/// Table `$2` in schema `$1` (as `postgres_columns!` finds it) described
+/// for [`Catalogue::table_definition`]: its columns (type, a domain's base
+/// type, nullability, how the database writes it, the role's privileges)
+/// and indexes (kind, columns, operator classes, expressions, predicate,
+/// validity) by number, never by a name a schema qualifies. Only a plain
+/// table without triggers (those enforcing foreign keys, either way,
+/// included), rules, row policies, partitions or children has a row.
+const POSTGRES_TABLE_DEFINITION: &str = "SELECT concat_ws(E'\\n', \
+       current_setting('server_version_num'), c.relpersistence::text, \
+       pg_has_role(c.relowner, 'USAGE')::text, \
+       has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE')::text, \
+       (SELECT string_agg(concat_ws(' ', quote_ident(a.attname), format_type(a.atttypid, a.atttypmod), \
+           (SELECT format_type(t.typbasetype, t.typtypmod) FROM pg_catalog.pg_type t \
+            WHERE t.oid = a.atttypid AND t.typtype = 'd'), \
+           a.attnotnull, a.attgenerated, a.attidentity, a.attcollation, \
+           has_column_privilege(c.oid, a.attnum, 'SELECT'), has_column_privilege(c.oid, a.attnum, 'INSERT'), \
+           has_column_privilege(c.oid, a.attnum, 'UPDATE'), has_column_privilege(c.oid, a.attnum, 'REFERENCES')), \
+           E'\\n' ORDER BY a.attnum) \
+        FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), \
+       (SELECT string_agg(concat_ws(' ', i.indisunique, i.indisprimary, i.indkey::text, i.indclass::text, \
+           i.indcollation::text, i.indoption::text, pg_get_expr(i.indexprs, i.indrelid), \
+           pg_get_expr(i.indpred, i.indrelid), i.indisvalid, i.indisready, \
+           (SELECT x.relam FROM pg_catalog.pg_class x WHERE x.oid = i.indexrelid)), \
+           E'\\n' ORDER BY i.indkey::text, i.indexrelid) \
+        FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid)) \
+     FROM pg_catalog.pg_class c \
+     WHERE c.oid = to_regclass(concat_ws('.', quote_ident($1), quote_ident($2))) \
+       AND c.relkind = 'r' AND NOT c.relispartition AND NOT c.relhassubclass \
+       AND NOT c.relhastriggers AND NOT c.relhasrules AND NOT c.relrowsecurity";
 
 /// PostgreSQL: where the next WAL record will be inserted, as text.
 const WAL_POSITION: &str = "SELECT pg_current_wal_insert_lsn()::text";
