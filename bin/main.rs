@@ -298,6 +298,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
             let target = sluice_store::operation_target(id);
             let kind = &record.state.kind;
             let fleet = record.state.fleet.as_deref();
+            let binding = store.binding_rate_limits().await?;
             let held = render::Held {
                 resume_at: store.timed_resume(&target).await?.map(|r| r.resume_at),
                 window: store
@@ -305,13 +306,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     .await?
                     .map(|w| format!("{} {}", w.run_window, w.time_zone)),
                 rate_limits: store.rate_limits_for(id, kind, fleet).await?,
-                binding_limit: sluice_store::binding_limit(
-                    &store.binding_rate_limits().await?,
-                    id,
-                    kind,
-                    fleet,
-                )
-                .cloned(),
+                binding_limit: sluice_store::binding_limit(&binding, id, kind, fleet).cloned(),
                 latency_budget: sluice_store::budget_and_target(
                     &store.latency_budgets().await?,
                     id,
@@ -336,7 +331,10 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                                 true => Some(recent_pace(store, &member).await?.rows_per_second),
                                 false => None,
                             };
-                            members.push((member, pace));
+                            let limit =
+                                sluice_store::binding_limit(&binding, member.id, kind, Some(fleet));
+                            let binds = render::Binding::of(&member, limit.cloned());
+                            members.push((member, pace, binds));
                         }
                         members
                     }

@@ -148,17 +148,17 @@ fn target_cell(record: &OperationRecord) -> String {
 /// A fleet in `show`: how far it is as a whole (finished when every one
 /// of its operations is; the targets failed named), then a line per target
 /// with its pace and its health.
-fn fleet_text(key: &str, members: &[(OperationRecord, Option<f64>)]) -> String {
+fn fleet_text(key: &str, members: &[FleetMember]) -> String {
     use sluice_store::OperationStatus;
     let finished = members
         .iter()
-        .filter(|(m, _)| m.state.status == OperationStatus::Finished)
+        .filter(|(m, ..)| m.state.status == OperationStatus::Finished)
         .count();
-    let rows: i64 = members.iter().map(|(m, _)| m.state.rows_done).sum();
+    let rows: i64 = members.iter().map(|(m, ..)| m.state.rows_done).sum();
     let failed: Vec<String> = members
         .iter()
-        .filter(|(m, _)| m.state.status == OperationStatus::Failed)
-        .map(|(m, _)| target_cell(m))
+        .filter(|(m, ..)| m.state.status == OperationStatus::Failed)
+        .map(|(m, ..)| target_cell(m))
         .collect();
     let mut text = format!(
         "{key}: {finished} of {} targets finished, {rows} rows",
@@ -167,15 +167,16 @@ fn fleet_text(key: &str, members: &[(OperationRecord, Option<f64>)]) -> String {
     if !failed.is_empty() {
         text.push_str(&format!("; failed: {}", failed.join(", ")));
     }
-    for (member, pace) in members {
+    for (member, pace, binding) in members {
         let s = &member.state;
         let pace = pace.map_or(String::new(), |p| {
             format!(", {} rows/s", thousands(p.round() as i64))
         });
-        let health = match (&s.health, &s.health_reason) {
-            (Health::Normal, _) => String::new(),
-            (other, Some(reason)) => format!(", {}: {reason}", health(*other)),
-            (other, None) => format!(", {}", health(*other)),
+        let health = match (binding, &s.health, &s.health_reason) {
+            (Some(binding), ..) => format!(", held by {}", binding.says()),
+            (None, Health::Normal, _) => String::new(),
+            (None, other, Some(reason)) => format!(", {}: {reason}", health(*other)),
+            (None, other, None) => format!(", {}", health(*other)),
         };
         text.push_str(&format!(
             "\n    {:<16} #{:<6} {:<9} {:>7} {} rows{pace}{health}",
@@ -189,10 +190,15 @@ fn fleet_text(key: &str, members: &[(OperationRecord, Option<f64>)]) -> String {
     text
 }
 
-/// One operation of a fleet, as `show` lists it, with its recent rows/s.
-fn fleet_member(record: &OperationRecord, rows_per_second: Option<f64>) -> serde_json::Value {
+/// One operation of a fleet in `show`: its record, its recent rows/s while
+/// it has work left, and what binds its pace while it runs.
+pub type FleetMember = (OperationRecord, Option<f64>, Option<Binding>);
+
+/// One operation of a fleet, as `show --json` lists it.
+fn fleet_member((record, rows_per_second, binding): &FleetMember) -> serde_json::Value {
     json!({
         "rows_per_second": rows_per_second,
+        "binding": binding,
         "id": record.id,
         "target": record.state.target_name,
         "status": record.state.status.as_str(),
@@ -232,8 +238,8 @@ pub struct Held {
     /// What its undo table holds (`--undo`, and a revert's), if it has one.
     pub undo: Option<UndoSummary>,
     /// The operations of its fleet, itself included (none outside a
-    /// fleet), each with its recent rows/s while it has work left.
-    pub fleet: Vec<(OperationRecord, Option<f64>)>,
+    /// fleet).
+    pub fleet: Vec<FleetMember>,
 }
 
 /// What holds a running operation's pace now: a health stop, the health
@@ -330,12 +336,7 @@ pub fn show(
         value["latency"] =
             json!(running_canary(record, held.canary.as_ref()).map(CanaryReading::to_json));
         value["undo"] = json!(held.undo);
-        value["fleet_operations"] = json!(
-            held.fleet
-                .iter()
-                .map(|(member, pace)| fleet_member(member, *pace))
-                .collect::<Vec<_>>()
-        );
+        value["fleet_operations"] = json!(held.fleet.iter().map(fleet_member).collect::<Vec<_>>());
         return print_json(&value);
     }
     let Held {

@@ -386,6 +386,69 @@ async fn a_vouched_target_is_counted_and_a_changed_one_checked_in_full() {
     }
 }
 
+/// A PostgreSQL target whose URL says `sluice_schema=…` keeps Sluice's
+/// tables in that schema (created on first use), not beside its table, and
+/// the operation changes every row once; on a MariaDB target the
+/// parameter is refused, named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_keeps_sluice_s_tables_in_a_schema_of_their_own() {
+    let Some(target) = TestDb::postgres().await else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&target, 1_000).await;
+    let schema = target.schema.clone().expect("a test schema");
+    let own = format!("{schema}_own");
+    let url = format!("{}&sluice_schema={own}", target.url);
+    let id = increment_group_one(&coordinator, &["--target", &url]);
+    let _worker = spawn_worker(&coordinator, &[]);
+    until("the operation finishes", || async {
+        coordinator.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    })
+    .await;
+    assert_group_one_changed_once(&target).await;
+    let sluice_tables_in = |schema: String| {
+        format!(
+            "SELECT COUNT(*) FROM pg_tables WHERE schemaname = '{schema}' \
+             AND tablename IN ('sluice_target_progress', 'sluice_heartbeat')"
+        )
+    };
+    assert_eq!(target.scalar(&sluice_tables_in(own.clone())).await, 2);
+    // (The test schema is a store too, with a heartbeat table of its own.)
+    let progress_beside = format!(
+        "SELECT COUNT(*) FROM pg_tables WHERE schemaname = '{schema}' \
+         AND tablename = 'sluice_target_progress'"
+    );
+    assert_eq!(target.scalar(&progress_beside).await, 0);
+    target.execute(&format!("DROP SCHEMA {own} CASCADE")).await;
+    if let Some(other) = TestDb::mysql().await {
+        create_counted_items(&other, 10).await;
+        let url = format!("{}?sluice_schema=x", other.url);
+        let refused = sluice(
+            &coordinator,
+            &[
+                "enqueue",
+                "update-in-batches",
+                "--table",
+                "items",
+                "--set",
+                "counter = 1",
+                "--target",
+                &url,
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("`sluice_schema` is a PostgreSQL setting"),
+            "{stderr}"
+        );
+        other.cleanup().await;
+    }
+    coordinator.cleanup().await;
+    target.cleanup().await;
+}
+
 /// A fleet of two PostgreSQL targets, one reached through a TCP proxy the
 /// test cuts midway (its connections dropped, new ones refused): the other
 /// target finishes, the cut one waits without failing, and once the proxy

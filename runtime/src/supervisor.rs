@@ -511,12 +511,12 @@ fn publish(context: &RuntimeContext, pool: &RunningPool, monitor: &ActorRef<Heal
     }
 }
 
-/// True when `error` (an actor's failure) is, or wraps, a store error that
-/// says the store cannot be used for now ([`StoreError::is_unavailable`]).
 /// How a stop recorded because an operation's target could not be reached
-/// begins ([`SupervisorState::note_unreachable`]).
+/// begins (the supervisor's `note_unreachable`).
 pub const UNREACHABLE: &str = "its target cannot be reached";
 
+/// True when `error` (an actor's failure) is, or wraps, a store error that
+/// says the store cannot be used for now ([`StoreError::is_unavailable`]).
 fn store_unavailable(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {

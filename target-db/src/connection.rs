@@ -153,8 +153,31 @@ impl Target {
         }
     }
 
-    /// Opens the pools `url` names with `options` (not migrated).
+    /// Opens the pools `url` names with `options` (not migrated). A
+    /// PostgreSQL URL's `sluice_schema=NAME` parameter (Sluice's, taken
+    /// out before the URL reaches the driver) is [`ConnectOptions::schema`]:
+    /// how a target apart from the store keeps Sluice's tables in a schema
+    /// of their own; refused on the other databases.
     pub async fn open(url: &str, options: &ConnectOptions) -> Result<Self, DatabaseError> {
+        let (url, own_schema) = take_query_parameter(url, OWN_SCHEMA_PARAMETER);
+        let url = url.as_str();
+        let mut options = std::borrow::Cow::Borrowed(options);
+        if let Some(schema) = own_schema {
+            if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+                return Err(DatabaseError::BadSetting(format!(
+                    "`{OWN_SCHEMA_PARAMETER}` is a PostgreSQL setting (a schema of Sluice's own); \
+                     MySQL keeps Sluice's tables in the URL's database, SQLite in its file"
+                )));
+            }
+            if options.schema.as_ref().is_some_and(|s| *s != schema) {
+                return Err(DatabaseError::BadSetting(format!(
+                    "the URL's `{OWN_SCHEMA_PARAMETER}={schema}` and the schema asked for (`{}`) differ",
+                    options.schema.as_deref().unwrap_or_default()
+                )));
+            }
+            options.to_mut().schema = Some(schema);
+        }
+        let options = options.as_ref();
         if url.starts_with("sqlite:") {
             // UTC is what SQLite reads a time without an offset as: saying
             // so (an environment set for every database) changes nothing.
@@ -348,6 +371,33 @@ impl Target {
 /// milliseconds, at least 1 (0 would mean no limit), at most `i32::MAX`.
 pub fn statement_timeout_ms(timeout: Duration) -> u128 {
     timeout.as_millis().clamp(1, i32::MAX as u128)
+}
+
+/// The query parameter of a PostgreSQL URL naming the schema Sluice's own
+/// tables live in on that database ([`Target::open`]).
+pub const OWN_SCHEMA_PARAMETER: &str = "sluice_schema";
+
+/// `url` without its query parameter `name`, and that parameter's value
+/// (the last, when given twice).
+fn take_query_parameter(url: &str, name: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut value = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.split_once('=') {
+            Some((key, found)) if key == name => {
+                value = Some(found.to_owned());
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    match kept.is_empty() {
+        true => (base.to_owned(), value),
+        false => (format!("{base}?{}", kept.join("&")), value),
+    }
 }
 
 /// The URL with no password at all (`postgres://app@db-7/app`): what Sluice

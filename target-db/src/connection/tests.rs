@@ -70,3 +70,29 @@ fn skip_locked_needs_mariadb_10_6_or_mysql_8() {
     assert!(skips_locked_rows("8.4.0-commercial"));
     assert!(!skips_locked_rows("5.7.44-log"));
 }
+
+#[test]
+fn sluice_s_own_query_parameter_is_taken_out_of_the_url() {
+    assert_eq!(
+        take_query_parameter("postgres://app@db/app?sluice_schema=ops", "sluice_schema"),
+        ("postgres://app@db/app".to_owned(), Some("ops".to_owned()))
+    );
+    assert_eq!(
+        take_query_parameter(
+            "postgres://app@db/app?sslmode=require&sluice_schema=ops&application_name=x",
+            "sluice_schema"
+        ),
+        (
+            "postgres://app@db/app?sslmode=require&application_name=x".to_owned(),
+            Some("ops".to_owned())
+        )
+    );
+    assert_eq!(
+        take_query_parameter("postgres://app@db/app?sslmode=require", "sluice_schema"),
+        ("postgres://app@db/app?sslmode=require".to_owned(), None)
+    );
+    assert_eq!(
+        take_query_parameter("sqlite:x.sqlite", "sluice_schema"),
+        ("sqlite:x.sqlite".to_owned(), None)
+    );
+}
