@@ -172,11 +172,13 @@ fn fleet_text(key: &str, members: &[FleetMember]) -> String {
         let pace = pace.map_or(String::new(), |p| {
             format!(", {} rows/s", thousands(p.round() as i64))
         });
-        let health = match (binding, &s.health, &s.health_reason) {
-            (Some(binding), ..) => format!(", held by {}", binding.says()),
-            (None, Health::Normal, _) => String::new(),
-            (None, other, Some(reason)) => format!(", {}: {reason}", health(*other)),
-            (None, other, None) => format!(", {}", health(*other)),
+        // What holds its pace: a health signal (with its reason), else a
+        // rate limit or its batch size while it runs.
+        let health = match (&s.health, &s.health_reason, binding) {
+            (Health::Normal, _, Some(binding)) => format!(", {}", binding.short()),
+            (Health::Normal, _, None) => String::new(),
+            (other, Some(reason), _) => format!(", {}: {reason}", health(*other)),
+            (other, None, _) => format!(", {}", health(*other)),
         };
         text.push_str(&format!(
             "\n    {:<16} #{:<6} {:<9} {:>7} {} rows{pace}{health}",
