@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{
     TestDb, assert_group_one_changed_once, claim_lease, create_counted_items, json, sluice,
-    spawn_worker, succeeded, until, until_items_changed,
+    spawn_worker, succeeded, until, until_items_changed, until_within,
 };
 use sluice_store::{Event, ManualClock, NextBatch, OperationStatus, StoreError};
 use sluice_target::{Cursor, Statement};
@@ -447,6 +447,54 @@ async fn a_target_keeps_sluice_s_tables_in_a_schema_of_their_own() {
     }
     coordinator.cleanup().await;
     target.cleanup().await;
+}
+
+/// A worker gives a target's connections back once no operation of its
+/// own uses it: after its fleet finishes, a worker left running holds no
+/// session on either target (found by the URLs' `application_name`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_lets_go_of_a_target_it_no_longer_works_on() {
+    let (Some(a), Some(b)) = (TestDb::postgres().await, TestDb::postgres().await) else {
+        return;
+    };
+    let coordinator = TestDb::sqlite().await;
+    create_counted_items(&a, 1_000).await;
+    create_counted_items(&b, 1_000).await;
+    let named = |db: &TestDb| {
+        format!(
+            "{}&application_name={}",
+            db.url,
+            db.schema.as_deref().expect("a schema")
+        )
+    };
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    let listed = format!("a {}\nb {}\n", named(&a), named(&b));
+    std::io::Write::write_all(&mut file, listed.as_bytes()).unwrap();
+    let id = increment_group_one(&coordinator, &["--targets", file.path().to_str().unwrap()]);
+    let _worker = spawn_worker(&coordinator, &[]);
+    until("the fleet finishes", || async {
+        fleet_of(&coordinator, id)
+            .await
+            .iter()
+            .all(|m| m.state.status == OperationStatus::Finished)
+    })
+    .await;
+    let sessions = format!(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name IN ('{}', '{}')",
+        a.schema.as_deref().unwrap_or_default(),
+        b.schema.as_deref().unwrap_or_default()
+    );
+    until_within(
+        "the worker closes both targets",
+        Duration::from_secs(90),
+        || async { a.scalar(&sessions).await == 0 },
+    )
+    .await;
+    assert_group_one_changed_once(&a).await;
+    assert_group_one_changed_once(&b).await;
+    coordinator.cleanup().await;
+    a.cleanup().await;
+    b.cleanup().await;
 }
 
 /// A fleet of two PostgreSQL targets, one reached through a TCP proxy the

@@ -18,7 +18,7 @@
 //! next sub-batch starts, and operations sharing the pool take turns
 //! sub-batch by sub-batch.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -324,7 +324,6 @@ async fn spawn_worker(
             // (see `SubBatchSession`: a share of the store's connections,
             // for all workers together).
             session: state.store.sub_batch_session(true),
-            apart: HashMap::new(),
         },
         pool.get_cell(),
     )
@@ -347,10 +346,9 @@ pub enum WorkerMessage {
 pub struct WorkerArgs {
     index: usize,
     queue: SubBatchQueue,
-    /// Where its one-statement sub-batches run (a connection it may keep).
+    /// Where its one-statement sub-batches on the store's database run (a
+    /// connection it may keep).
     session: SubBatchSession,
-    /// Its sessions on targets apart from the store, by target.
-    apart: HashMap<String, SubBatchSession>,
 }
 
 impl Actor for SubBatchWorker {
@@ -375,13 +373,15 @@ impl Actor for SubBatchWorker {
         let WorkerMessage::Run(job) = message;
         let span = sub_batch_span(&job.batch_span, &job.request);
         let started = Instant::now();
+        // On a target apart from the store, a session that keeps no
+        // connection between jobs: the operation's handle on the target may
+        // be closed once no operation here uses it, which waits for every
+        // connection to come back.
+        let mut apart;
         let session = match &job.apart {
-            Some(apart) => {
-                let shown = apart.target_apart().unwrap_or_default().to_owned();
-                state
-                    .apart
-                    .entry(shown)
-                    .or_insert_with(|| apart.sub_batch_session(true))
+            Some(store) => {
+                apart = store.sub_batch_session(false);
+                &mut apart
             }
             None => &mut state.session,
         };

@@ -20,13 +20,17 @@ use crate::health::{HealthMessage, HealthMonitor, HealthMonitorArgs, HealthSnaps
 /// URL this node was given for it (`run --targets FILE`,
 /// [`crate::RuntimeBuilder::target_url`]), else the one its environment
 /// gives ([`sluice_target::with_password_from_env`]; PostgreSQL's
-/// `PGPASSWORD` and `.pgpass`), and kept for the next. Each has its own
-/// [`HealthMonitor`] reading the target's built-in indicators (the store's
-/// monitor reads the store's database), started with it and again if it
-/// stopped, and stopped with the runtime ([`TargetDirectory::stop`]).
+/// `PGPASSWORD` and `.pgpass`), and kept while operations here use it
+/// ([`TargetUse`]): [`IDLE_GRACE`] after the last one ends it is closed,
+/// its connections given back to the server (a fleet's workers would
+/// otherwise each hold connections to every target they ever worked on).
+/// Each has its own [`HealthMonitor`] reading the target's built-in
+/// indicators (the store's monitor reads the store's database), started
+/// with it and again if it stopped, and stopped when it is closed or with
+/// the runtime ([`TargetDirectory::stop`]).
 #[derive(Clone)]
 pub(crate) struct TargetDirectory {
-    opened: Arc<Mutex<HashMap<String, TargetHandle>>>,
+    opened: Arc<Mutex<HashMap<String, Opened>>>,
     options: ConnectOptions,
     /// Given URLs, passwords included, and replicas, by the URL without a
     /// password.
@@ -55,6 +59,34 @@ pub(crate) struct TargetHealth {
     pub(crate) clear_after: u32,
     /// The replica lag a target's replicas are held to.
     pub(crate) replica_lag: crate::health::Thresholds,
+}
+
+/// How long a target no operation here uses stays open, for the next
+/// one (a fleet's next batch, a paused operation resumed).
+pub(crate) const IDLE_GRACE: Duration = Duration::from_secs(10);
+
+/// A target this node opened, and how many operations here use it.
+struct Opened {
+    handle: TargetHandle,
+    users: usize,
+}
+
+/// One operation's use of a target this node opened ([`TargetDirectory::
+/// handle_for`]): the target stays open while any is held, and is closed
+/// [`IDLE_GRACE`] after the last is dropped unless another operation on it
+/// started meanwhile.
+pub(crate) struct TargetUse {
+    directory: TargetDirectory,
+    url: String,
+}
+
+impl Drop for TargetUse {
+    fn drop(&mut self) {
+        let (directory, url) = (self.directory.clone(), std::mem::take(&mut self.url));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { directory.release(&url).await });
+        }
+    }
 }
 
 /// One target as this node opened it: the store's handle on it, and its
@@ -88,38 +120,84 @@ impl TargetDirectory {
     }
 
     /// The handle on `store` for the target stored as `url`, opened now
-    /// if this node has none yet (its monitor started again if it
-    /// stopped). Errors: the target cannot be reached or prepared (named
+    /// if this node has none open (its monitor started again if it
+    /// stopped), and the caller's use of it, to hold while it works on the
+    /// target. Errors: the target cannot be reached or prepared (named
     /// without a password).
     pub(crate) async fn handle_for(
         &self,
         store: &Store,
         url: &str,
-    ) -> Result<TargetHandle, OperationError> {
+    ) -> Result<(TargetHandle, TargetUse), OperationError> {
         let mut opened = self.opened.lock().await;
-        if let Some(handle) = opened.get_mut(url) {
-            if handle.monitor.get_status() != ActorStatus::Running {
-                handle.monitor = self.start_monitor(url, &handle.store, &handle.port).await?;
+        let handle = match opened.get_mut(url) {
+            Some(open) => {
+                if open.handle.monitor.get_status() != ActorStatus::Running {
+                    let handle = &open.handle;
+                    open.handle.monitor =
+                        self.start_monitor(url, &handle.store, &handle.port).await?;
+                }
+                open.users += 1;
+                open.handle.clone()
             }
-            return Ok(handle.clone());
-        }
-        let with_password = self.given.get(url).map_or(url, |given| given.url.as_str());
-        let apart = sluice_operations::on_target(store, with_password, &self.options).await?;
-        let port = Arc::new(OutputPort::default());
-        let monitor = self.start_monitor(url, &apart, &port).await?;
-        let handle = TargetHandle {
-            store: apart,
-            port,
-            monitor,
+            None => {
+                let with_password = self.given.get(url).map_or(url, |given| given.url.as_str());
+                let apart =
+                    sluice_operations::on_target(store, with_password, &self.options).await?;
+                let port = Arc::new(OutputPort::default());
+                let monitor = self.start_monitor(url, &apart, &port).await?;
+                let handle = TargetHandle {
+                    store: apart,
+                    port,
+                    monitor,
+                };
+                let open = Opened {
+                    handle: handle.clone(),
+                    users: 1,
+                };
+                opened.insert(url.to_owned(), open);
+                handle
+            }
         };
-        opened.insert(url.to_owned(), handle.clone());
-        Ok(handle)
+        let used = TargetUse {
+            directory: self.clone(),
+            url: url.to_owned(),
+        };
+        Ok((handle, used))
+    }
+
+    /// One use of the target stored as `url` ended: when it was the last,
+    /// the target is closed [`IDLE_GRACE`] later if no use began since.
+    async fn release(&self, url: &str) {
+        {
+            let mut opened = self.opened.lock().await;
+            let Some(open) = opened.get_mut(url) else {
+                return;
+            };
+            open.users = open.users.saturating_sub(1);
+            if open.users > 0 {
+                return;
+            }
+        }
+        tokio::time::sleep(IDLE_GRACE).await;
+        let idle = {
+            let mut opened = self.opened.lock().await;
+            match opened.get(url) {
+                Some(open) if open.users == 0 => opened.remove(url),
+                _ => None,
+            }
+        };
+        if let Some(idle) = idle {
+            idle.handle.monitor.stop(None);
+            idle.handle.store.target().close().await;
+            tracing::debug!(target_url = %url, "closed a target no operation here uses");
+        }
     }
 
     /// Stops every target's monitor (the runtime shuts down).
     pub(crate) async fn stop(&self) {
-        for handle in self.opened.lock().await.values() {
-            handle.monitor.stop(None);
+        for open in self.opened.lock().await.values() {
+            open.handle.monitor.stop(None);
         }
     }
 

@@ -132,6 +132,9 @@ pub struct OperationState {
     /// sub-batch found it so: its health is a stop until a tick reaches
     /// the target again.
     target_down: Option<String>,
+    /// Its use of its target apart from the store, which keeps the target
+    /// open on this node until the actor's state is dropped.
+    _target_use: Option<crate::targets::TargetUse>,
 }
 
 impl Actor for OperationActor {
@@ -148,11 +151,13 @@ impl Actor for OperationActor {
         let record = context.store.operation(args.operation_id).await?;
         // On a target apart from the store, everything about its table is
         // asked of that database, and its sub-batches record there.
+        let mut target_use = None;
         if let Some(url) = &record.state.target {
-            let target = context.targets.handle_for(&context.store, url).await?;
+            let (target, used) = context.targets.handle_for(&context.store, url).await?;
             context.store = target.store;
             context.health = target.port;
             context.target_monitor = Some(target.monitor);
+            target_use = Some(used);
         }
         let store = &context.store;
         let mut record = record;
@@ -328,6 +333,7 @@ impl Actor for OperationActor {
             driver,
             context,
             target_down: None,
+            _target_use: target_use,
         })
     }
 
