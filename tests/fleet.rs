@@ -424,19 +424,7 @@ async fn a_target_keeps_sluice_s_tables_in_a_schema_of_their_own() {
     if let Some(other) = TestDb::mysql().await {
         create_counted_items(&other, 10).await;
         let url = format!("{}?sluice_schema=x", other.url);
-        let refused = sluice(
-            &coordinator,
-            &[
-                "enqueue",
-                "update-in-batches",
-                "--table",
-                "items",
-                "--set",
-                "counter = 1",
-                "--target",
-                &url,
-            ],
-        );
+        let refused = set_counter_on(&coordinator, &url);
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(!refused.status.success(), "{stderr}");
         assert!(
@@ -898,19 +886,7 @@ async fn a_target_s_replica_lag_stops_its_operation() {
 async fn an_unreachable_target_is_refused_without_its_password() {
     let coordinator = TestDb::sqlite().await;
     let unreachable = format!("postgres://app:{PASSWORD}@127.0.0.1:1/nowhere");
-    let output = sluice(
-        &coordinator,
-        &[
-            "enqueue",
-            "update-in-batches",
-            "--table",
-            "items",
-            "--set",
-            "counter = 1",
-            "--target",
-            &unreachable,
-        ],
-    );
+    let output = set_counter_on(&coordinator, &unreachable);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "accepted: {stderr}");
     assert!(
@@ -995,6 +971,24 @@ impl Proxy {
         let listener = tokio::net::TcpListener::bind(self.address).await.unwrap();
         self.serve(listener);
     }
+}
+
+/// `sluice enqueue update-in-batches` of `counter = 1` on `items` of the
+/// one target `url`.
+fn set_counter_on(coordinator: &TestDb, url: &str) -> std::process::Output {
+    sluice(
+        coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = 1",
+            "--target",
+            url,
+        ],
+    )
 }
 
 /// `sluice enqueue update-in-batches` of `counter = counter + 1` on
