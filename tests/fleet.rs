@@ -337,9 +337,10 @@ b
 }
 
 /// A target whose table's definition matches the first target's is
-/// vouched for by its full check, yet counted on its own; one whose key
-/// lost its unique index (the same columns, so the tables do not differ)
-/// is checked in full and refused, named.
+/// vouched for by its full check, yet counted on its own, and the
+/// operator's SQL planned on it (a table it names missing there is
+/// refused); one whose key lost its unique index (the same columns, so the
+/// tables do not differ) is checked in full and refused, named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_vouched_target_is_counted_and_a_changed_one_checked_in_full() {
     let (Some(a), Some(b), Some(c)) = (
@@ -379,6 +380,30 @@ async fn a_vouched_target_is_counted_and_a_changed_one_checked_in_full() {
     assert_eq!(
         counted,
         [("a".to_owned(), Some(100)), ("b".to_owned(), Some(40))]
+    );
+    // The operator's SQL names a table only the first target has: planned
+    // on each, refused on the other though its `items` is the same.
+    a.execute("CREATE TABLE wanted (g INTEGER PRIMARY KEY)")
+        .await;
+    let file = targets_file(&[("a", &a), ("b", &b)]);
+    let refused = sluice(
+        &coordinator,
+        &[
+            "enqueue",
+            "update-in-batches",
+            "--table",
+            "items",
+            "--set",
+            "counter = counter + (SELECT COUNT(*) FROM wanted)",
+            "--targets",
+            file.path().to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("target `b`") && stderr.contains("wanted"),
+        "{stderr}"
     );
     coordinator.cleanup().await;
     for db in [a, b, c] {

@@ -17,12 +17,16 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::fleet::NamedTarget;
-use super::{Checked, CheckedSpec, EnqueueOptions, checked_spec, count_rows, on_target};
+use super::{
+    Checked, CheckedSpec, EnqueueOptions, checked_spec, count_rows, on_target, refused_sql,
+};
 use crate::batching::probe;
 use crate::error::OperationError;
 use crate::operation::Registry;
 use crate::shape::Strategy;
-use crate::target::{check_key_range, check_key_values, check_session_dependent_sql};
+use crate::target::{
+    check_key_range, check_key_values, check_session_dependent_sql, check_time_column,
+};
 
 /// How many targets of a fleet are checked at once at enqueue.
 const CHECKED_AT_ONCE: usize = 16;
@@ -154,9 +158,13 @@ async fn in_full(
 
 /// The target `apart` checked by `first`'s word, when its table has the
 /// same definition on the same kind of database: the checks that read its
-/// data or its sessions' settings run again, its rows are counted, and the
-/// rest is `first`'s. `None` when the definitions differ (or either table
-/// has none): the target needs a full check.
+/// data or its sessions' settings run again (its key's values, its time
+/// column's, the SQL's reading of its clock and dates), its rows are
+/// counted, and the rest is `first`'s, but for the plan of its first
+/// sub-batch's statement (the operator's SQL may name another table or a
+/// function). `None` when the definitions differ (or either table has
+/// none), or `first` had no sub-batch statement to plan: the target needs
+/// a full check.
 async fn vouched(
     apart: &Store,
     registry: &Registry,
@@ -166,14 +174,20 @@ async fn vouched(
     first: &CheckedTarget,
 ) -> Result<Option<CheckedTarget>, OperationError> {
     let target = apart.target();
-    let (Some(definition), true) = (&first.definition, target.dialect().name() == first.dialect)
-    else {
+    let (Some(definition), Some(sub_batch), true) = (
+        &first.definition,
+        &first.checked.sub_batch,
+        target.dialect().name() == first.dialect,
+    ) else {
         return Ok(None);
     };
     let table = parsed_table(&first.checked.spec.table)?;
     if target.table_definition(&table).await?.as_ref() != Some(definition) {
         return Ok(None);
     }
+    // The operator's SQL may name what the table's definition does not
+    // hold (another table, a function): planned here too, never run.
+    target.explain(sub_batch).await.map_err(refused_sql)?;
     let prepared = registry.prepare(kind, &canonical_json(arguments), target.dialect())?;
     let shape = prepared.shape();
     let batching_key = match shape.strategy() {
@@ -184,6 +198,9 @@ async fn vouched(
         Strategy::Loop { key } => key.as_slice(),
     };
     check_key_range(apart, shape.table(), &batching_key[0]).await?;
+    for column in shape.filter().time_bounds() {
+        check_time_column(apart, shape.table(), column).await?;
+    }
     let query = probe(shape, None, options.batch_size);
     let run: Vec<_> = std::iter::once(&query)
         .chain(&first.checked.sub_batch)
