@@ -350,12 +350,31 @@ async fn a_vouched_target_is_counted_and_a_changed_one_checked_in_full() {
     ) else {
         return;
     };
+    vouched_and_refused(a, b, c, "ALTER TABLE items DROP CONSTRAINT items_pkey").await;
+}
+
+/// [`a_vouched_target_is_counted_and_a_changed_one_checked_in_full`] on
+/// MariaDB targets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vouched_mysql_target_is_counted_and_a_changed_one_checked_in_full() {
+    let (Some(a), Some(b), Some(c)) = (
+        TestDb::mysql().await,
+        TestDb::mysql().await,
+        TestDb::mysql().await,
+    ) else {
+        return;
+    };
+    vouched_and_refused(a, b, c, "ALTER TABLE items DROP PRIMARY KEY").await;
+}
+
+/// Targets `a` (100 rows) and `b` (40) alike, `c` alike but for its key,
+/// which `drop_key` takes away.
+async fn vouched_and_refused(a: TestDb, b: TestDb, c: TestDb, drop_key: &str) {
     let coordinator = TestDb::sqlite().await;
     create_counted_items(&a, 100).await;
     create_counted_items(&b, 40).await;
     create_counted_items(&c, 70).await;
-    c.execute("ALTER TABLE items DROP CONSTRAINT items_pkey")
-        .await;
+    c.execute(drop_key).await;
     let enqueue = |file: &std::path::Path| increment_over(&coordinator, file);
     let refused = enqueue(targets_file(&[("a", &a), ("b", &b), ("c", &c)]).path());
     let stderr = String::from_utf8_lossy(&refused.stderr);

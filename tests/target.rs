@@ -668,3 +668,71 @@ async fn definition_of(db: &TestDb, table: &str) -> Option<String> {
     let table = Ident::parse(table).unwrap();
     db.store.target().table_definition(&table).await.unwrap()
 }
+
+/// MySQL and MariaDB: as on PostgreSQL, the same table in two databases
+/// has the same definition, which changes with a key's unique index, a
+/// column's type or nullability, an index, the engine; a table with a
+/// trigger has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mysql_table_definition_changes_with_what_the_checks_read() {
+    let (Some(one), Some(other)) = (TestDb::mysql().await, TestDb::mysql().await) else {
+        return;
+    };
+    let create = "CREATE TABLE items (id BIGINT PRIMARY KEY, grp INTEGER NOT NULL, \
+                  note VARCHAR(40), made TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) ENGINE = InnoDB";
+    one.execute(create).await;
+    other.execute(create).await;
+    other
+        .execute("INSERT INTO items (id, grp) VALUES (1, 1), (2, 2)")
+        .await;
+    let first = definition_of(&one, "items")
+        .await
+        .expect("a plain table has one");
+    assert_eq!(
+        definition_of(&other, "items").await.as_deref(),
+        Some(first.as_str())
+    );
+    for (change, undo) in [
+        (
+            "ALTER TABLE items DROP PRIMARY KEY",
+            "ALTER TABLE items ADD PRIMARY KEY (id)",
+        ),
+        (
+            "ALTER TABLE items MODIFY grp BIGINT NOT NULL",
+            "ALTER TABLE items MODIFY grp INTEGER NOT NULL",
+        ),
+        (
+            "ALTER TABLE items MODIFY note VARCHAR(40) NOT NULL DEFAULT ''",
+            "ALTER TABLE items MODIFY note VARCHAR(40)",
+        ),
+        (
+            "CREATE INDEX items_note ON items (note)",
+            "DROP INDEX items_note ON items",
+        ),
+        (
+            "ALTER TABLE items ENGINE = MyISAM",
+            "ALTER TABLE items ENGINE = InnoDB",
+        ),
+    ] {
+        one.execute(change).await;
+        let changed = definition_of(&one, "items").await;
+        assert!(
+            changed.is_some() && changed.as_deref() != Some(first.as_str()),
+            "{change}"
+        );
+        one.execute(undo).await;
+        assert_eq!(
+            definition_of(&one, "items").await.as_deref(),
+            Some(first.as_str()),
+            "{undo}"
+        );
+    }
+    one.execute(
+        "CREATE TRIGGER items_touch BEFORE UPDATE ON items FOR EACH ROW SET NEW.grp = NEW.grp",
+    )
+    .await;
+    assert_eq!(definition_of(&one, "items").await, None);
+    assert_eq!(definition_of(&one, "no_such_table").await, None);
+    one.cleanup().await;
+    other.cleanup().await;
+}

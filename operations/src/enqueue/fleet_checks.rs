@@ -3,9 +3,9 @@
 //! same definition ([`sluice_target::Target::table_definition`]) as one
 //! checked in full is vouched for by it: only what depends on its own data
 //! and settings is checked again (its key's values, the SQL's reading of
-//! its sessions' clock and dates) and its rows counted — a few statements
-//! where a full check runs a score, so a fleet of a thousand enqueues in
-//! seconds.
+//! its sessions' clock and dates), the first sub-batch's statement is
+//! planned there and its rows counted — a few statements where a full
+//! check runs a score.
 
 use std::sync::Arc;
 

@@ -50,8 +50,8 @@ impl Target {
     /// text: two tables (in two databases of a fleet) with the same text
     /// pass or fail the checks that read only the schema alike, so one
     /// checked in full vouches for the other. `None` where those checks
-    /// read more than the text holds (triggers, partitions, views; on
-    /// MySQL and SQLite, every table): such a table is checked in full.
+    /// read more than the text holds (triggers, foreign keys, partitions,
+    /// views; on SQLite, every table): such a table is checked in full.
     ///
     /// Errors: the database's, on reading its catalogue.
     pub async fn table_definition(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {

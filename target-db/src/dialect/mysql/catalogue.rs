@@ -30,6 +30,39 @@ macro_rules! mysql_columns {
     };
 }
 
+/// Table `$2` in database `$1` (as `mysql_table!` finds it) described for
+/// [`Catalogue::table_definition`]: the server's version and the settings
+/// that change how statements are read or logged, the table's engine and
+/// collation, its columns (type, nullability, what the server writes
+/// itself, collation, the user's privileges) and its indexes. Only a base
+/// table without partitions, triggers or foreign keys (either way) has a
+/// row; `NULL` when a list was cut at `group_concat_max_len`.
+const MYSQL_TABLE_DEFINITION: &str = "SELECT CASE \
+       WHEN COALESCE(LENGTH(d.cols), 0) < @@group_concat_max_len \
+        AND COALESCE(LENGTH(d.idx), 0) < @@group_concat_max_len \
+       THEN CONCAT_WS('\\n', @@version, @@log_bin, @@binlog_format, @@sql_mode, \
+            @@lower_case_table_names, d.engine, d.collation, d.cols, d.idx) END \
+     FROM (SELECT CAST(t.engine AS CHAR) AS engine, CAST(t.table_collation AS CHAR) AS collation, \
+       (SELECT GROUP_CONCAT(CONCAT_WS(' ', c.column_name, c.column_type, c.is_nullable, c.extra, \
+           COALESCE(c.generation_expression, ''), COALESCE(c.collation_name, ''), c.privileges) \
+           ORDER BY c.ordinal_position SEPARATOR '\\n') \
+        FROM information_schema.columns c \
+        WHERE c.table_schema = t.table_schema AND c.table_name = t.table_name) AS cols, \
+       (SELECT GROUP_CONCAT(CONCAT_WS(' ', s.index_name, s.non_unique, s.seq_in_index, s.column_name, \
+           COALESCE(s.sub_part, ''), s.index_type) ORDER BY s.index_name, s.seq_in_index SEPARATOR '\\n') \
+        FROM information_schema.statistics s \
+        WHERE s.table_schema = t.table_schema AND s.table_name = t.table_name) AS idx \
+       FROM information_schema.tables t \
+       WHERE t.table_schema = COALESCE($1, DATABASE()) AND BINARY t.table_name = BINARY $2 \
+         AND t.table_type = 'BASE TABLE' \
+         AND LOWER(COALESCE(t.create_options, '')) NOT LIKE '%partitioned%' \
+         AND NOT EXISTS (SELECT 1 FROM information_schema.triggers g \
+             WHERE g.event_object_schema = t.table_schema AND g.event_object_table = t.table_name) \
+         AND NOT EXISTS (SELECT 1 FROM information_schema.referential_constraints r \
+             WHERE (r.constraint_schema = t.table_schema AND r.table_name = t.table_name) \
+                OR (r.unique_constraint_schema = t.table_schema \
+                    AND r.referenced_table_name = t.table_name))) d";
+
 #[async_trait]
 impl Catalogue for sqlx::MySqlPool {
     async fn range_partitions(
@@ -221,6 +254,15 @@ impl Catalogue for sqlx::MySqlPool {
             })
             .collect();
         Ok(keys)
+    }
+
+    async fn table_definition(&self, table: &Ident) -> Result<Option<String>, DatabaseError> {
+        Ok(crate::positional::query_scalar(MYSQL_TABLE_DEFINITION)
+            .bind(table.schema())
+            .bind(table.name())
+            .fetch_optional(self)
+            .await?
+            .flatten())
     }
 
     async fn column_definition_rows(
