@@ -238,6 +238,7 @@ impl RuntimeBuilder {
             ConnectOptions {
                 max_connections: (self.config.pool_size + 4) as u32,
                 sub_batch_timeout: Some(self.config.sub_batch_timeout),
+                one_pool: true,
                 ..ConnectOptions::default()
             },
             self.target_urls,

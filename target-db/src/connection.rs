@@ -47,6 +47,11 @@ pub struct ConnectOptions {
     /// one statement is sent as one statement, with no transaction to open
     /// for a `SET LOCAL` (the runtime passes its sub-batch timeout).
     pub sub_batch_timeout: Option<Duration>,
+    /// On PostgreSQL with [`ConnectOptions::sub_batch_timeout`], one pool
+    /// whose every session carries that `statement_timeout`, for sub-batches
+    /// and everything else alike, instead of two: for a target apart from
+    /// the store, to which every worker holds connections of its own.
+    pub one_pool: bool,
     /// How long a connection lives before its pool closes it and opens a
     /// fresh one (`None`: for ever), so no server session grows without end
     /// and a failover or a rebalanced proxy is followed. It holds for the
@@ -83,6 +88,7 @@ impl Default for ConnectOptions {
             busy_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(10),
             sub_batch_timeout: None,
+            one_pool: false,
             max_lifetime: Some(Duration::from_secs(30 * 60)),
             schema: None,
             time_zone: None,
@@ -248,12 +254,22 @@ impl Target {
             let connect = PgConnectOptions::from_str(url)?;
             let mut session = SessionSettings::of(options)?;
             session.prepare(&connect).await?;
+            let bound = options.sub_batch_timeout.map(|timeout| {
+                let ms = statement_timeout_ms(timeout).to_string();
+                (
+                    timeout,
+                    connect
+                        .clone()
+                        .options([("statement_timeout", ms.as_str())]),
+                )
+            });
+            let one_pool = bound.as_ref().filter(|_| options.one_pool);
             let pool = session
                 .apply(PgPoolOptions::new())
                 .max_connections(options.max_connections)
                 .acquire_timeout(options.acquire_timeout)
                 .max_lifetime(options.max_lifetime)
-                .connect_with(connect.clone())
+                .connect_with(one_pool.map_or_else(|| connect.clone(), |(_, c)| c.clone()))
                 .await?;
             if let Some(schema) = &options.schema {
                 let current: String = sqlx::query_scalar("SELECT current_schema()::text")
@@ -268,16 +284,18 @@ impl Target {
             }
             let mut connections = Target::of(Backend::Postgres(pool));
             connections.time_zone = options.time_zone.clone();
-            if let Some(timeout) = options.sub_batch_timeout {
-                let ms = statement_timeout_ms(timeout).to_string();
-                let bounded = session
-                    .apply(PgPoolOptions::new())
-                    .max_connections(options.max_connections)
-                    .acquire_timeout(options.acquire_timeout)
-                    .max_lifetime(options.max_lifetime)
-                    .connect_lazy_with(connect.options([("statement_timeout", ms.as_str())]));
+            if let Some((timeout, bounded)) = bound {
+                let pool = match &connections.backend {
+                    Backend::Postgres(pool) if options.one_pool => pool.clone(),
+                    _ => session
+                        .apply(PgPoolOptions::new())
+                        .max_connections(options.max_connections)
+                        .acquire_timeout(options.acquire_timeout)
+                        .max_lifetime(options.max_lifetime)
+                        .connect_lazy_with(bounded),
+                };
                 connections.sub_batches = Some(BoundedSessions {
-                    pool: bounded,
+                    pool,
                     bound: timeout,
                 });
             }
