@@ -32,9 +32,12 @@ use crate::target::{
 mod bulk;
 mod fleet;
 mod fleet_checks;
+mod targets;
 
 pub use bulk::{NewOperation, enqueue_many};
 pub use fleet::NamedTarget;
+pub use targets::on_target;
+use targets::with_targets;
 
 /// How an operation is to run, beside its arguments. Serialisable so a
 /// schedule can keep it (missing fields take their defaults).
@@ -103,54 +106,6 @@ impl Default for EnqueueOptions {
             targets: Vec::new(),
         }
     }
-}
-
-/// A handle on `store` whose operations work on the database `url` names,
-/// apart from the store's ([`Store::on_target`]): opened with `options`
-/// and the password `url` names or this process's environment gives
-/// ([`sluice_target::with_password_from_env`]); stored and shown without
-/// a password.
-///
-/// Errors: [`OperationError::Arguments`] naming the target (without its
-/// password) when it cannot be reached or its progress table cannot be
-/// created there.
-pub async fn on_target(
-    store: &Store,
-    url: &str,
-    options: &sluice_target::ConnectOptions,
-) -> Result<Store, OperationError> {
-    let shown = sluice_target::url_without_password(url);
-    let on_target = |source: StoreError| OperationError::OnTarget {
-        target: shown.clone(),
-        source,
-    };
-    let target = sluice_target::Target::open(&sluice_target::with_password_from_env(url), options)
-        .await
-        .map_err(|e| on_target(e.into()))?;
-    store.on_target(&shown, target).await.map_err(on_target)
-}
-
-/// `store` when `options` name no target, else a handle on it for each
-/// target they name ([`on_target`]), with the target's name.
-async fn with_targets(
-    store: &Store,
-    options: &EnqueueOptions,
-) -> Result<Vec<(Store, Option<String>)>, OperationError> {
-    if options.targets.is_empty() {
-        return Ok(vec![(store.clone(), None)]);
-    }
-    fleet::refuse_duplicates(&options.targets)?;
-    let mut handles = Vec::with_capacity(options.targets.len());
-    for target in &options.targets {
-        let apart = on_target(
-            store,
-            &target.url,
-            &sluice_target::ConnectOptions::default(),
-        )
-        .await?;
-        handles.push((apart, Some(target.name.clone())));
-    }
-    Ok(handles)
 }
 
 /// Runs every check [`enqueue()`] runs on an operation of `kind` with
