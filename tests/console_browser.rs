@@ -107,7 +107,9 @@ async fn an_operator_pauses_and_resumes_a_running_operation_from_the_dashboard()
     );
 
     confirm(&browser, "resume").await;
-    until_within("the page to show it finished", LIMIT, || async {
+    // The rest of its work, at the pace its latency budget allows: on a
+    // machine busy with other tests the canary holds it back.
+    until_within("the page to show it finished", 4 * LIMIT, || async {
         text("#op-status").await == "finished"
     })
     .await;
