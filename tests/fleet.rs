@@ -143,13 +143,7 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
         &coordinator,
         &["resume", &id.to_string(), "--target", "shard-02"],
     ));
-    until("the whole fleet finishes", || async {
-        fleet_of(&coordinator, id)
-            .await
-            .iter()
-            .all(|m| m.state.status == OperationStatus::Finished)
-    })
-    .await;
+    until_fleet_finished(&coordinator, id, "the whole fleet finishes").await;
     for (_, target) in &targets {
         assert_group_one_changed_once(target).await;
     }
@@ -200,13 +194,7 @@ async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
         killed.kill().expect("SIGKILL");
         killed.wait().expect("reaped");
         let _worker = spawn_worker(&coordinator, &["--node", "b", "--lease-ttl", "1s"]);
-        until("the fleet finishes", || async {
-            fleet_of(&coordinator, id)
-                .await
-                .iter()
-                .all(|m| m.state.status == OperationStatus::Finished)
-        })
-        .await;
+        until_fleet_finished(&coordinator, id, "the fleet finishes").await;
         for (_, target) in &targets {
             assert_group_one_changed_once(target).await;
         }
@@ -504,13 +492,7 @@ async fn a_worker_lets_go_of_a_target_it_no_longer_works_on() {
     std::io::Write::write_all(&mut file, listed.as_bytes()).unwrap();
     let id = increment_group_one(&coordinator, &["--targets", file.path().to_str().unwrap()]);
     let _worker = spawn_worker(&coordinator, &[]);
-    until("the fleet finishes", || async {
-        fleet_of(&coordinator, id)
-            .await
-            .iter()
-            .all(|m| m.state.status == OperationStatus::Finished)
-    })
-    .await;
+    until_fleet_finished(&coordinator, id, "the fleet finishes").await;
     let sessions = format!(
         "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name IN ('{}', '{}')",
         a.schema.as_deref().unwrap_or_default(),
@@ -598,12 +580,11 @@ async fn a_target_cut_off_waits_and_resumes_by_itself() {
     )
     .await;
     proxy.restore().await;
-    until("the cut-off target finishes once it is back", || async {
-        fleet_of(&coordinator, id)
-            .await
-            .iter()
-            .all(|m| m.state.status == OperationStatus::Finished)
-    })
+    until_fleet_finished(
+        &coordinator,
+        id,
+        "the cut-off target finishes once it is back",
+    )
     .await;
     assert_group_one_changed_once(&cut).await;
     assert_group_one_changed_once(&direct).await;
@@ -1063,6 +1044,18 @@ fn targets_file(targets: &[(&str, &TestDb)]) -> tempfile::NamedTempFile {
     }
     std::io::Write::write_all(&mut file, text.as_bytes()).expect("written");
     file
+}
+
+/// Waits (with `until`'s deadline) until every operation of the fleet of
+/// operation `id` has finished.
+async fn until_fleet_finished(coordinator: &TestDb, id: i64, what: &str) {
+    until(what, || async {
+        fleet_of(coordinator, id)
+            .await
+            .iter()
+            .all(|m| m.state.status == OperationStatus::Finished)
+    })
+    .await;
 }
 
 /// The operations of the fleet operation `id` belongs to.

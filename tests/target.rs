@@ -617,7 +617,7 @@ async fn a_table_definition_changes_with_what_the_checks_read() {
         definition_of(&other, "items").await.as_deref(),
         Some(first.as_str())
     );
-    for (change, undo) in [
+    let changes = [
         (
             "ALTER TABLE items DROP CONSTRAINT items_pkey",
             "ALTER TABLE items ADD PRIMARY KEY (id)",
@@ -634,20 +634,8 @@ async fn a_table_definition_changes_with_what_the_checks_read() {
             "CREATE INDEX items_note ON items (note) WHERE note IS NOT NULL",
             "DROP INDEX items_note",
         ),
-    ] {
-        one.execute(change).await;
-        let changed = definition_of(&one, "items").await;
-        assert!(
-            changed.is_some() && changed.as_deref() != Some(first.as_str()),
-            "{change}"
-        );
-        one.execute(undo).await;
-        assert_eq!(
-            definition_of(&one, "items").await.as_deref(),
-            Some(first.as_str()),
-            "{undo}"
-        );
-    }
+    ];
+    follows_each_change(&one, &first, &changes).await;
     one.execute(
         "CREATE FUNCTION items_touch() RETURNS trigger LANGUAGE plpgsql AS \
          $$BEGIN RETURN NEW; END$$",
@@ -692,7 +680,7 @@ async fn a_mysql_table_definition_changes_with_what_the_checks_read() {
         definition_of(&other, "items").await.as_deref(),
         Some(first.as_str())
     );
-    for (change, undo) in [
+    let changes = [
         (
             "ALTER TABLE items DROP PRIMARY KEY",
             "ALTER TABLE items ADD PRIMARY KEY (id)",
@@ -713,20 +701,8 @@ async fn a_mysql_table_definition_changes_with_what_the_checks_read() {
             "ALTER TABLE items ENGINE = MyISAM",
             "ALTER TABLE items ENGINE = InnoDB",
         ),
-    ] {
-        one.execute(change).await;
-        let changed = definition_of(&one, "items").await;
-        assert!(
-            changed.is_some() && changed.as_deref() != Some(first.as_str()),
-            "{change}"
-        );
-        one.execute(undo).await;
-        assert_eq!(
-            definition_of(&one, "items").await.as_deref(),
-            Some(first.as_str()),
-            "{undo}"
-        );
-    }
+    ];
+    follows_each_change(&one, &first, &changes).await;
     one.execute(
         "CREATE TRIGGER items_touch BEFORE UPDATE ON items FOR EACH ROW SET NEW.grp = NEW.grp",
     )
@@ -735,4 +711,23 @@ async fn a_mysql_table_definition_changes_with_what_the_checks_read() {
     assert_eq!(definition_of(&one, "no_such_table").await, None);
     one.cleanup().await;
     other.cleanup().await;
+}
+
+/// On `db`, each change (then its undoing) to `items` gives it another
+/// definition than `first`, and the undoing gives `first` back.
+async fn follows_each_change(db: &TestDb, first: &str, changes: &[(&str, &str)]) {
+    for (change, undo) in changes {
+        db.execute(change).await;
+        let changed = definition_of(db, "items").await;
+        assert!(
+            changed.is_some() && changed.as_deref() != Some(first),
+            "{change}"
+        );
+        db.execute(undo).await;
+        assert_eq!(
+            definition_of(db, "items").await.as_deref(),
+            Some(first),
+            "{undo}"
+        );
+    }
 }
