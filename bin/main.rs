@@ -316,7 +316,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     .canaries()
                     .await?
                     .into_iter()
-                    .find(|c| c.table_name == record.state.table),
+                    .find(|c| c.is_of(&record.state)),
                 undo: sluice_operations::builtin::undo_summary(
                     store,
                     &record.state.kind,

@@ -43,10 +43,9 @@ pub fn list(
         )
     };
     let canary_of = |r: &OperationRecord| {
-        canaries.iter().find(|c| {
-            r.state.status == sluice_store::OperationStatus::Running
-                && c.table_name == r.state.table
-        })
+        canaries
+            .iter()
+            .find(|c| r.state.status == sluice_store::OperationStatus::Running && c.is_of(&r.state))
     };
     if as_json {
         let values: Vec<_> = records

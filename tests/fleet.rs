@@ -146,7 +146,33 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
     until_fleet_finished(&coordinator, id, "the whole fleet finishes").await;
     for (_, target) in &targets {
         assert_group_one_changed_once(target).await;
+        // Its latency canary timed a write on the target itself: the
+        // heartbeat, which nothing else writes here (no replica watched).
+        assert!(
+            target
+                .scalar("SELECT beat_ms FROM sluice_heartbeat WHERE id = 1")
+                .await
+                > 0,
+            "no canary wrote on the target"
+        );
     }
+    // Each target's reading is kept apart in the coordinator.
+    assert_eq!(
+        coordinator
+            .scalar("SELECT COUNT(*) FROM sluice_canaries WHERE table_name LIKE 'items@%'")
+            .await,
+        3,
+        "a canary reading per target"
+    );
+    assert_eq!(
+        coordinator
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM sluice_canaries WHERE table_name LIKE '%{PASSWORD}%'"
+            ))
+            .await,
+        0,
+        "a password stored with a canary reading"
+    );
     for member in fleet_of(&coordinator, id).await {
         assert_eq!(member.state.rows_done, 1_000);
         coordinator.store.verify(member.id).await.unwrap();

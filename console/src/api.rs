@@ -283,7 +283,7 @@ pub(crate) async fn show(
         let canaries = console.store.canaries().await?;
         value["latency"] = canaries
             .iter()
-            .find(|c| c.table_name == record.state.table)
+            .find(|c| c.is_of(&record.state))
             .map_or(Value::Null, sluice_store::CanaryReading::to_json);
     }
     // In a fleet: a line per target.

@@ -26,21 +26,15 @@ mod table_activity;
 
 pub use table_activity::TableActivity;
 
-/// The built-in indicators for the store's backend, with default
-/// thresholds; the table-activity throttles gated by the latency canary.
+/// The built-in indicators for the store's target database (the store's
+/// own, or a target apart from it: [`sluice_store::Store::on_target`]),
+/// with default thresholds, and the latency canary, which gates the
+/// table-activity throttles.
 pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
     let view = CanaryView::new();
     let mut indicators = backend_indicators(store, &view);
     indicators.push(Arc::new(crate::latency::LatencyCanary::with_view(view)));
     indicators
-}
-
-/// The built-in indicators for a target apart from the store
-/// ([`sluice_store::Store::on_target`]): those that read the target's own
-/// reports. The latency canary is left out: its timed write goes to the
-/// store's table, not the target's.
-pub fn target_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
-    backend_indicators(store, &CanaryView::new())
 }
 
 /// The indicators that read the database's own reports, in the order

@@ -4,8 +4,10 @@
 //!
 //! The canary, at every health poll, on a pooled connection no sub-batch
 //! holds: a primary-key point read of the target table, then a one-row
-//! write of Sluice's (`sluice_canaries`, the reading itself) in its own
-//! transaction, timed end to end — a commit is what a purge slows first.
+//! write of Sluice's in its own transaction (`sluice_canaries`, the
+//! reading itself; on a target apart from the store, the target's
+//! `sluice_heartbeat`, the reading then stored once a poll), timed end to
+//! end — a commit is what a purge slows first.
 //! Its p99 is taken over the round trips since the controller last
 //! changed the pace (at most [`WINDOW`]), so a decision never reads
 //! latencies the previous pace caused.
@@ -23,7 +25,7 @@ use tokio::sync::Mutex;
 
 use async_trait::async_trait;
 use sluice_store::latency::millis;
-use sluice_store::{CanaryReading, LatencyBudget, Store, budget_for};
+use sluice_store::{CanaryReading, LatencyBudget, Store, budget_for, canary_key};
 use sluice_target::{Cursor, CursorValue, Ident, SqlValue, Statement};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal};
@@ -50,6 +52,11 @@ pub const PER_POLL: usize = 8;
 /// first sub-batch waits for it, so it stays short).
 const BASELINE_SAMPLES: usize = 20;
 
+/// How often a canary re-reads the operators' budgets from the store, and
+/// stores its reading on a target apart from the store (each a
+/// coordinator statement, a fleet's per target).
+const STORE_EVERY: Duration = Duration::from_secs(1);
+
 /// The paces the controller moves between, as percentages of full speed.
 pub const LADDER: [u8; 10] = [100, 75, 55, 40, 30, 20, 14, 10, 7, 5];
 
@@ -58,9 +65,14 @@ pub const LADDER: [u8; 10] = [100, 75, 55, 40, 30, 20, 14, 10, 7, 5];
 #[derive(Default)]
 pub struct LatencyCanary {
     tables: Mutex<HashMap<String, TableCanary>>,
+    /// The budgets set, as last read, and when.
+    budgets: Mutex<Option<(Instant, Budgets)>>,
     /// Where it says what it feels, for the indicators it gates.
     view: CanaryView,
 }
+
+/// The latency budgets set, by target (`Store::latency_budgets`).
+type Budgets = Vec<(String, LatencyBudget)>;
 
 /// What the canary feels on each table lately, shared with the indicators
 /// whose throttles answer the database's own housekeeping (autovacuum,
@@ -121,6 +133,8 @@ struct TableCanary {
     /// Round trips since the last change of pace.
     samples: VecDeque<(Instant, Duration)>,
     controller: BudgetController,
+    /// When its reading was last stored (a target apart from the store).
+    stored: Option<Instant>,
 }
 
 impl LatencyCanary {
@@ -150,7 +164,7 @@ impl HealthIndicator for LatencyCanary {
 
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
         let store = &context.store;
-        let budgets = store.latency_budgets().await.map_err(|e| e.to_string())?;
+        let budgets = self.budgets(store).await?;
         // Held across the round trips: a check cut short by the monitor's
         // time limit leaves every table's state as far as it got.
         let mut known = self.tables.lock().await;
@@ -185,6 +199,21 @@ impl HealthIndicator for LatencyCanary {
     }
 }
 
+impl LatencyCanary {
+    /// The budgets set, read from the store at most every [`STORE_EVERY`].
+    async fn budgets(&self, store: &Store) -> Result<Budgets, String> {
+        let mut read = self.budgets.lock().await;
+        match read.as_ref() {
+            Some((at, budgets)) if at.elapsed() < STORE_EVERY => Ok(budgets.clone()),
+            _ => {
+                let budgets = store.latency_budgets().await.map_err(|e| e.to_string())?;
+                *read = Some((Instant::now(), budgets.clone()));
+                Ok(budgets)
+            }
+        }
+    }
+}
+
 impl TableCanary {
     /// Finds the table's point read and measures its idle p99 (over at
     /// most [`BASELINE_SAMPLES`] round trips, or a second's worth).
@@ -195,6 +224,7 @@ impl TableCanary {
             baseline: Duration::ZERO,
             samples: VecDeque::new(),
             controller: BudgetController::default(),
+            stored: None,
         };
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
         let reading = canary.reading(store, table, None);
@@ -218,6 +248,18 @@ impl TableCanary {
         for _ in 0..PER_POLL {
             let took = self.round_trip(store, &reading).await?;
             self.samples.push_back((now, took));
+        }
+        // On a target apart, the round trips wrote the target's heartbeat;
+        // the reading goes to the store untimed, for `show`, at most every
+        // [`STORE_EVERY`].
+        if store.target_apart().is_some()
+            && self.stored.is_none_or(|at| at.elapsed() >= STORE_EVERY)
+        {
+            store
+                .record_canary(&reading)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.stored = Some(Instant::now());
         }
         while self
             .samples
@@ -270,7 +312,7 @@ impl TableCanary {
     fn reading(&self, store: &Store, table: &str, budget: Option<Duration>) -> CanaryReading {
         let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
         CanaryReading {
-            table_name: table.to_owned(),
+            table_name: canary_key(table, store.target_apart()),
             p99_us: micros(p99(&trips)),
             budget_us: budget.map(micros),
             samples: trips.len() as i64,
@@ -278,8 +320,11 @@ impl TableCanary {
         }
     }
 
-    /// One round trip: the point read, then `reading`'s write, timed
-    /// together.
+    /// One round trip: the point read, then a one-row write in its own
+    /// transaction, timed together. The write is `reading`, into the
+    /// store's table when the target is the store's database, else a
+    /// heartbeat into the target's `sluice_heartbeat` (the coordinator's
+    /// latency is not the target's).
     async fn round_trip(&self, store: &Store, reading: &CanaryReading) -> Result<Duration, String> {
         let started = Instant::now();
         if let Some(probe) = &self.probe {
@@ -289,10 +334,16 @@ impl TableCanary {
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        store
-            .record_canary(reading)
-            .await
-            .map_err(|e| e.to_string())?;
+        let written = match store.target_apart() {
+            None => store.record_canary(reading).await,
+            Some(_) => store
+                .target()
+                .execute(&crate::replicas::heartbeat(store.clock().now_ms()))
+                .await
+                .map(drop)
+                .map_err(Into::into),
+        };
+        written.map_err(|e| e.to_string())?;
         Ok(started.elapsed())
     }
 }

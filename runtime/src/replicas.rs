@@ -144,12 +144,9 @@ impl ReplicaLag {
     /// Writes the next heartbeat on the primary and remembers it.
     async fn beat(&self, store: &Store) -> Result<(), String> {
         let now = store.clock().now_ms();
-        let write = Statement::new("UPDATE sluice_heartbeat SET beat_ms = ")
-            .value(SqlValue::Int(now))
-            .push(" WHERE id = 1");
         store
             .target()
-            .execute(&write)
+            .execute(&heartbeat(now))
             .await
             .map_err(|e| e.to_string())?;
         let mut beats = self.beats.lock().expect("heartbeat lock");
@@ -245,6 +242,15 @@ fn stop(reason: String) -> Vec<Reading> {
         scope: Scope::Global,
         signal: Signal::Stop { reason },
     }]
+}
+
+/// The write of heartbeat `now_ms` on a primary (the latency canary's
+/// write on a target apart from the store, too: each of its round trips
+/// is a heartbeat, later than the last this worker wrote).
+pub(crate) fn heartbeat(now_ms: i64) -> Statement {
+    Statement::new("UPDATE sluice_heartbeat SET beat_ms = ")
+        .value(SqlValue::Int(now_ms))
+        .push(" WHERE id = 1")
 }
 
 /// The lag of a replica that has applied heartbeat `applied`, given the

@@ -203,8 +203,8 @@ impl TargetDirectory {
 
     /// A monitor of `apart`'s target (stored as `url`) publishing on
     /// `port`: the target's built-in indicators as the runtime runs its own
-    /// (the latency canary aside, whose write is to the store's table),
-    /// none when they are off; and the lag of the replicas this node was
+    /// (its latency canary included, timing a write on the target), none
+    /// when they are off; and the lag of the replicas this node was
     /// given for it, measured by a heartbeat written on the target. A
     /// replica that cannot be reached is the target's error.
     async fn start_monitor(
@@ -215,7 +215,7 @@ impl TargetDirectory {
     ) -> Result<ActorRef<HealthMessage>, OperationError> {
         let mut indicators: Vec<Arc<dyn crate::health::HealthIndicator>> = match self.health.builtin
         {
-            true => crate::indicators::target_indicators(apart)
+            true => crate::indicators::default_indicators(apart)
                 .into_iter()
                 .filter(|i| !self.health.without.iter().any(|id| id == i.id()))
                 .collect(),

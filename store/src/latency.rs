@@ -115,7 +115,8 @@ impl std::fmt::Display for LatencyBudget {
 /// A worker's latest canary reading on one target table.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct CanaryReading {
-    /// The table, as operations name it.
+    /// The table, as operations name it, and for a table in a database
+    /// apart from the store, where: [`canary_key`].
     pub table_name: String,
     /// The rolling p99 of the canary's round trips, microseconds.
     pub p99_us: i64,
@@ -127,7 +128,31 @@ pub struct CanaryReading {
     pub measured_at: i64,
 }
 
+/// The longest key a reading is stored under (MySQL's column holds 255).
+const CANARY_KEY_LENGTH: usize = 255;
+
+/// The key a canary reading on `table` is stored under: the table as
+/// operations name it; on a target apart from the store (its URL as
+/// stored, without a password), `table@URL`, so that one table name on
+/// many targets (a fleet) keeps a reading per target. Clipped to 255
+/// characters.
+pub fn canary_key(table: &str, target: Option<&str>) -> String {
+    match target {
+        None => table.to_owned(),
+        Some(url) => format!("{table}@{url}")
+            .chars()
+            .take(CANARY_KEY_LENGTH)
+            .collect(),
+    }
+}
+
 impl CanaryReading {
+    /// Whether this is a reading of the table `state`'s operation works
+    /// on, in the database it works in.
+    pub fn is_of(&self, state: &crate::Projection) -> bool {
+        self.table_name == canary_key(&state.table, state.target.as_deref())
+    }
+
     /// Whether the p99 is over the budget it was held to.
     pub fn over_budget(&self) -> bool {
         self.budget_us.is_some_and(|budget| self.p99_us > budget)
@@ -318,6 +343,17 @@ mod tests {
             let error = bad.parse::<LatencyBudget>().unwrap_err();
             assert!(error.to_string().contains(&format!("`{bad}`")), "{error}");
         }
+    }
+
+    #[test]
+    fn a_reading_on_a_target_apart_is_keyed_by_its_target() {
+        assert_eq!(canary_key("items", None), "items");
+        let a = canary_key("items", Some("postgres://app@db-1/app"));
+        let b = canary_key("items", Some("postgres://app@db-2/app"));
+        assert_ne!(a, b);
+        assert_eq!(a, "items@postgres://app@db-1/app");
+        let long = "x".repeat(400);
+        assert_eq!(canary_key("items", Some(&long)).chars().count(), 255);
     }
 
     #[test]

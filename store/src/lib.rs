@@ -46,6 +46,7 @@ pub use error::StoreError;
 pub use event::{Event, RecordedEvent};
 pub use latency::{
     BudgetError, CANARY_FRESH_MS, CanaryReading, LatencyBudget, budget_and_target, budget_for,
+    canary_key,
 };
 pub use machine::{Effect, Health, IllegalTransition, OperationStatus, Projection};
 pub use pace::{PACE_WINDOW_MS, RecentPace};
