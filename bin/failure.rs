@@ -72,7 +72,15 @@ impl From<RuntimeError> for Failure {
             RuntimeError::Operation(e) => e.into(),
             RuntimeError::Control(e) => e.into(),
             RuntimeError::Replica(e) if e.is_bad_input() => Failure::BadInput(e.to_string()),
-            e @ RuntimeError::UnknownIndicator { .. } => Failure::BadInput(e.to_string()),
+            e @ (RuntimeError::UnknownIndicator { .. } | RuntimeError::LatencyQuery(_)) => {
+                Failure::BadInput(e.to_string())
+            }
+            // Only the operator's latency query makes the budget unreadable.
+            RuntimeError::IndicatorUnreadable { ref id, .. }
+                if id == sluice_runtime::latency::ID =>
+            {
+                Failure::BadInput(error.to_string())
+            }
             other => Failure::Runtime(other.into()),
         }
     }

@@ -47,6 +47,12 @@ pub struct RunArgs {
     /// Run without this built-in health indicator (repeatable).
     #[arg(long = "without-indicator", value_name = "ID", help_heading = "Health")]
     without_indicators: Vec<String>,
+    /// A query returning the latency the application sees, in
+    /// milliseconds (one row, one number), held to the latency budget
+    /// beside the canary's p99 at every health poll, on each database
+    /// worked on. One statement; it should only read.
+    #[arg(long, value_name = "SQL", help_heading = "Health")]
+    latency_query: Option<String>,
     /// Replica lag from which work slows down.
     #[arg(long, default_value = "5s", value_parser = crate::parse_duration, help_heading = "Health")]
     replica_lag_throttle: std::time::Duration,
@@ -93,6 +99,9 @@ pub async fn run(store: &Store, args: RunArgs) -> Result<(), Failure> {
     }
     for id in &args.without_indicators {
         builder = builder.without_indicator(id);
+    }
+    if let Some(query) = &args.latency_query {
+        builder = builder.latency_query(query);
     }
     for replica in &args.replicas {
         builder = builder.replica(replica);

@@ -647,6 +647,35 @@ async fn the_command_line_refuses_bad_input_and_changes_nothing(db: &TestDb) {
             1,
             "cannot reach the database at postgres://postgres@127.0.0.1:1/test",
         ),
+        // An operator's latency query that is not one statement, returns no
+        // number, or feeds a budget turned off: the worker does not start.
+        (
+            plain(&[
+                "run",
+                "--until-idle",
+                "--latency-query",
+                "SELECT 1; DROP TABLE items",
+            ]),
+            2,
+            "holds more than one statement",
+        ),
+        (
+            plain(&["run", "--until-idle", "--latency-query", "SELECT 'fast'"]),
+            2,
+            "returned no number of milliseconds",
+        ),
+        (
+            plain(&[
+                "run",
+                "--until-idle",
+                "--without-indicator",
+                "latency-budget",
+                "--latency-query",
+                "SELECT 1",
+            ]),
+            2,
+            "the latency budget it feeds is off here",
+        ),
     ];
     assert!(cases.len() >= 30);
     // `SLUICE_PRINT_MATRIX=1` prints each case as a row of RELIABILITY.md's table.

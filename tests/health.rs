@@ -13,10 +13,12 @@ use sluice_runtime::indicators::{InnodbActivity, TableActivity, default_indicato
 use sluice_runtime::latency::{LADDER, LatencyCanary, MIN_SAMPLES, PER_POLL};
 use sluice_runtime::{HealthIndicator, Signal};
 use sluice_store::LatencyBudget;
+use sluice_target::dialect::health::LatencyQuery;
 
 for_each_backend!(
     every_builtin_indicator_reads_its_database,
     the_latency_canary_holds_a_table_to_its_strictest_budget,
+    an_operator_s_latency_query_is_held_to_the_budget,
 );
 
 mysql_only!(
@@ -159,6 +161,80 @@ async fn the_latency_canary_holds_a_table_to_its_strictest_budget(db: &TestDb) {
     assert_eq!(reading("held").budget_us, Some(1), "the strictest budget");
     assert!(reading("held").p99_us > 1 && reading("held").samples > 0);
     assert_eq!(reading("free").budget_us, None);
+}
+
+/// An operator's latency query (here a metrics table saying 50 ms) binds
+/// the budget when it is higher than the canary's own p99: the table is
+/// throttled, the reason naming the query. A query that returns no number,
+/// or fails, is unreadable: a worker does not start with it (and, later,
+/// its failure is an error, never a normal reading).
+async fn an_operator_s_latency_query_is_held_to_the_budget(db: &TestDb) {
+    let float = match db.store.backend() {
+        sluice_target::Backend::Postgres(_) => "DOUBLE PRECISION",
+        sluice_target::Backend::MySql(_) => "DOUBLE",
+        _ => "REAL",
+    };
+    db.execute("CREATE TABLE watched (id BIGINT PRIMARY KEY)")
+        .await;
+    db.execute("INSERT INTO watched (id) VALUES (1), (2)").await;
+    db.execute(&format!("CREATE TABLE app_latency (ms {float} NOT NULL)"))
+        .await;
+    db.execute("INSERT INTO app_latency (ms) VALUES (50)").await;
+    let store = &db.store;
+    let query = |sql: &str| LatencyQuery::parse(sql).unwrap();
+    for (sql, says) in [
+        ("SELECT 'fast'", "returned no number"),
+        (
+            "SELECT ms FROM app_latency WHERE ms < 0",
+            "returned no number",
+        ),
+        ("SELECT nope FROM app_latency", "failed"),
+        ("SELECT -ms FROM app_latency", "not a latency"),
+    ] {
+        let canary = LatencyCanary::new().with_query(Some(query(sql)));
+        let error = canary.readable(store).await.unwrap_err();
+        assert!(
+            error.contains(says) && error.contains(sql),
+            "{sql}: {error}"
+        );
+    }
+    let canary = LatencyCanary::new().with_query(Some(query("SELECT ms FROM app_latency;")));
+    canary
+        .readable(store)
+        .await
+        .expect("a number of milliseconds");
+    store
+        .set_latency_budget(
+            "operation:1",
+            LatencyBudget::Fixed(Duration::from_millis(5)),
+        )
+        .await
+        .unwrap();
+    let context = HealthContext {
+        store: store.clone(),
+        tables: vec!["watched".into()],
+        operations: vec![Watched {
+            id: 1,
+            kind: "purge".into(),
+            table: "watched".into(),
+        }],
+    };
+    let mut throttled = None;
+    for _ in 0..MIN_SAMPLES.div_ceil(PER_POLL) * 2 {
+        let readings = canary.check(&context).await.expect("canary reads");
+        if let Signal::Throttle { reason, .. } = &readings[0].signal {
+            throttled = Some(reason.clone());
+            break;
+        }
+    }
+    let reason = throttled.expect("held to 5 ms, a 50 ms latency throttles");
+    assert!(
+        reason.contains("the latency query's 50.0 ms over a 5.0 ms budget"),
+        "{reason}"
+    );
+    // A query failing later is an error, not a normal reading.
+    db.execute("DROP TABLE app_latency").await;
+    assert!(canary.check(&context).await.is_err());
 }
 
 /// One session holds a row lock on `"rp_LockMe"` and another waits for it:

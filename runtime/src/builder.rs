@@ -12,10 +12,12 @@ use tokio::sync::broadcast;
 use crate::config::RuntimeConfig;
 use crate::context::RuntimeContext;
 use crate::health::{HealthIndicator, Thresholds};
-use crate::indicators::default_indicators;
+use crate::indicators::indicators_with_query;
+use crate::latency;
 use crate::replicas::{REPLICA_LAG_THRESHOLDS, ReplicaLag};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::supervisor::{RuntimeSupervisor, SupervisorArgs};
+use sluice_target::dialect::health::LatencyQuery;
 
 /// Configures and starts a [`Runtime`].
 ///
@@ -44,6 +46,8 @@ pub struct RuntimeBuilder {
     /// URLs of targets apart from the store, with their passwords and
     /// replicas ([`RuntimeBuilder::target_url`]).
     target_urls: Vec<crate::targets::GivenTarget>,
+    /// The operator's latency query ([`RuntimeBuilder::latency_query`]).
+    latency_query: Option<String>,
 }
 
 enum Source {
@@ -109,6 +113,7 @@ impl RuntimeBuilder {
             replica_lag: REPLICA_LAG_THRESHOLDS,
             connect: ConnectOptions::default(),
             target_urls: Vec::new(),
+            latency_query: None,
         }
     }
 
@@ -203,6 +208,19 @@ impl RuntimeBuilder {
         self
     }
 
+    /// An operator's query returning the latency their application sees, in
+    /// milliseconds (`sluice run --latency-query SQL`): run at every health
+    /// poll on each database an operation works on, it is held to the
+    /// latency budget beside the canary's p99 (the higher binds). One
+    /// statement; it should only read. A query that does not return a
+    /// number at start refuses the start; one that fails later makes the
+    /// health unknown (a throttle, then a stop), never normal. Needs the
+    /// latency budget's indicator (not left out).
+    pub fn latency_query(mut self, sql: impl Into<String>) -> Self {
+        self.latency_query = Some(sql.into());
+        self
+    }
+
     /// Connects (creating and migrating an SQLite file if needed), starts
     /// the actor tree and returns its handle.
     pub async fn start(self) -> Result<Runtime, RuntimeError> {
@@ -222,8 +240,22 @@ impl RuntimeBuilder {
                 Store::connect_with(&url, &options).await?
             }
         };
+        let latency_query = match &self.latency_query {
+            Some(sql) => {
+                let budgeted =
+                    self.builtin_indicators && !self.without.iter().any(|id| id == latency::ID);
+                if !budgeted {
+                    return Err(RuntimeError::LatencyQuery(format!(
+                        "the latency budget it feeds is off here (indicator `{}` left out)",
+                        latency::ID
+                    )));
+                }
+                Some(LatencyQuery::parse(sql).map_err(RuntimeError::LatencyQuery)?)
+            }
+            None => None,
+        };
         let mut indicators = if self.builtin_indicators {
-            builtin_indicators(&store, &self.without).await?
+            builtin_indicators(&store, &self.without, latency_query.clone()).await?
         } else {
             Vec::new()
         };
@@ -248,6 +280,7 @@ impl RuntimeBuilder {
                 interval: self.config.health_interval,
                 clear_after: self.config.health_clear_after,
                 replica_lag: self.replica_lag,
+                latency_query,
             },
         );
         let context = RuntimeContext {
@@ -282,8 +315,9 @@ impl RuntimeBuilder {
 async fn builtin_indicators(
     store: &Store,
     without: &[String],
+    latency_query: Option<LatencyQuery>,
 ) -> Result<Vec<Arc<dyn HealthIndicator>>, RuntimeError> {
-    let mut indicators = default_indicators(store);
+    let mut indicators = indicators_with_query(store, latency_query);
     let known: Vec<String> = indicators.iter().map(|i| i.id().to_owned()).collect();
     if let Some(id) = without.iter().find(|id| !known.contains(id)) {
         return Err(RuntimeError::UnknownIndicator {

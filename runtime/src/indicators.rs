@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sluice_store::Store;
 use sluice_target::Ident;
-use sluice_target::dialect::health::InnodbReport;
 pub use sluice_target::dialect::health::Measure;
+use sluice_target::dialect::health::{InnodbReport, LatencyQuery};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal, Thresholds};
 use crate::innodb_status::InnodbTransactions;
@@ -31,9 +31,19 @@ pub use table_activity::TableActivity;
 /// with default thresholds, and the latency canary, which gates the
 /// table-activity throttles.
 pub fn default_indicators(store: &Store) -> Vec<Arc<dyn HealthIndicator>> {
+    indicators_with_query(store, None)
+}
+
+/// [`default_indicators`], the canary also holding the operator's latency
+/// `query` to the budget ([`crate::RuntimeBuilder::latency_query`]).
+pub fn indicators_with_query(
+    store: &Store,
+    query: Option<LatencyQuery>,
+) -> Vec<Arc<dyn HealthIndicator>> {
     let view = CanaryView::new();
     let mut indicators = backend_indicators(store, &view);
-    indicators.push(Arc::new(crate::latency::LatencyCanary::with_view(view)));
+    let canary = crate::latency::LatencyCanary::with_view(view).with_query(query);
+    indicators.push(Arc::new(canary));
     indicators
 }
 

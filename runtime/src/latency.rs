@@ -26,6 +26,7 @@ use tokio::sync::Mutex;
 use async_trait::async_trait;
 use sluice_store::latency::millis;
 use sluice_store::{CanaryReading, LatencyBudget, Store, budget_for, canary_key};
+use sluice_target::dialect::health::LatencyQuery;
 use sluice_target::{Cursor, CursorValue, Ident, SqlValue, Statement};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal};
@@ -69,6 +70,8 @@ pub struct LatencyCanary {
     budgets: Mutex<Option<(Instant, Budgets)>>,
     /// Where it says what it feels, for the indicators it gates.
     view: CanaryView,
+    /// The operator's latency query, held to the budget beside the p99.
+    query: Option<LatencyQuery>,
 }
 
 /// The latency budgets set, by target (`Store::latency_budgets`).
@@ -150,6 +153,13 @@ impl LatencyCanary {
             ..Self::default()
         }
     }
+
+    /// This canary, also running the operator's latency `query` at every
+    /// poll: the budget binds on the higher of the canary's p99 and the
+    /// query's figure.
+    pub fn with_query(self, query: Option<LatencyQuery>) -> Self {
+        LatencyCanary { query, ..self }
+    }
 }
 
 #[async_trait]
@@ -165,6 +175,12 @@ impl HealthIndicator for LatencyCanary {
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
         let store = &context.store;
         let budgets = self.budgets(store).await?;
+        let queried = match &self.query {
+            Some(query) if !context.tables.is_empty() => {
+                Some(operator_latency(store, query).await?)
+            }
+            _ => None,
+        };
         // Held across the round trips: a check cut short by the monitor's
         // time limit leaves every table's state as far as it got.
         let mut known = self.tables.lock().await;
@@ -186,7 +202,7 @@ impl HealthIndicator for LatencyCanary {
                     LatencyBudget::Auto => Some(auto_budget(canary.baseline)),
                 })
                 .min();
-            let signal = canary.poll(store, table, budget).await?;
+            let signal = canary.poll(store, table, budget, queried).await?;
             if let Some(now) = canary.p99_now() {
                 self.view.record(table, now, budget);
             }
@@ -196,6 +212,36 @@ impl HealthIndicator for LatencyCanary {
             });
         }
         Ok(readings)
+    }
+
+    async fn readable(&self, store: &Store) -> Result<(), String> {
+        match &self.query {
+            Some(query) => operator_latency(store, query).await.map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The operator's latency `query` on `store`'s target: its number of
+/// milliseconds, or why there is none.
+async fn operator_latency(store: &Store, query: &LatencyQuery) -> Result<Duration, String> {
+    let ms = store
+        .target()
+        .health()
+        .latency_ms(query)
+        .await
+        .map_err(|e| format!("the latency query `{}` failed: {e}", query.as_str()))?;
+    match ms {
+        Some(ms) if (0.0..3_600_000.0).contains(&ms) => Ok(Duration::from_secs_f64(ms / 1_000.0)),
+        Some(ms) => Err(format!(
+            "the latency query `{}` returned {ms}, not a latency in milliseconds",
+            query.as_str()
+        )),
+        None => Err(format!(
+            "the latency query `{}` returned no number of milliseconds (it must return \
+             one row whose first column is a number: cast it to a floating-point type)",
+            query.as_str()
+        )),
     }
 }
 
@@ -236,12 +282,14 @@ impl TableCanary {
         Ok(canary)
     }
 
-    /// Takes this poll's round trips and decides the table's pace.
+    /// Takes this poll's round trips and decides the table's pace, on the
+    /// higher of their p99 and the operator's latency `queried`.
     async fn poll(
         &mut self,
         store: &Store,
         table: &str,
         budget: Option<Duration>,
+        queried: Option<Duration>,
     ) -> Result<Signal, String> {
         let now = Instant::now();
         let reading = self.reading(store, table, budget);
@@ -273,10 +321,19 @@ impl TableCanary {
             return Ok(Signal::Normal);
         };
         let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
-        let p99 = p99(&trips);
+        let own = p99(&trips);
+        let p99 = queried.map_or(own, |queried| queried.max(own));
         if trips.len() >= MIN_SAMPLES && self.controller.decide(p99, budget) {
             self.samples.clear();
-            if self.controller.gave_up() {
+            if self.controller.gave_up() && queried.is_some_and(|queried| queried >= own) {
+                tracing::warn!(
+                    table,
+                    latency = %millis(p99),
+                    budget = %millis(budget),
+                    "latency budget let go: slowing down did not lower the latency query's \
+                     figure; what raises it is not this work"
+                );
+            } else if self.controller.gave_up() {
                 tracing::warn!(
                     table,
                     p99 = %millis(p99),
@@ -292,7 +349,11 @@ impl TableCanary {
             percent => Signal::Throttle {
                 percent,
                 reason: format!(
-                    "latency: canary p99 {} over a {} budget",
+                    "latency: {} {} over a {} budget",
+                    match queried.is_some_and(|queried| queried > own) {
+                        true => "the latency query's",
+                        false => "canary p99",
+                    },
                     millis(self.controller.over.unwrap_or(p99)),
                     millis(budget)
                 ),

@@ -79,6 +79,10 @@ pub enum RuntimeError {
         /// What is missing.
         reason: String,
     },
+    /// The operator's latency query cannot be used: it is not one
+    /// statement, or the budget it feeds is off.
+    #[error("--latency-query: {0}")]
+    LatencyQuery(String),
     /// `without_indicator` named no built-in indicator of this backend.
     #[error("no built-in health indicator is called `{id}` here (there are: {})", .known.join(", "))]
     UnknownIndicator {

@@ -59,6 +59,8 @@ pub(crate) struct TargetHealth {
     pub(crate) clear_after: u32,
     /// The replica lag a target's replicas are held to.
     pub(crate) replica_lag: crate::health::Thresholds,
+    /// The operator's latency query, run on each target too.
+    pub(crate) latency_query: Option<sluice_target::dialect::health::LatencyQuery>,
 }
 
 /// How long a target no operation here uses stays open, for the next
@@ -215,10 +217,12 @@ impl TargetDirectory {
     ) -> Result<ActorRef<HealthMessage>, OperationError> {
         let mut indicators: Vec<Arc<dyn crate::health::HealthIndicator>> = match self.health.builtin
         {
-            true => crate::indicators::default_indicators(apart)
-                .into_iter()
-                .filter(|i| !self.health.without.iter().any(|id| id == i.id()))
-                .collect(),
+            true => {
+                crate::indicators::indicators_with_query(apart, self.health.latency_query.clone())
+                    .into_iter()
+                    .filter(|i| !self.health.without.iter().any(|id| id == i.id()))
+                    .collect()
+            }
             false => Vec::new(),
         };
         if let Some(given) = self.given.get(url).filter(|g| !g.replicas.is_empty()) {

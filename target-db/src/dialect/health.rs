@@ -142,6 +142,11 @@ pub trait HealthQueries: Send + Sync {
         None
     }
 
+    /// The number the operator's latency `query` returns (its first row's
+    /// first column, milliseconds; [`LatencyQuery`]); `None` when it
+    /// returns no row, NULL, or a value that is not a number.
+    async fn latency_ms(&self, query: &LatencyQuery) -> Result<Option<f64>, sqlx::Error>;
+
     /// What this database says about itself as a replica: whether it
     /// replicates, the heartbeat it has applied, the lag it reports.
     async fn replica_state(&self) -> Result<ReplicaState, sqlx::Error> {
@@ -151,6 +156,76 @@ pub trait HealthQueries: Send + Sync {
         })
     }
 }
+
+/// An operator's query returning the latency their application sees, in
+/// milliseconds (from a metrics table, a Prometheus-backed foreign table,
+/// the database's own statistics): one statement, as given, run on the
+/// database an operation works on at every health poll. It is the
+/// operator's SQL, run as written: it should only read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatencyQuery(String);
+
+impl LatencyQuery {
+    /// `sql` as a latency query: not empty, one statement (a trailing `;`
+    /// is dropped; any other is refused: a second statement would run
+    /// too), at most 4,000 characters.
+    pub fn parse(sql: &str) -> Result<Self, String> {
+        let text = sql.trim().trim_end_matches(';').trim();
+        if text.is_empty() {
+            return Err("the latency query is empty".into());
+        }
+        if text.contains(';') {
+            return Err(format!(
+                "the latency query `{text}` holds more than one statement (a `;`): give one"
+            ));
+        }
+        if text.chars().count() > 4_000 {
+            return Err("the latency query is longer than 4,000 characters".into());
+        }
+        Ok(LatencyQuery(text.to_owned()))
+    }
+
+    /// The query's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The first column of `row` as a number, whichever numeric type (or text
+/// holding a number) the database gave it.
+pub(crate) fn first_number<R>(row: &R) -> Option<f64>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> f32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let number = row
+        .try_get::<Option<f64>, _>(0)
+        .ok()
+        .or_else(|| Some(row.try_get::<Option<f32>, _>(0).ok()?.map(f64::from)))
+        .or_else(|| Some(row.try_get::<Option<i64>, _>(0).ok()?.map(|n| n as f64)))
+        .or_else(|| Some(row.try_get::<Option<i32>, _>(0).ok()?.map(f64::from)))
+        .or_else(|| {
+            let text = row.try_get::<Option<String>, _>(0).ok()?;
+            Some(text.and_then(|t| t.trim().parse().ok()))
+        })??;
+    number.is_finite().then_some(number)
+}
+
+/// Runs the operator's latency `query` on `executor` and reads its number.
+macro_rules! latency_ms_on {
+    ($executor:expr, $query:expr) => {{
+        let row = sqlx::query(sqlx::AssertSqlSafe($query.as_str().to_owned()))
+            .fetch_optional($executor)
+            .await?;
+        Ok(row.as_ref().and_then($crate::dialect::health::first_number))
+    }};
+}
+pub(crate) use latency_ms_on;
 
 /// The heartbeat a replica has applied.
 pub(crate) const HEARTBEAT: &str = "SELECT beat_ms FROM sluice_heartbeat WHERE id = 1";
@@ -167,5 +242,22 @@ pub(crate) fn applied_heartbeat(
             Ok(None)
         }
         read => read,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LatencyQuery;
+
+    #[test]
+    fn a_latency_query_is_one_statement() {
+        assert_eq!(
+            LatencyQuery::parse(" SELECT 3.5; ").unwrap().as_str(),
+            "SELECT 3.5"
+        );
+        for bad in ["", " ; ", "SELECT 1; DROP TABLE t", "SELECT 1;;SELECT 2"] {
+            assert!(LatencyQuery::parse(bad).is_err(), "{bad}");
+        }
+        assert!(LatencyQuery::parse(&"x".repeat(4_001)).is_err());
     }
 }

@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use sqlx::Row as _;
 
 use crate::dialect::health::{
-    HEARTBEAT, HealthQueries, InnodbReport, Measure, ReplicaState, applied_heartbeat,
+    HEARTBEAT, HealthQueries, InnodbReport, LatencyQuery, Measure, ReplicaState, applied_heartbeat,
+    latency_ms_on,
 };
 
 #[async_trait]
@@ -46,6 +47,10 @@ impl HealthQueries for sqlx::MySqlPool {
             "the worker's user lacks the PROCESS privilege ({error}); grant it: GRANT PROCESS \
              ON *.* TO '{name}'@'{host}'"
         ))
+    }
+
+    async fn latency_ms(&self, query: &LatencyQuery) -> Result<Option<f64>, sqlx::Error> {
+        latency_ms_on!(self, query)
     }
 
     async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {

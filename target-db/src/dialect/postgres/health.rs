@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 
 use crate::dialect::health::{
-    HEARTBEAT, HealthQueries, Measure, ReplicaState, TableActivity, applied_heartbeat,
+    HEARTBEAT, HealthQueries, LatencyQuery, Measure, ReplicaState, TableActivity,
+    applied_heartbeat, latency_ms_on,
 };
 
 /// Per target table (`$1`: a JSON array of `[name as given, quoted name]`):
@@ -88,6 +89,10 @@ impl HealthQueries for sqlx::PgPool {
                 "the worker's role may not read it ({error}); grant it: GRANT pg_monitor TO <role>"
             )
         })
+    }
+
+    async fn latency_ms(&self, query: &LatencyQuery) -> Result<Option<f64>, sqlx::Error> {
+        latency_ms_on!(self, query)
     }
 
     async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {

@@ -2,12 +2,16 @@
 
 use async_trait::async_trait;
 
-use crate::dialect::health::{HealthQueries, Measure};
+use crate::dialect::health::{HealthQueries, LatencyQuery, Measure, latency_ms_on};
 
 #[async_trait]
 impl HealthQueries for sqlx::SqlitePool {
     fn measures(&self) -> &'static [Measure] {
         &[Measure::SqliteWalBacklogPages]
+    }
+
+    async fn latency_ms(&self, query: &LatencyQuery) -> Result<Option<f64>, sqlx::Error> {
+        latency_ms_on!(self, query)
     }
 
     async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {
