@@ -188,6 +188,25 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
 /// time: every row of every target changed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
+    across_servers_from_each_coordinator(Work::Increment).await;
+}
+
+/// The same with `archive-rows`: the archive table is created on each
+/// target (never in the coordinator), and every row of group 1 of every
+/// target ends in it exactly once, the rest left live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_archive_across_servers_from_each_coordinator_moves_every_row_once() {
+    across_servers_from_each_coordinator(Work::Archive).await;
+}
+
+/// What a fleet across servers does to group 1 of each target's `items`.
+#[derive(Clone, Copy, PartialEq)]
+enum Work {
+    Increment,
+    Archive,
+}
+
+async fn across_servers_from_each_coordinator(work: Work) {
     for coordinator in ["sqlite", "postgres", "mysql"] {
         let (Some(first), Some(second), Some(third)) = (
             TestDb::postgres().await,
@@ -206,23 +225,64 @@ async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
             create_counted_items(target, 2_000).await;
         }
         let file = targets_file(&targets);
-        let id = increment_group_one(
-            &coordinator,
-            &[
-                "--targets",
-                file.path().to_str().unwrap(),
-                "--sub-batch-size",
-                "25",
-            ],
-        );
+        let options = [
+            "--targets",
+            file.path().to_str().unwrap(),
+            "--sub-batch-size",
+            "25",
+        ];
+        if work == Work::Archive {
+            // --undo is refused over targets apart, nothing made anywhere.
+            let mut undo = vec!["enqueue", "archive-rows", "--table", "items"];
+            undo.extend(["--into", "old_items", "--undo"]);
+            undo.extend_from_slice(&options);
+            let refused = sluice(&coordinator, &undo);
+            assert_eq!(refused.status.code(), Some(2));
+            let error = String::from_utf8_lossy(&refused.stderr);
+            assert!(
+                error.contains("works on the store's database only"),
+                "{error}"
+            );
+            for (_, target) in &targets {
+                assert!(
+                    target.try_execute("SELECT 1 FROM old_items").await.is_err(),
+                    "an archive made by a refused enqueue"
+                );
+            }
+        }
+        let id = match work {
+            Work::Increment => increment_group_one(&coordinator, &options),
+            Work::Archive => archive_group_one(&coordinator, &options),
+        };
         let mut killed = spawn_worker(&coordinator, &["--node", "a", "--lease-ttl", "1s"]);
-        until_items_changed(&second, 150).await;
+        match work {
+            Work::Increment => until_items_changed(&second, 150).await,
+            Work::Archive => {
+                until("a worker archives rows of items", || async {
+                    second.scalar("SELECT COUNT(*) FROM old_items").await > 150
+                })
+                .await
+            }
+        }
         killed.kill().expect("SIGKILL");
         killed.wait().expect("reaped");
         let _worker = spawn_worker(&coordinator, &["--node", "b", "--lease-ttl", "1s"]);
         until_fleet_finished(&coordinator, id, "the fleet finishes").await;
         for (_, target) in &targets {
-            assert_group_one_changed_once(target).await;
+            match work {
+                Work::Increment => assert_group_one_changed_once(target).await,
+                Work::Archive => assert_group_one_archived_once(target).await,
+            }
+        }
+        if work == Work::Archive {
+            assert!(
+                coordinator
+                    .try_execute("SELECT 1 FROM old_items WHERE 1 = 0")
+                    .await
+                    .is_err(),
+                "an archive table made in the coordinator ({})",
+                coordinator.backend
+            );
         }
         for member in fleet_of(&coordinator, id).await {
             assert_eq!(member.state.rows_done, 1_000, "{}", coordinator.backend);
@@ -234,10 +294,27 @@ async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
     }
 }
 
-/// A worker stalled (SIGSTOP) past its lease on a MariaDB target while
-/// another takes its batches over, then woken (SIGCONT): whatever it had
-/// under way is refused by the target's records, it lets go, and every
-/// row is changed once.
+/// Exactly once, from the data: every row of group 1 is in `old_items`
+/// once and no longer in `items`; every row of group 0 is live, and none
+/// archived.
+async fn assert_group_one_archived_once(target: &TestDb) {
+    let count = |sql: &'static str| target.scalar(sql);
+    assert_eq!(count("SELECT COUNT(*) FROM items WHERE grp = 1").await, 0);
+    assert_eq!(
+        count("SELECT COUNT(*) FROM items WHERE grp = 0").await,
+        1_000
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM old_items WHERE grp = 1").await,
+        1_000
+    );
+    assert_eq!(
+        count("SELECT COUNT(DISTINCT id) FROM old_items").await,
+        1_000,
+        "a row archived twice, or one out of scope"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_worker_woken_after_a_takeover_commits_nothing_twice() {
     let Some(target) = TestDb::mysql().await else {
@@ -331,6 +408,21 @@ async fn a_fleet_with_a_bad_target_is_refused_whole() {
         enqueue(differs.path()),
         &["target `b`", "column `grp`", "bigint", "integer"],
     );
+    // An archive refused so leaves no archive table on any target.
+    let options = ["--targets", differs.path().to_str().unwrap()];
+    let mut archive = vec!["enqueue", "archive-rows", "--table", "items"];
+    archive.extend(["--into", "old_items"]);
+    archive.extend_from_slice(&options);
+    refused(
+        sluice(&coordinator, &archive),
+        &["target `b`", "column `grp`"],
+    );
+    for target in [&first, &second] {
+        assert!(
+            target.try_execute("SELECT 1 FROM old_items").await.is_err(),
+            "an archive table left by a refused enqueue"
+        );
+    }
     let twice = targets_file(&[("a", &first), ("b", &first)]);
     refused(enqueue(twice.path()), &["listed twice"]);
     let mut garbled = tempfile::NamedTempFile::new().unwrap();
@@ -1103,16 +1195,31 @@ fn with_password(url: &str) -> String {
 /// Enqueues through `coordinator` an increment of `items`' group 1 with
 /// `options` (the targets among them); returns the first operation's id.
 fn increment_group_one(coordinator: &TestDb, options: &[&str]) -> i64 {
-    let mut args = vec![
-        "enqueue",
-        "update-in-batches",
-        "--table",
-        "items",
-        "--set",
-        "counter = counter + 1",
-        "--where",
-        "grp = 1",
-    ];
+    let set = ["--set", "counter = counter + 1"];
+    enqueue_group_one(coordinator, "update-in-batches", &set, options)
+}
+
+/// Enqueues through `coordinator` the archive of `items`' group 1 into
+/// `old_items` with `options`; returns the first operation's id.
+fn archive_group_one(coordinator: &TestDb, options: &[&str]) -> i64 {
+    enqueue_group_one(
+        coordinator,
+        "archive-rows",
+        &["--into", "old_items"],
+        options,
+    )
+}
+
+/// Enqueues `kind` over `items`' group 1 with `arguments` and `options`
+/// through `coordinator`; returns the first operation's id.
+fn enqueue_group_one(
+    coordinator: &TestDb,
+    kind: &str,
+    arguments: &[&str],
+    options: &[&str],
+) -> i64 {
+    let mut args = vec!["enqueue", kind, "--table", "items", "--where", "grp = 1"];
+    args.extend_from_slice(arguments);
     args.extend_from_slice(options);
     args.push("--json");
     json(&sluice(coordinator, &args))["id"]
