@@ -232,6 +232,16 @@ async fn an_operator_s_latency_query_is_held_to_the_budget(db: &TestDb) {
         reason.contains("the latency query's 50.0 ms over a 5.0 ms budget"),
         "{reason}"
     );
+    // Right after a change of pace (its round trips cleared), the reading
+    // shown still says the last p99, not zero.
+    canary.check(&context).await.expect("canary reads");
+    let shown = store.canaries().await.unwrap();
+    assert!(
+        shown
+            .iter()
+            .any(|r| r.table_name == "watched" && r.p99_us > 0),
+        "{shown:?}"
+    );
     // A query failing later is an error, not a normal reading.
     db.execute("DROP TABLE app_latency").await;
     assert!(canary.check(&context).await.is_err());

@@ -138,6 +138,8 @@ struct TableCanary {
     controller: BudgetController,
     /// When its reading was last stored (a target apart from the store).
     stored: Option<Instant>,
+    /// The last p99 taken over enough round trips (the idle one at first).
+    last: Duration,
 }
 
 impl LatencyCanary {
@@ -271,6 +273,7 @@ impl TableCanary {
             samples: VecDeque::new(),
             controller: BudgetController::default(),
             stored: None,
+            last: Duration::ZERO,
         };
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
         let reading = canary.reading(store, table, None);
@@ -279,6 +282,7 @@ impl TableCanary {
             burst.push(canary.round_trip(store, &reading).await?);
         }
         canary.baseline = p99(&burst);
+        canary.last = canary.baseline;
         Ok(canary)
     }
 
@@ -322,6 +326,7 @@ impl TableCanary {
         };
         let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
         let own = p99(&trips);
+        self.last = self.p99_now().unwrap_or(self.last);
         let p99 = queried.map_or(own, |queried| queried.max(own));
         if trips.len() >= MIN_SAMPLES && self.controller.decide(p99, budget) {
             self.samples.clear();
@@ -369,12 +374,14 @@ impl TableCanary {
         (trips.len() >= 2 * PER_POLL).then(|| p99(&trips))
     }
 
-    /// What this poll's writes record: the p99 so far, held to `budget`.
+    /// What this poll's writes record: the p99 so far (the last one taken
+    /// while too few round trips are in since a change of pace), held to
+    /// `budget`.
     fn reading(&self, store: &Store, table: &str, budget: Option<Duration>) -> CanaryReading {
         let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
         CanaryReading {
             table_name: canary_key(table, store.target_apart()),
-            p99_us: micros(p99(&trips)),
+            p99_us: micros(self.p99_now().unwrap_or(self.last)),
             budget_us: budget.map(micros),
             samples: trips.len() as i64,
             measured_at: store.clock().now_ms(),
