@@ -707,10 +707,22 @@ async fn a_target_cut_off_waits_and_resumes_by_itself() {
     assert_group_one_changed_once(&cut).await;
     assert_group_one_changed_once(&direct).await;
     let back = coordinator.store.operation(waiting.id).await.unwrap();
-    assert_eq!(
+    // The stop is lifted; a throttle of the server's own may be in force
+    // (connection saturation, the latency budget), a stop for the cut is not.
+    assert_ne!(
         back.state.health,
-        sluice_store::Health::Normal,
-        "the stop was not lifted"
+        sluice_store::Health::Stopped,
+        "the stop was not lifted: {:?}",
+        back.state.health_reason
+    );
+    assert!(
+        !back
+            .state
+            .health_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("cannot be reached")),
+        "{:?}",
+        back.state.health_reason
     );
     coordinator.cleanup().await;
     cut.cleanup().await;
