@@ -1,7 +1,8 @@
 //! The built-in health indicators against real servers: each reads its
 //! database without error, MySQL's read lock waits and long-running
-//! transactions as they happen, and PostgreSQL's cleanup debt comes and
-//! goes with a table's dead rows.
+//! transactions as they happen, PostgreSQL's cleanup debt comes and
+//! goes with a table's dead rows, and the latency budget reads the
+//! application's own statements from `pg_stat_statements`.
 
 mod common;
 
@@ -13,6 +14,7 @@ use sluice_runtime::indicators::{InnodbActivity, TableActivity, default_indicato
 use sluice_runtime::latency::{LADDER, LatencyCanary, MIN_SAMPLES, PER_POLL};
 use sluice_runtime::{HealthIndicator, Signal};
 use sluice_store::LatencyBudget;
+use sluice_target::Backend;
 use sluice_target::dialect::health::LatencyQuery;
 
 for_each_backend!(
@@ -28,6 +30,7 @@ mysql_only!(
 
 postgres_only!(
     cleanup_debt_throttles_a_table_until_it_is_vacuumed,
+    the_application_s_slow_statements_on_a_table_are_held_to_the_budget,
     a_worker_whose_role_sees_no_other_session_refuses_to_start_naming_the_grant,
 );
 
@@ -245,6 +248,116 @@ async fn an_operator_s_latency_query_is_held_to_the_budget(db: &TestDb) {
     // A query failing later is an error, not a normal reading.
     db.execute("DROP TABLE app_latency").await;
     assert!(canary.check(&context).await.is_err());
+}
+
+/// With `pg_stat_statements` loaded, the statements another role (the
+/// application's) runs on a table are held to the table's budget: slow
+/// ones throttle it while the canary's own round trips are fast, and the
+/// reason names them. Only statements run since the canary started count,
+/// and the worker's own role's statements never do, however slow.
+async fn the_application_s_slow_statements_on_a_table_are_held_to_the_budget(db: &TestDb) {
+    let loaded = db
+        .scalar(
+            "SELECT COUNT(*) FROM pg_extension WHERE extname = 'pg_stat_statements' \
+             AND current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%'",
+        )
+        .await;
+    if loaded == 0 {
+        assert!(
+            !common::servers_required(),
+            "pg_stat_statements is not loaded and installed in the test database (.ci/run does it)"
+        );
+        eprintln!("pg_stat_statements is not loaded: skipped");
+        return;
+    }
+    let schema = db.schema.clone().expect("a PostgreSQL test schema");
+    db.execute("CREATE TABLE stmt_watched (id BIGINT PRIMARY KEY)")
+        .await;
+    db.execute("INSERT INTO stmt_watched (id) SELECT generate_series(1, 100)")
+        .await;
+    db.execute(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'sluice_test_app') \
+         THEN CREATE ROLE sluice_test_app LOGIN; END IF; END $$",
+    )
+    .await;
+    db.execute(&format!(
+        "GRANT USAGE ON SCHEMA {schema} TO sluice_test_app"
+    ))
+    .await;
+    db.execute("GRANT SELECT ON stmt_watched TO sluice_test_app")
+        .await;
+    let app_url = common::postgres_url().replacen("://postgres@", "://sluice_test_app@", 1);
+    let app = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&app_url)
+        .await
+        .expect("connect as the application's role");
+    let slow = format!("SELECT pg_sleep(0.02), id FROM {schema}.stmt_watched WHERE id = $1");
+    let run_slow = |pool: sqlx::PgPool, n: i64| {
+        let slow = slow.clone();
+        async move {
+            for id in 1..=n {
+                sqlx::query(sqlx::AssertSqlSafe(slow.clone()))
+                    .bind(id)
+                    .execute(&pool)
+                    .await
+                    .expect("a slow statement");
+            }
+        }
+    };
+    // Slow statements before the canary starts are history, not load.
+    run_slow(app.clone(), 30).await;
+    let store = &db.store;
+    store
+        .set_latency_budget(
+            "operation:1",
+            LatencyBudget::Fixed(Duration::from_millis(10)),
+        )
+        .await
+        .unwrap();
+    let context = HealthContext {
+        store: store.clone(),
+        tables: vec!["stmt_watched".into()],
+        operations: vec![Watched {
+            id: 1,
+            kind: "purge".into(),
+            table: "stmt_watched".into(),
+        }],
+    };
+    let polls = MIN_SAMPLES.div_ceil(PER_POLL) * 2;
+    // The worker's own role runs the slow statements: never counted (nor
+    // the canary's point reads, which would pull the mean down).
+    let Backend::Postgres(own) = store.backend() else {
+        unreachable!("a PostgreSQL test")
+    };
+    let canary = LatencyCanary::new();
+    for _ in 0..polls {
+        run_slow(own.clone(), 10).await;
+        let readings = canary.check(&context).await.expect("canary reads");
+        assert_eq!(
+            readings[0].signal,
+            Signal::Normal,
+            "the worker's own statements or the history were counted"
+        );
+    }
+    // The application's role runs them: the table is throttled for them.
+    let canary = LatencyCanary::new();
+    let mut throttled = None;
+    for _ in 0..polls {
+        run_slow(app.clone(), 10).await;
+        let readings = canary.check(&context).await.expect("canary reads");
+        if let Signal::Throttle { reason, .. } = &readings[0].signal {
+            throttled = Some(reason.clone());
+            break;
+        }
+    }
+    let reason = throttled.expect("20 ms statements held to 10 ms throttle the table");
+    assert!(
+        reason.contains("the application's statements on stmt_watched, mean 2")
+            && reason.contains("over a 10.0 ms budget"),
+        "{reason}"
+    );
+    app.close().await;
 }
 
 /// One session holds a row lock on `"rp_LockMe"` and another waits for it:

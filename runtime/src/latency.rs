@@ -16,6 +16,13 @@
 //! ([`LatencyBudget`]). `auto` is the p99 of a burst of round trips when a
 //! table is first watched (again after its operations all stopped) × 1.5,
 //! and at least 1 ms above it.
+//!
+//! Where the database counts its statements (PostgreSQL with
+//! `pg_stat_statements`), the application's own statements on the table
+//! (those of roles other than the worker's) are held to the budget too:
+//! their mean over the same span as the canary's p99, against the budget
+//! (`auto`: × 1.5 their mean when first watched). The pace follows whichever
+//! is further over.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -26,7 +33,7 @@ use tokio::sync::Mutex;
 use async_trait::async_trait;
 use sluice_store::latency::millis;
 use sluice_store::{CanaryReading, LatencyBudget, Store, budget_for, canary_key};
-use sluice_target::dialect::health::LatencyQuery;
+use sluice_target::dialect::health::{LatencyQuery, StatementTotals};
 use sluice_target::{Cursor, CursorValue, Ident, SqlValue, Statement};
 
 use crate::health::{HealthContext, HealthIndicator, Reading, Scope, Signal};
@@ -48,6 +55,10 @@ pub const MIN_SAMPLES: usize = 100;
 
 /// Round trips per poll.
 pub const PER_POLL: usize = 8;
+
+/// Statements of the application a mean needs, over a span or since the
+/// statistics were reset (for `auto`'s idle value).
+const MIN_STATEMENT_CALLS: f64 = 20.0;
 
 /// Round trips of the burst that measures the idle p99 (their worst: the
 /// first sub-batch waits for it, so it stays short).
@@ -140,6 +151,70 @@ struct TableCanary {
     stored: Option<Instant>,
     /// The last p99 taken over enough round trips (the idle one at first).
     last: Duration,
+    /// The application's own statements on the table, where the database
+    /// counts them.
+    statements: StatementWatch,
+}
+
+/// The application's statements on one table, from the database's own
+/// statistics ([`StatementTotals`]).
+#[derive(Debug, Default)]
+struct StatementWatch {
+    /// The database counts them (found at first sight; never asked again
+    /// when it does not).
+    counted: bool,
+    /// Their mean when the table was first watched, over every statement
+    /// since the statistics were reset: the idle value `auto` scales.
+    baseline: Option<Duration>,
+    /// Readings since the last change of pace, at most [`WINDOW`] old.
+    readings: VecDeque<(Instant, StatementTotals)>,
+}
+
+impl StatementWatch {
+    /// Their mean between the first and the last reading kept.
+    fn mean(&self) -> Option<Duration> {
+        let (_, first) = self.readings.front()?;
+        let (_, last) = self.readings.back()?;
+        let ms = last.mean_since(first, MIN_STATEMENT_CALLS)?;
+        Some(Duration::from_secs_f64(ms / 1_000.0))
+    }
+
+    /// Takes a reading at `now`, dropping those older than [`WINDOW`].
+    async fn read(&mut self, store: &Store, table: &str, now: Instant) -> Result<(), String> {
+        if !self.counted {
+            return Ok(());
+        }
+        if let Some(totals) = statement_totals(store, table).await? {
+            self.readings.push_back((now, totals));
+        }
+        while self.readings.len() > 1
+            && self
+                .readings
+                .front()
+                .is_some_and(|(at, _)| now.saturating_duration_since(*at) > WINDOW)
+        {
+            self.readings.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Starts a new span at the last reading (after a change of pace).
+    fn restart(&mut self) {
+        while self.readings.len() > 1 {
+            self.readings.pop_front();
+        }
+    }
+}
+
+/// What a table's pace answers to at a poll.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Binding {
+    /// The canary's p99.
+    Canary,
+    /// The operator's latency query.
+    Query,
+    /// The application's statements: their mean, and what it is held to.
+    Statements { mean: Duration, held: Duration },
 }
 
 impl LatencyCanary {
@@ -194,17 +269,23 @@ impl HealthIndicator for LatencyCanary {
                 known.insert(table.clone(), canary);
             }
             let canary = known.get_mut(table).expect("inserted above");
-            let budget = context
+            let held: Vec<LatencyBudget> = context
                 .operations
                 .iter()
                 .filter(|o| &o.table == table)
-                .filter_map(|o| match budget_for(&budgets, o.id, &o.kind) {
-                    LatencyBudget::Off => None,
-                    LatencyBudget::Fixed(p99) => Some(p99),
-                    LatencyBudget::Auto => Some(auto_budget(canary.baseline)),
-                })
+                .map(|o| budget_for(&budgets, o.id, &o.kind))
+                .collect();
+            let budget = held
+                .iter()
+                .filter_map(|b| held_to(b, Some(canary.baseline)))
                 .min();
-            let signal = canary.poll(store, table, budget, queried).await?;
+            let statement_budget = held
+                .iter()
+                .filter_map(|b| held_to(b, canary.statements.baseline))
+                .min();
+            let signal = canary
+                .poll(store, table, budget, queried, statement_budget)
+                .await?;
             if let Some(now) = canary.p99_now() {
                 self.view.record(table, now, budget);
             }
@@ -221,6 +302,16 @@ impl HealthIndicator for LatencyCanary {
             Some(query) => operator_latency(store, query).await.map(drop),
             None => Ok(()),
         }
+    }
+}
+
+/// The latency a table is held to under `budget`, when the idle latency
+/// `auto` scales is `idle`; `None` when off (or `auto` with no idle value).
+fn held_to(budget: &LatencyBudget, idle: Option<Duration>) -> Option<Duration> {
+    match budget {
+        LatencyBudget::Off => None,
+        LatencyBudget::Fixed(p99) => Some(*p99),
+        LatencyBudget::Auto => idle.map(auto_budget),
     }
 }
 
@@ -267,6 +358,14 @@ impl TableCanary {
     /// most [`BASELINE_SAMPLES`] round trips, or a second's worth).
     async fn first_sight(store: &Store, table: &str) -> Result<Self, String> {
         let probe = point_read(store, table).await.map_err(|e| e.to_string())?;
+        let mut statements = StatementWatch::default();
+        if let Some(totals) = statement_totals(store, table).await? {
+            statements.counted = true;
+            statements.baseline = totals
+                .mean(MIN_STATEMENT_CALLS)
+                .map(|ms| Duration::from_secs_f64(ms / 1_000.0));
+            statements.readings.push_back((Instant::now(), totals));
+        }
         let mut canary = TableCanary {
             probe,
             baseline: Duration::ZERO,
@@ -274,6 +373,7 @@ impl TableCanary {
             controller: BudgetController::default(),
             stored: None,
             last: Duration::ZERO,
+            statements,
         };
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
         let reading = canary.reading(store, table, None);
@@ -286,14 +386,17 @@ impl TableCanary {
         Ok(canary)
     }
 
-    /// Takes this poll's round trips and decides the table's pace, on the
-    /// higher of their p99 and the operator's latency `queried`.
+    /// Takes this poll's round trips and decides the table's pace, on
+    /// whichever is further over its budget: their p99, the operator's
+    /// latency `queried`, or the application's statements' mean against
+    /// `statement_budget`.
     async fn poll(
         &mut self,
         store: &Store,
         table: &str,
         budget: Option<Duration>,
         queried: Option<Duration>,
+        statement_budget: Option<Duration>,
     ) -> Result<Signal, String> {
         let now = Instant::now();
         let reading = self.reading(store, table, budget);
@@ -301,6 +404,7 @@ impl TableCanary {
             let took = self.round_trip(store, &reading).await?;
             self.samples.push_back((now, took));
         }
+        self.statements.read(store, table, now).await?;
         // On a target apart, the round trips wrote the target's heartbeat;
         // the reading goes to the store untimed, for `show`, at most every
         // [`STORE_EVERY`].
@@ -327,10 +431,29 @@ impl TableCanary {
         let trips: Vec<Duration> = self.samples.iter().map(|(_, d)| *d).collect();
         let own = p99(&trips);
         self.last = self.p99_now().unwrap_or(self.last);
-        let p99 = queried.map_or(own, |queried| queried.max(own));
+        let mut p99 = own;
+        let mut binding = Binding::Canary;
+        if let Some(queried) = queried.filter(|q| *q > p99) {
+            (p99, binding) = (queried, Binding::Query);
+        }
+        if let Some((mean, held)) = self.statements.mean().zip(statement_budget) {
+            // The statements' mean over its own budget, as a latency over
+            // the canary's budget by the same ratio.
+            let scaled = budget.mul_f64(mean.as_secs_f64() / held.as_secs_f64().max(1e-6));
+            if scaled > p99 {
+                (p99, binding) = (scaled, Binding::Statements { mean, held });
+            }
+        }
         if trips.len() >= MIN_SAMPLES && self.controller.decide(p99, budget) {
             self.samples.clear();
-            if self.controller.gave_up() && queried.is_some_and(|queried| queried >= own) {
+            self.statements.restart();
+            if self.controller.gave_up() && matches!(binding, Binding::Statements { .. }) {
+                tracing::warn!(
+                    table,
+                    "latency budget let go: slowing down did not lower the mean of the \
+                     application's statements on the table; what slows them is not this work"
+                );
+            } else if self.controller.gave_up() && binding == Binding::Query {
                 tracing::warn!(
                     table,
                     latency = %millis(p99),
@@ -353,15 +476,23 @@ impl TableCanary {
             100 => Signal::Normal,
             percent => Signal::Throttle {
                 percent,
-                reason: format!(
-                    "latency: {} {} over a {} budget",
-                    match queried.is_some_and(|queried| queried > own) {
-                        true => "the latency query's",
-                        false => "canary p99",
-                    },
-                    millis(self.controller.over.unwrap_or(p99)),
-                    millis(budget)
-                ),
+                reason: match binding {
+                    Binding::Statements { mean, held } => format!(
+                        "latency: the application's statements on {table}, mean {} over a {} \
+                         budget",
+                        millis(mean),
+                        millis(held)
+                    ),
+                    other => format!(
+                        "latency: {} {} over a {} budget",
+                        match other {
+                            Binding::Query => "the latency query's",
+                            _ => "canary p99",
+                        },
+                        millis(self.controller.over.unwrap_or(p99)),
+                        millis(budget)
+                    ),
+                },
             },
         };
         Ok(signal)
@@ -414,6 +545,20 @@ impl TableCanary {
         written.map_err(|e| e.to_string())?;
         Ok(started.elapsed())
     }
+}
+
+/// The application's statements on `table` as the target's database counts
+/// them; `None` where it does not (or `table` is no plain name).
+async fn statement_totals(store: &Store, table: &str) -> Result<Option<StatementTotals>, String> {
+    let Ok(ident) = Ident::parse(table) else {
+        return Ok(None);
+    };
+    store
+        .target()
+        .health()
+        .statement_totals(ident.name())
+        .await
+        .map_err(|e| format!("the statements' statistics cannot be read: {e}"))
 }
 
 /// The budget `auto` sets over an idle p99 of `baseline`: ×1.5, and at

@@ -78,6 +78,35 @@ pub struct InnodbReport {
     pub database: Option<String>,
 }
 
+/// The application's statements on one table as the database itself counts
+/// them (PostgreSQL's `pg_stat_statements`): executions and their time,
+/// summed since its statistics were last reset. A latency over an interval
+/// is the difference of two readings ([`StatementTotals::mean_since`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StatementTotals {
+    /// Executions.
+    pub calls: f64,
+    /// Their execution time, in milliseconds.
+    pub total_ms: f64,
+}
+
+impl StatementTotals {
+    /// The mean execution time of the statements run between `earlier` and
+    /// this reading; `None` with fewer than `min_calls` of them, or when the
+    /// statistics went back (reset, or entries evicted) in between.
+    pub fn mean_since(&self, earlier: &StatementTotals, min_calls: f64) -> Option<f64> {
+        let calls = self.calls - earlier.calls;
+        let time = self.total_ms - earlier.total_ms;
+        (calls >= min_calls.max(1.0) && time >= 0.0).then(|| time / calls)
+    }
+
+    /// The mean execution time over every statement counted; `None` with
+    /// fewer than `min_calls`.
+    pub fn mean(&self, min_calls: f64) -> Option<f64> {
+        self.mean_since(&StatementTotals::default(), min_calls)
+    }
+}
+
 /// What one replica says about itself.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplicaState {
@@ -140,6 +169,16 @@ pub trait HealthQueries: Send + Sync {
     async fn privilege_remedy(&self, error: &sqlx::Error) -> Option<String> {
         let _ = error;
         None
+    }
+
+    /// The statements that name `table` (a plain name, matched as a whole
+    /// word, any schema) run in this database by roles other than this
+    /// connection's, as the database counts them; `None` where it keeps no
+    /// such statistics (PostgreSQL without `pg_stat_statements` installed
+    /// and loaded; MySQL, SQLite).
+    async fn statement_totals(&self, table: &str) -> Result<Option<StatementTotals>, sqlx::Error> {
+        let _ = table;
+        Ok(None)
     }
 
     /// The number the operator's latency `query` returns (its first row's
@@ -247,7 +286,31 @@ pub(crate) fn applied_heartbeat(
 
 #[cfg(test)]
 mod tests {
-    use super::LatencyQuery;
+    use super::{LatencyQuery, StatementTotals};
+
+    #[test]
+    fn a_statement_mean_is_read_from_the_difference_of_two_readings() {
+        let at = |calls: f64, total_ms: f64| StatementTotals { calls, total_ms };
+        let earlier = at(1_000.0, 1_000.0);
+        assert_eq!(at(1_040.0, 1_400.0).mean_since(&earlier, 20.0), Some(10.0));
+        assert_eq!(
+            at(1_010.0, 1_400.0).mean_since(&earlier, 20.0),
+            None,
+            "too few statements in between"
+        );
+        assert_eq!(
+            at(500.0, 400.0).mean_since(&earlier, 20.0),
+            None,
+            "statistics reset in between"
+        );
+        assert_eq!(
+            at(1_040.0, 900.0).mean_since(&earlier, 20.0),
+            None,
+            "entries evicted in between"
+        );
+        assert_eq!(at(0.0, 0.0).mean_since(&at(0.0, 0.0), 0.0), None);
+        assert_eq!(at(50.0, 100.0).mean(20.0), Some(2.0));
+    }
 
     #[test]
     fn a_latency_query_is_one_statement() {

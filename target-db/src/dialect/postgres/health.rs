@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use crate::dialect::health::{
-    HEARTBEAT, HealthQueries, LatencyQuery, Measure, ReplicaState, TableActivity,
+    HEARTBEAT, HealthQueries, LatencyQuery, Measure, ReplicaState, StatementTotals, TableActivity,
     applied_heartbeat, latency_ms_on,
 };
 
@@ -34,6 +34,24 @@ const TABLE_ACTIVITY: &str = "\
              bool_and(CASE WHEN o.option_name = 'autovacuum_enabled' \
                       THEN o.option_value::bool END) AS enabled \
       FROM pg_options_to_table(c.reloptions) o) AS own";
+
+/// The schema `pg_stat_statements` is installed in, in this database.
+const STATEMENTS_SCHEMA: &str = "SELECT n.nspname::text FROM pg_extension e \
+     JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_stat_statements'";
+
+/// The statements of this database naming the table (`$1`, a whole-word
+/// regular expression) run by other roles than the connection's: their
+/// executions and time. `{schema}` is where the view is.
+const STATEMENT_TOTALS: &str = "\
+    SELECT COALESCE(sum(s.calls), 0)::float8, COALESCE(sum(s.total_exec_time), 0)::float8 \
+    FROM {schema}.pg_stat_statements s \
+    WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+      AND s.userid <> (SELECT oid FROM pg_roles WHERE rolname = current_user) \
+      AND s.query ~* $1";
+
+/// The view errs with this state when the library is not loaded at start
+/// (`shared_preload_libraries`): installed, it keeps nothing.
+const NOT_LOADED: &str = "55000";
 
 #[async_trait]
 impl HealthQueries for sqlx::PgPool {
@@ -95,6 +113,29 @@ impl HealthQueries for sqlx::PgPool {
         latency_ms_on!(self, query)
     }
 
+    async fn statement_totals(&self, table: &str) -> Result<Option<StatementTotals>, sqlx::Error> {
+        let Some(schema): Option<String> = sqlx::query_scalar(STATEMENTS_SCHEMA)
+            .fetch_optional(self)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let sql = STATEMENT_TOTALS.replace("{schema}", &quote_name(&schema));
+        let read: Result<(f64, f64), sqlx::Error> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(whole_word(table))
+            .fetch_one(self)
+            .await;
+        match read {
+            Ok((calls, total_ms)) => Ok(Some(StatementTotals { calls, total_ms })),
+            Err(e)
+                if e.as_database_error().and_then(|d| d.code()).as_deref() == Some(NOT_LOADED) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {
         let pool = self;
         Ok(match measure {
@@ -141,5 +182,37 @@ impl HealthQueries for sqlx::PgPool {
             broken: (!recovering).then(|| "not a standby (not in recovery)".to_owned()),
             note: paused.then(|| "WAL replay paused".to_owned()),
         })
+    }
+}
+
+/// `name` as a quoted PostgreSQL identifier, whatever it holds.
+fn quote_name(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A regular expression matching `name` as a whole word (PostgreSQL's
+/// `\m`, `\M`), any character but a letter, digit or `_` escaped.
+fn whole_word(name: &str) -> String {
+    let mut pattern = String::from("\\m");
+    for c in name.chars() {
+        if !(c.is_ascii_alphanumeric() || c == '_') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str("\\M");
+    pattern
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{quote_name, whole_word};
+
+    #[test]
+    fn names_are_quoted_and_matched_as_whole_words() {
+        assert_eq!(quote_name("public"), "\"public\"");
+        assert_eq!(quote_name("we\"ird"), "\"we\"\"ird\"");
+        assert_eq!(whole_word("items"), "\\mitems\\M");
+        assert_eq!(whole_word("a.b$"), "\\ma\\.b\\$\\M");
     }
 }
