@@ -113,7 +113,9 @@ impl CanaryView {
         Self::default()
     }
 
-    /// Whether the canary's p99 on `table` is over its latency budget:
+    /// Whether the latency the canary's controller last judged `table` by
+    /// (its p99 over at least [`MIN_SAMPLES`] round trips, or what binds
+    /// beside it; the idle p99 until then) is over its latency budget:
     /// `None` without a reading from the last [`WINDOW`] (no canary runs,
     /// or it cannot read the table) or without a budget (every operation
     /// on the table has it off).
@@ -151,6 +153,11 @@ struct TableCanary {
     stored: Option<Instant>,
     /// The last p99 taken over enough round trips (the idle one at first).
     last: Duration,
+    /// The latency the controller last judged the pace by, from at least
+    /// [`MIN_SAMPLES`] round trips (the idle p99 at first): what the
+    /// housekeeping throttles it gates feel, so that they never hold on
+    /// fewer round trips than the controller would act on.
+    judged: Duration,
     /// The application's own statements on the table, where the database
     /// counts them.
     statements: StatementWatch,
@@ -286,9 +293,7 @@ impl HealthIndicator for LatencyCanary {
             let signal = canary
                 .poll(store, table, budget, queried, statement_budget)
                 .await?;
-            if let Some(now) = canary.p99_now() {
-                self.view.record(table, now, budget);
-            }
+            self.view.record(table, canary.judged, budget);
             readings.push(Reading {
                 scope: Scope::Table(table.clone()),
                 signal,
@@ -373,6 +378,7 @@ impl TableCanary {
             controller: BudgetController::default(),
             stored: None,
             last: Duration::ZERO,
+            judged: Duration::ZERO,
             statements,
         };
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
@@ -383,6 +389,7 @@ impl TableCanary {
         }
         canary.baseline = p99(&burst);
         canary.last = canary.baseline;
+        canary.judged = canary.baseline;
         Ok(canary)
     }
 
@@ -443,6 +450,9 @@ impl TableCanary {
             if scaled > p99 {
                 (p99, binding) = (scaled, Binding::Statements { mean, held });
             }
+        }
+        if trips.len() >= MIN_SAMPLES {
+            self.judged = p99;
         }
         if trips.len() >= MIN_SAMPLES && self.controller.decide(p99, budget) {
             self.samples.clear();
