@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use common::{
@@ -16,6 +16,13 @@ use common::{
 };
 use sluice_store::{Event, ManualClock, NextBatch, OperationStatus, StoreError};
 use sluice_target::{Cursor, Statement};
+use tokio::sync::RwLock;
+
+/// The PostgreSQL replica the first cluster streams to, shared by every
+/// test here with a target on that cluster: its workers watch the
+/// cluster's replication lag, so the one test that pauses the replica's
+/// replay takes it alone (write) and the others share it (read).
+static REPLICA: LazyLock<RwLock<()>> = LazyLock::new(|| RwLock::new(()));
 
 /// The password the tests put in a PostgreSQL target's URL (the test
 /// server trusts local connections, so any password connects).
@@ -24,6 +31,7 @@ const PASSWORD: &str = "fleet-s3cret";
 /// A coordinator in each database, each with a target in another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_coordinator_postgres_target() {
+    let _shared = REPLICA.read().await;
     let Some(target) = TestDb::postgres().await else {
         return;
     };
@@ -32,6 +40,7 @@ async fn sqlite_coordinator_postgres_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_coordinator_mysql_target() {
+    let _shared = REPLICA.read().await;
     let Some(target) = TestDb::mysql().await else {
         return;
     };
@@ -40,6 +49,7 @@ async fn sqlite_coordinator_mysql_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_coordinator_mysql_target() {
+    let _shared = REPLICA.read().await;
     let (Some(coordinator), Some(target)) = (TestDb::postgres().await, TestDb::mysql().await)
     else {
         return;
@@ -49,6 +59,7 @@ async fn postgres_coordinator_mysql_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_coordinator_postgres_target() {
+    let _shared = REPLICA.read().await;
     let (Some(coordinator), Some(target)) = (TestDb::mysql().await, TestDb::postgres().await)
     else {
         return;
@@ -58,6 +69,7 @@ async fn mysql_coordinator_postgres_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_holder_commits_nothing_on_a_postgres_target() {
+    let _shared = REPLICA.read().await;
     let Some(target) = TestDb::postgres().await else {
         return;
     };
@@ -66,6 +78,7 @@ async fn a_stalled_holder_commits_nothing_on_a_postgres_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_holder_commits_nothing_on_a_mysql_target() {
+    let _shared = REPLICA.read().await;
     let (Some(coordinator), Some(target)) = (TestDb::postgres().await, TestDb::mysql().await)
     else {
         return;
@@ -79,6 +92,7 @@ async fn a_stalled_holder_commits_nothing_on_a_mysql_target() {
 /// every target changed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_changes_every_row_of_every_target_once() {
+    let _shared = REPLICA.read().await;
     let (Some(first), Some(second), Some(third)) = (
         TestDb::postgres().await,
         TestDb::postgres().await,
@@ -188,6 +202,7 @@ async fn a_fleet_changes_every_row_of_every_target_once() {
 /// time: every row of every target changed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
+    let _shared = REPLICA.read().await;
     across_servers_from_each_coordinator(Work::Increment).await;
 }
 
@@ -196,6 +211,7 @@ async fn a_fleet_across_servers_from_each_coordinator_changes_every_row_once() {
 /// target ends in it exactly once, the rest left live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_archive_across_servers_from_each_coordinator_moves_every_row_once() {
+    let _shared = REPLICA.read().await;
     across_servers_from_each_coordinator(Work::Archive).await;
 }
 
@@ -317,6 +333,7 @@ async fn assert_group_one_archived_once(target: &TestDb) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_worker_woken_after_a_takeover_commits_nothing_twice() {
+    let _shared = REPLICA.read().await;
     let Some(target) = TestDb::mysql().await else {
         return;
     };
@@ -384,6 +401,7 @@ async fn a_stalled_worker_woken_after_a_takeover_commits_nothing_twice() {
 /// and nothing is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_with_a_bad_target_is_refused_whole() {
+    let _shared = REPLICA.read().await;
     let (Some(first), Some(second)) = (TestDb::postgres().await, TestDb::postgres().await) else {
         return;
     };
@@ -449,6 +467,7 @@ b
 /// tables do not differ) is checked in full and refused, named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_vouched_target_is_counted_and_a_changed_one_checked_in_full() {
+    let _shared = REPLICA.read().await;
     let (Some(a), Some(b), Some(c)) = (
         TestDb::postgres().await,
         TestDb::postgres().await,
@@ -463,6 +482,7 @@ async fn a_vouched_target_is_counted_and_a_changed_one_checked_in_full() {
 /// MariaDB targets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_vouched_mysql_target_is_counted_and_a_changed_one_checked_in_full() {
+    let _shared = REPLICA.read().await;
     let (Some(a), Some(b), Some(c)) = (
         TestDb::mysql().await,
         TestDb::mysql().await,
@@ -542,6 +562,7 @@ async fn vouched_and_refused(a: TestDb, b: TestDb, c: TestDb, drop_key: &str) {
 /// parameter is refused, named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_keeps_sluice_s_tables_in_a_schema_of_their_own() {
+    let _shared = REPLICA.read().await;
     let Some(target) = TestDb::postgres().await else {
         return;
     };
@@ -592,6 +613,7 @@ async fn a_target_keeps_sluice_s_tables_in_a_schema_of_their_own() {
 /// session on either target (found by the URLs' `application_name`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_lets_go_of_a_target_it_no_longer_works_on() {
+    let _shared = REPLICA.read().await;
     let (Some(a), Some(b)) = (TestDb::postgres().await, TestDb::postgres().await) else {
         return;
     };
@@ -635,6 +657,7 @@ async fn a_worker_lets_go_of_a_target_it_no_longer_works_on() {
 /// is back it finishes by itself; every row of both changed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_cut_off_waits_and_resumes_by_itself() {
+    let _shared = REPLICA.read().await;
     let (Some(cut), Some(direct)) = (TestDb::postgres().await, TestDb::postgres().await) else {
         return;
     };
@@ -734,6 +757,7 @@ async fn a_target_cut_off_waits_and_resumes_by_itself() {
 /// of them done, each row once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_capped_at_one_target_works_on_one_at_a_time() {
+    let _shared = REPLICA.read().await;
     let (Some(coordinator), Some(a), Some(b), Some(c)) = (
         TestDb::postgres().await,
         TestDb::postgres().await,
@@ -805,6 +829,7 @@ async fn a_fleet_capped_at_one_target_works_on_one_at_a_time() {
 /// given the targets file (`run --targets`) connects with it and finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_takes_a_target_s_password_from_the_targets_file() {
+    let _shared = REPLICA.read().await;
     let Some(target) = TestDb::mysql().await else {
         return;
     };
@@ -876,6 +901,7 @@ async fn a_worker_takes_a_target_s_password_from_the_targets_file() {
 /// resumes and finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_s_own_health_stops_its_operation_alone() {
+    let _shared = REPLICA.read().await;
     let (Some(locked), Some(free)) = (TestDb::postgres().await, TestDb::postgres().await) else {
         return;
     };
@@ -956,6 +982,7 @@ async fn a_target_s_own_health_stops_its_operation_alone() {
 /// heartbeat written on the target; replay resumed, it finishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_s_replica_lag_stops_its_operation() {
+    let _alone = REPLICA.write().await;
     let Some(target) = TestDb::postgres().await else {
         return;
     };
@@ -1008,6 +1035,7 @@ async fn a_target_s_replica_lag_stops_its_operation() {
             .on_replica(&server, "SELECT pg_wal_replay_pause()")
             .await
     );
+    let _resumed_whatever_happens = ReplayResumedOnDrop(server.clone());
     until(
         "the target's operation stopped for its replica's lag",
         || async {
@@ -1039,6 +1067,7 @@ async fn a_target_s_replica_lag_stops_its_operation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_target_is_refused_without_its_password() {
+    let _shared = REPLICA.read().await;
     let coordinator = TestDb::sqlite().await;
     let unreachable = format!("postgres://app:{PASSWORD}@127.0.0.1:1/nowhere");
     let output = set_counter_on(&coordinator, &unreachable);
@@ -1055,6 +1084,40 @@ async fn an_unreachable_target_is_refused_without_its_password() {
     let listed = json(&sluice(&coordinator, &["list", "--json"]));
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
     coordinator.cleanup().await;
+}
+
+/// Resumes the PostgreSQL replica's replay at `.0` when dropped, so that a
+/// test failing while it is paused leaves no lag behind for the tests after
+/// it (a pause outlives the test's connections).
+struct ReplayResumedOnDrop(String);
+
+impl Drop for ReplayResumedOnDrop {
+    fn drop(&mut self) {
+        let url = self.0.clone();
+        // Its own thread and runtime: a drop cannot await, and may run
+        // while the test's runtime unwinds.
+        let resumed = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to resume the replica");
+            runtime.block_on(async {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&url)
+                    .await?;
+                sqlx::query("SELECT pg_wal_replay_resume() WHERE pg_is_wal_replay_paused()")
+                    .execute(&pool)
+                    .await?;
+                pool.close().await;
+                Ok::<(), sqlx::Error>(())
+            })
+        })
+        .join();
+        if !matches!(resumed, Ok(Ok(()))) {
+            eprintln!("could not resume the replica's replay at {}", self.0);
+        }
+    }
 }
 
 /// The `host:port` a server URL names.
