@@ -1029,13 +1029,7 @@ async fn a_target_s_replica_lag_stops_its_operation() {
         target.on_replica(&replica, beat)
     })
     .await;
-    let server = target.replica_server();
-    assert!(
-        target
-            .on_replica(&server, "SELECT pg_wal_replay_pause()")
-            .await
-    );
-    let _resumed_whatever_happens = ReplayResumedOnDrop(server.clone());
+    let paused = target.pause_replica(&target.replica_server()).await;
     until(
         "the target's operation stopped for its replica's lag",
         || async {
@@ -1048,11 +1042,7 @@ async fn a_target_s_replica_lag_stops_its_operation() {
         },
     )
     .await;
-    assert!(
-        target
-            .on_replica(&server, "SELECT pg_wal_replay_resume()")
-            .await
-    );
+    paused.resume().await;
     until(
         "the operation finishes once the replica catches up",
         || async {
@@ -1084,40 +1074,6 @@ async fn an_unreachable_target_is_refused_without_its_password() {
     let listed = json(&sluice(&coordinator, &["list", "--json"]));
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
     coordinator.cleanup().await;
-}
-
-/// Resumes the PostgreSQL replica's replay at `.0` when dropped, so that a
-/// test failing while it is paused leaves no lag behind for the tests after
-/// it (a pause outlives the test's connections).
-struct ReplayResumedOnDrop(String);
-
-impl Drop for ReplayResumedOnDrop {
-    fn drop(&mut self) {
-        let url = self.0.clone();
-        // Its own thread and runtime: a drop cannot await, and may run
-        // while the test's runtime unwinds.
-        let resumed = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to resume the replica");
-            runtime.block_on(async {
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&url)
-                    .await?;
-                sqlx::query("SELECT pg_wal_replay_resume() WHERE pg_is_wal_replay_paused()")
-                    .execute(&pool)
-                    .await?;
-                pool.close().await;
-                Ok::<(), sqlx::Error>(())
-            })
-        })
-        .join();
-        if !matches!(resumed, Ok(Ok(()))) {
-            eprintln!("could not resume the replica's replay at {}", self.0);
-        }
-    }
 }
 
 /// The `host:port` a server URL names.

@@ -114,14 +114,6 @@ async fn replica_lag_stops_the_operation_and_it_resumes_when_the_replica_catches
     let Some(replica) = db.replica_url().await else {
         return;
     };
-    let (pause, resume) = match db.backend {
-        "postgres" => (
-            "SELECT pg_wal_replay_pause()",
-            "SELECT pg_wal_replay_resume()",
-        ),
-        _ => ("STOP SLAVE SQL_THREAD", "START SLAVE SQL_THREAD"),
-    };
-    let server = db.replica_server();
     common::create_counted_items(db, 40_000).await;
     // Replaying, the table included: the lag the test makes is its own.
     db.replica_caught_up(Duration::from_secs(600)).await;
@@ -144,7 +136,7 @@ async fn replica_lag_stops_the_operation_and_it_resumes_when_the_replica_catches
 
     // Replay paused: the lag grows with the clock until it is a stop.
     let before = not_stopped(db, id).await;
-    assert!(db.on_replica(&server, pause).await);
+    let replay = db.pause_replica(&db.replica_server()).await;
     let paused = Instant::now();
     until_within(
         "a stop for replica lag",
@@ -185,7 +177,7 @@ async fn replica_lag_stops_the_operation_and_it_resumes_when_the_replica_catches
     );
 
     // Replay resumed: the replica catches up and the operation goes on.
-    assert!(db.on_replica(&server, resume).await);
+    replay.resume().await;
     let resumed = Instant::now();
     until_within("the operation resumes", Duration::from_secs(60), || async {
         rows_done(db, id).await > held_at + 4 * 100

@@ -317,23 +317,30 @@ impl TestDb {
     /// or to read its copy of this test's tables); false when the replica
     /// did not take it (not reachable, or without this database yet).
     pub async fn on_replica(&self, url: &str, sql: &str) -> bool {
-        let sql = sqlx::AssertSqlSafe(sql.to_owned());
-        // One connection of either pool type, closed once `sql` ran.
-        macro_rules! run_once {
-            ($options:expr) => {
-                match $options.max_connections(1).connect(url).await {
-                    Ok(pool) => {
-                        let done = sqlx::raw_sql(sql).execute(&pool).await.is_ok();
-                        pool.close().await;
-                        done
-                    }
-                    Err(_) => false,
-                }
-            };
-        }
-        match self.backend {
-            "postgres" => run_once!(PgPoolOptions::new()),
-            _ => run_once!(MySqlPoolOptions::new()),
+        on_server(self.backend, url, sql).await
+    }
+
+    /// Pauses the replica's replay at `server` (PostgreSQL's WAL replay,
+    /// MySQL's SQL thread) until the guard it returns is dropped, which
+    /// resumes it even when the test fails: a pause outlives the test's
+    /// connections, and every operation on the primary after it would see
+    /// the lag grow.
+    pub async fn pause_replica(&self, server: &str) -> ReplicaPaused {
+        let (pause, resume) = match self.backend {
+            "postgres" => (
+                "SELECT pg_wal_replay_pause()",
+                "SELECT pg_wal_replay_resume() WHERE pg_is_wal_replay_paused()",
+            ),
+            _ => ("STOP SLAVE SQL_THREAD", "START SLAVE SQL_THREAD"),
+        };
+        assert!(
+            self.on_replica(server, pause).await,
+            "the replica at {server} did not pause"
+        );
+        ReplicaPaused {
+            backend: self.backend,
+            server: server.to_owned(),
+            resume,
         }
     }
 
@@ -916,4 +923,63 @@ macro_rules! mysql_only {
             )*
         }
     };
+}
+
+/// Runs `sql` on the server at `url` over one connection of `backend`'s
+/// kind, closed once `sql` ran; false when the server did not take it.
+async fn on_server(backend: &str, url: &str, sql: &str) -> bool {
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    macro_rules! run_once {
+        ($options:expr) => {
+            match $options.max_connections(1).connect(url).await {
+                Ok(pool) => {
+                    let done = sqlx::raw_sql(sql).execute(&pool).await.is_ok();
+                    pool.close().await;
+                    done
+                }
+                Err(_) => false,
+            }
+        };
+    }
+    match backend {
+        "postgres" => run_once!(PgPoolOptions::new()),
+        _ => run_once!(MySqlPoolOptions::new()),
+    }
+}
+
+/// A replica paused by [`TestDb::pause_replica`]: [`ReplicaPaused::resume`]
+/// resumes it, and so does dropping the guard, a test's failure included.
+pub struct ReplicaPaused {
+    backend: &'static str,
+    server: String,
+    resume: &'static str,
+}
+
+impl ReplicaPaused {
+    /// Resumes the replica's replay (asserting the replica took it).
+    pub async fn resume(self) {
+        assert!(
+            on_server(self.backend, &self.server, self.resume).await,
+            "the replica at {} did not resume",
+            self.server
+        );
+    }
+}
+
+impl Drop for ReplicaPaused {
+    fn drop(&mut self) {
+        let (backend, server, resume) = (self.backend, self.server.clone(), self.resume);
+        // Its own thread and runtime: a drop cannot await, and may run
+        // while the test's runtime unwinds.
+        let resumed = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .is_ok_and(|runtime| runtime.block_on(on_server(backend, &server, resume)))
+        })
+        .join();
+        if !matches!(resumed, Ok(true)) {
+            eprintln!("could not resume the replica's replay at {}", self.server);
+        }
+    }
 }
