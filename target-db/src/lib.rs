@@ -19,6 +19,7 @@ pub mod cursor;
 pub mod dialect;
 mod enqueuing_session;
 pub mod error;
+pub mod kept_partitions;
 pub mod operator_sql;
 #[doc(hidden)]
 pub mod positional;
@@ -42,6 +43,7 @@ pub use dialect::{
 };
 pub use enqueuing_session::{EnqueuingSession, SessionMismatch};
 pub use error::DatabaseError;
+pub use kept_partitions::{KeptPartition, KeptPartitionError, KeptPartitions};
 pub use operator_sql::{Assignments, Condition, OperatorSqlError};
 pub use probe::Probe;
 pub use progress::{Adopted, ProgressOwner};

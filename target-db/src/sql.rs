@@ -330,6 +330,12 @@ impl SqlText {
         SqlText(fragment.to_owned())
     }
 
+    /// Text this crate wrote itself from values it read and quoted (a
+    /// partition bound, [`crate::kept_partitions::RangeBound`]).
+    pub(crate) fn written_here(text: String) -> Self {
+        SqlText(text)
+    }
+
     /// Appends a code-written fragment.
     pub fn push(mut self, fragment: &'static str) -> Self {
         self.0.push_str(fragment);

@@ -245,6 +245,14 @@ pub trait Dialect: Send + Sync + fmt::Debug {
         false
     }
 
+    /// True where a partition can instead be detached and kept in the
+    /// sub-batch's transaction, and attached back by a revert
+    /// ([`crate::KeptPartitions`], PostgreSQL's SQL): `delete-aged-rows
+    /// --undo` then keeps whole partitions rather than moving their rows.
+    fn keeps_partitions(&self) -> bool {
+        false
+    }
+
     /// `statement` followed by the rows of `partition` of `table` as a
     /// `FROM` names them: the partition's own table (PostgreSQL), or the
     /// table restricted to it (MySQL's `t PARTITION (p)`).

@@ -88,6 +88,10 @@ impl Dialect for Postgres {
         true
     }
 
+    fn keeps_partitions(&self) -> bool {
+        true
+    }
+
     fn create_undo_table(&self, undo: &UndoTable, _declared: &[String]) -> Option<Vec<Statement>> {
         Some(undo.copied_columns(""))
     }

@@ -7,6 +7,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::dialect::PartitionDrop;
 use crate::error::DatabaseError;
+use crate::kept_partitions::RangeBound;
 use crate::sql::{Ident, SqlValue, Statement, bind_values};
 use crate::target_table::{RangePartition, RangePartitions, at_positions};
 
@@ -215,21 +216,7 @@ pub(crate) fn partition_drop(table: &Ident, partition: &Ident) -> PartitionDrop 
 /// The value of `FOR VALUES FROM (…) TO (value)` as written, unquoted;
 /// `None` for `MAXVALUE`, a default partition or a bound of several values.
 fn upper_bound(bound: &str) -> Option<String> {
-    let (_, to) = bound.split_once(") TO (")?;
-    let to = to.strip_suffix(')')?;
-    if let Some(quoted) = to.strip_prefix('\'') {
-        let inner = quoted.strip_suffix('\'')?;
-        // One quoted value: every quote inside it is doubled.
-        if inner.replace("''", "").contains('\'') {
-            return None;
-        }
-        return Some(inner.replace("''", "'"));
-    }
-    let plain = to
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "-+.".contains(c));
-    (plain && !to.eq_ignore_ascii_case("MAXVALUE") && !to.eq_ignore_ascii_case("MINVALUE"))
-        .then(|| to.to_owned())
+    RangeBound::parse(bound)?.upper()
 }
 
 #[cfg(test)]
