@@ -38,13 +38,9 @@ impl KeptPartitions {
     /// The record of the partitions of `live` kept beside the undo table
     /// `undo`. Errors when `<undo>_parts` would not be a plain identifier.
     pub fn of(live: &Ident, undo: &Ident) -> Result<Self, IdentError> {
-        let record = match undo.schema() {
-            Some(schema) => format!("{schema}.{}_parts", undo.name()),
-            None => format!("{}_parts", undo.name()),
-        };
         Ok(KeptPartitions {
             live: live.clone(),
-            record: Ident::parse(&record)?,
+            record: undo.beside(&format!("{}_parts", undo.name()))?,
         })
     }
 
@@ -127,11 +123,10 @@ impl KeptPartitions {
                 kept: partition.kept.to_string(),
                 bound: partition.bound.clone(),
             })?;
-        let named = match partition.kept.schema() {
-            Some(schema) => Ident::parse(&format!("{schema}.{}", partition.name.name())),
-            None => Ok(partition.name.clone()),
-        }
-        .map_err(|e| KeptPartitionError::Name(e.to_string()))?;
+        let named = partition
+            .kept
+            .beside(partition.name.name())
+            .map_err(|e| KeptPartitionError::Name(e.to_string()))?;
         let attach = Statement::new("ALTER TABLE ")
             .ident(&self.live)
             .push(" ATTACH PARTITION ")

@@ -308,6 +308,15 @@ impl Ident {
         (self.parts.len() == 2).then(|| self.parts[0].as_str())
     }
 
+    /// `name` in this identifier's schema (unqualified when this is).
+    /// Errors when `name` is not a plain identifier.
+    pub fn beside(&self, name: &str) -> Result<Ident, IdentError> {
+        match self.schema() {
+            Some(schema) => Ident::parse(&format!("{schema}.{name}")),
+            None => Ident::parse(name),
+        }
+    }
+
     /// The quoted form, e.g. `"public"."events"`.
     pub fn quoted(&self) -> String {
         self.parts
@@ -416,6 +425,17 @@ mod tests {
             "\"app\".\"events_2024\""
         );
         assert_eq!(Ident::parse("_x1").unwrap().name(), "_x1");
+        let qualified = Ident::parse("app.events").unwrap();
+        assert_eq!(qualified.beside("kept").unwrap().to_string(), "app.kept");
+        assert_eq!(
+            Ident::parse("events")
+                .unwrap()
+                .beside("kept")
+                .unwrap()
+                .to_string(),
+            "kept"
+        );
+        assert!(qualified.beside("not a name").is_err());
     }
 
     #[test]
