@@ -398,11 +398,17 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
         // The change planned as it would run; --undo's table is made at
         // enqueue.
         let mut arguments = arguments;
+        let mut undo = false;
         if let Some(fields) = arguments.as_object_mut() {
-            fields.remove("undo");
+            undo = fields.remove("undo") == Some(true.into());
             fields.remove("keep_undo");
+            // With --undo, partitions are kept where the database can
+            // keep them, and every row is moved elsewhere.
+            if undo && !on.target().dialect().keeps_partitions() {
+                fields.remove("drop_partitions");
+            }
         }
-        let plan = plan(
+        let mut plan = plan(
             on,
             &registry,
             recipe.kind,
@@ -411,6 +417,9 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
             recipe.probe,
         )
         .await?;
+        if let Some(partitions) = plan.partitions.as_mut() {
+            partitions.kept = undo;
+        }
         render::plan(&plan, recipe.json)?;
         return match plan.refusal {
             Some(refusal) if !planning => Err(Failure::BadInput(format!(

@@ -624,11 +624,15 @@ pub fn plan(plan: &Plan, as_json: bool) -> Result<(), Failure> {
             (Some(reason), _) => println!("  partitions      none dropped: {reason}"),
             (None, []) => println!("  partitions      none wholly older than the cutoff"),
             (None, dropped) => {
+                let verb = match partitions.kept {
+                    true => "detaches and keeps",
+                    false => "drops",
+                };
                 for (i, partition) in dropped.iter().enumerate() {
                     let label = if i == 0 {
-                        "  partitions      drops "
+                        format!("  partitions      {verb} ")
                     } else {
-                        "                  drops "
+                        format!("                  {verb} ")
                     };
                     println!(
                         "{label}{} ({}, one batch, its rows checked under a lock first)",
@@ -797,6 +801,13 @@ fn detail(event: &Event) -> String {
 /// reverted) how many rows went back and which were left alone.
 fn undo_text(record: &OperationRecord, undo: &UndoSummary) -> String {
     let mut text = format!("{} rows kept in {}", undo.rows, undo.table);
+    if !undo.kept_partitions.is_empty() {
+        text.push_str(&format!(
+            ", and {} partitions ({} rows) detached and kept beside it",
+            undo.kept_partitions.len(),
+            undo.kept_partition_rows
+        ));
+    }
     if record.state.kind == "revert" || undo.reverted + undo.conflicts > 0 {
         text.push_str(&format!("; {} put back", undo.reverted));
     }

@@ -7,13 +7,15 @@
 //! behind it; a `DELETE` trigger keeps every partition. On MariaDB, whose
 //! drop commits on its own, a drop intent left by a worker that died is
 //! settled by the next from the table's catalogue, its rows counted once.
+//! With `--undo`, PostgreSQL detaches and keeps the aged partitions
+//! instead (MariaDB moves every row), and a revert puts every row back.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{TestDb, sluice, spawn_worker};
+use common::{TestDb, json, sluice, spawn_worker};
 use serde_json::json;
 use sluice_operations::{EnqueueOptions, Filter, Operation, OperationError, Registry, Shape};
 use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
@@ -26,6 +28,7 @@ postgres_and_mysql!(
     a_drop_behind_a_long_transaction_gives_way_and_rows_go_one_by_one,
     a_delete_trigger_keeps_every_partition,
     workers_killed_between_drops_and_deletes_count_every_aged_row_once,
+    undo_keeps_aged_partitions_and_a_revert_puts_every_row_back,
 );
 
 postgres_only!(pg_partmans_retention_decides_whether_partitions_drop);
@@ -128,6 +131,22 @@ async fn exist(db: &TestDb, partitions: &[&str]) -> i64 {
         ),
     })
     .await
+}
+
+/// 20,000 more aged rows in `log_recent`, from 2023 (ids above 40,000):
+/// enough to go one by one for a while.
+async fn add_aged_recent(db: &TestDb) {
+    db.execute(match db.backend {
+        "postgres" => {
+            "INSERT INTO log (id, at) SELECT 40000 + g, timestamptz '2023-01-01' + g * interval '1 minute' \
+             FROM generate_series(1, 20000) g"
+        }
+        _ => {
+            "INSERT INTO log (id, at) SELECT 40000 + seq, TIMESTAMP '2023-01-01 00:00:00' \
+             + INTERVAL seq MINUTE FROM seq_1_to_20000"
+        }
+    })
+    .await;
 }
 
 /// `SELECT COUNT(*)` of the rows of `partition` matching `condition`.
@@ -444,17 +463,7 @@ async fn a_delete_trigger_keeps_every_partition(db: &TestDb) {
 /// the aged rows are gone.
 async fn workers_killed_between_drops_and_deletes_count_every_aged_row_once(db: &TestDb) {
     create_log(db).await;
-    db.execute(match db.backend {
-        "postgres" => {
-            "INSERT INTO log (id, at) SELECT 40000 + g, timestamptz '2023-01-01' + g * interval '1 minute' \
-             FROM generate_series(1, 20000) g"
-        }
-        _ => {
-            "INSERT INTO log (id, at) SELECT 40000 + seq, TIMESTAMP '2023-01-01 00:00:00' \
-             + INTERVAL seq MINUTE FROM seq_1_to_20000"
-        }
-    })
-    .await;
+    add_aged_recent(db).await;
     let aged = AGED + 20_000;
     let enqueued = sluice(db, &enqueue_aged(&["--sub-batch-size", "100", "--json"]));
     assert!(enqueued.status.success(), "{enqueued:?}");
@@ -670,5 +679,114 @@ async fn a_drop_intent_left_by_a_dead_worker_is_settled_once(db: &TestDb) {
             0,
             "an intent was left"
         );
+    }
+}
+
+/// `delete-aged-rows --undo`: on PostgreSQL the partitions of 2019–2021 are
+/// detached and kept beside the undo table (renamed, not dropped) and the
+/// other aged rows move into it; on MariaDB every aged row moves. Workers
+/// are SIGKILLed during the delete and during its revert; after the revert
+/// every row of `log` is back as it was (compared row by row), and the
+/// partitions are attached under their names again.
+async fn undo_keeps_aged_partitions_and_a_revert_puts_every_row_back(db: &TestDb) {
+    create_log(db).await;
+    add_aged_recent(db).await;
+    let aged = AGED + 20_000;
+    let keeps = db.backend == "postgres";
+    let every_row = || async {
+        db.texts(match db.backend {
+            "postgres" => "SELECT id || '|' || at || '|' || note FROM log ORDER BY id, at",
+            _ => "SELECT CONCAT_WS('|', id, at, note) FROM log ORDER BY id, at",
+        })
+        .await
+    };
+    let before = every_row().await;
+    let mut plan = enqueue_aged(&["--undo", "--no-probe"]);
+    plan[0] = "plan";
+    let planned = String::from_utf8_lossy(&sluice(db, &plan).stdout).into_owned();
+    assert_eq!(planned.contains("detaches and keeps"), keeps, "{planned}");
+    assert!(!planned.contains("drops"), "{planned}");
+
+    let enqueued = sluice(
+        db,
+        &enqueue_aged(&["--undo", "--sub-batch-size", "100", "--json"]),
+    );
+    let id = json(&enqueued)["id"].as_i64().unwrap();
+    let worker = || spawn_worker(db, &["--node", "undo-worker", "--lease-ttl", "1s"]);
+    let aged_recent = format!("{} AND id > 40000", older_than(db, 30));
+    let mut child = worker();
+    if keeps {
+        common::until_within(
+            "the first kept partition",
+            Duration::from_secs(120),
+            || async { !exists(db, "log_2019").await },
+        )
+        .await;
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        child = worker();
+    }
+    common::until_within("half the rows moved", Duration::from_secs(120), || async {
+        rows_in(db, "log_recent", &aged_recent).await < 10_000
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let finished = |id: i64| async move {
+        db.store.operation(id).await.unwrap().state.status == OperationStatus::Finished
+    };
+    let mut child = worker();
+    common::until_within("the delete finishes", Duration::from_secs(300), || {
+        finished(id)
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(db.store.operation(id).await.unwrap().state.rows_done, aged);
+    assert_eq!(aged_left(db).await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+    let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+    let kept = shown["undo"]["kept_partitions"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(kept, if keeps { 3 } else { 0 }, "{shown}");
+    for partition in ["log_2019", "log_2020", "log_2021"] {
+        assert_eq!(exists(db, partition).await, !keeps, "{partition}");
+    }
+    if keeps {
+        assert_eq!(shown["undo"]["kept_partition_rows"], 3_000, "{shown}");
+        assert_eq!(shown["undo"]["rows"], aged - 3_000, "{shown}");
+    }
+
+    // The revert: PostgreSQL attaches the partitions back as it enqueues.
+    let revert = json(&sluice(db, &["revert", &id.to_string(), "--json"]))["id"]
+        .as_i64()
+        .unwrap();
+    for partition in ["log_2019", "log_2020", "log_2021"] {
+        assert!(exists(db, partition).await, "{partition} is back");
+    }
+    let mut child = worker();
+    common::until_within("half the rows back", Duration::from_secs(120), || async {
+        rows_in(db, "log_recent", &aged_recent).await > 10_000
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut child = worker();
+    common::until_within("the revert finishes", Duration::from_secs(300), || {
+        finished(revert)
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(every_row().await, before, "every row back, as it was");
+    if keeps {
+        let attached = db
+            .scalar(
+                "SELECT COUNT(*) FROM pg_catalog.pg_inherits WHERE inhparent = 'log'::regclass \
+                 AND inhrelid::regclass::text LIKE '%log_20%'",
+            )
+            .await;
+        assert_eq!(attached, 3, "attached to log again");
     }
 }

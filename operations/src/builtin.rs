@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sluice_store::Store;
-use sluice_target::{CursorValue, Ident, SqlValue, Statement};
+use sluice_target::{CursorValue, Ident, KeptPartitions, SqlValue, Statement};
 
 use crate::error::OperationError;
 use crate::operation::Operation;
@@ -66,7 +66,10 @@ pub struct DeleteAgedRowsArguments {
     pub older_than: Option<String>,
     /// On a table partitioned by ranges of `column` (PostgreSQL, MySQL), a
     /// partition wholly older than the cutoff is dropped in one sub-batch
-    /// instead of deleted row by row ([`Shape::drop_partitions`]).
+    /// instead of deleted row by row ([`Shape::drop_partitions`]); with
+    /// `undo`, detached and kept beside the undo table instead
+    /// ([`Shape::keep_partitions_in`], PostgreSQL only: elsewhere
+    /// [`DeleteAgedRows::enqueue`] clears it and every row is moved).
     /// [`DeleteAgedRows::arguments`] sets it where the table is so
     /// partitioned; `false` (`--no-drop-partitions`) keeps the row-by-row way.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -74,7 +77,8 @@ pub struct DeleteAgedRowsArguments {
     /// Move the aged rows into an undo table (a copy of the table's
     /// columns) instead of deleting them, in ranges of `key`, so that
     /// [`revert`] can move them back. [`DeleteAgedRows::enqueue`] creates
-    /// the table; no partition is dropped.
+    /// the table (and, where partitions are kept, its record of them); no
+    /// partition is dropped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub undo: bool,
     /// The undo table, named and created at enqueue (never given).
@@ -274,8 +278,12 @@ impl Operation for DeleteAgedRows {
         undo::check_keep_undo(arguments.undo, arguments.keep_undo.as_deref())?;
         if let Some(undo_table) = &arguments.undo_table {
             undo::keys_of(&arguments.table, &arguments.key, undo_table)?;
-            return Shape::keyset(&arguments.table, &key)?
-                .scope(Filter::new().lt(&arguments.column, cutoff));
+            let shape = Shape::keyset(&arguments.table, &key)?
+                .scope(Filter::new().lt(&arguments.column, cutoff))?;
+            return match arguments.drop_partitions {
+                true => shape.keep_partitions_in(undo_table),
+                false => Ok(shape),
+            };
         }
         let shape = Shape::loop_until_done_by(&arguments.table, &key)?
             .seek_by(&arguments.column)?
@@ -406,7 +414,7 @@ impl Operation for DeleteAgedRows {
         let mut resolved =
             DeleteAgedRows::arguments(store, field("table")?, field("column")?, key, age, now)
                 .await?;
-        resolved.drop_partitions &= drop_partitions && !undo;
+        resolved.drop_partitions &= drop_partitions;
         resolved.undo = undo;
         resolved.keep_undo = match stored.get("keep_undo") {
             None | Some(serde_json::Value::Null) => None,
@@ -449,9 +457,29 @@ impl DeleteAgedRows {
         let (undo, columns) = undo::create_rows_table(store, &parsed.table, &parsed.key).await?;
         parsed.undo_table = Some(undo.undo().to_string());
         parsed.undo_columns = columns;
-        parsed.drop_partitions = false;
+        // Partitions wholly aged are detached and kept beside the undo
+        // table where the database allows it; else every row is moved.
+        parsed.drop_partitions &= store.target().dialect().keeps_partitions();
+        let kept = match parsed.drop_partitions {
+            true => {
+                let kept = KeptPartitions::of(&Ident::parse(&parsed.table)?, undo.undo())?;
+                if let Err(e) = store.target().execute(&kept.create()).await {
+                    store.target().execute(&undo.drop_statement()).await?;
+                    return Err(e.into());
+                }
+                Some(kept)
+            }
+            false => None,
+        };
         let arguments = serde_json::to_value(parsed).expect("arguments serialise");
-        undo::enqueue_keeping(store, registry, KIND, &arguments, options, &undo).await
+        let enqueued =
+            undo::enqueue_keeping(store, registry, KIND, &arguments, options, &undo).await;
+        if let Some(kept) = kept
+            && !matches!(enqueued, Ok(sluice_store::Enqueued { created: true, .. }))
+        {
+            store.target().execute(&kept.drop_statement()).await?;
+        }
+        enqueued
     }
 }
 

@@ -89,6 +89,10 @@ pub struct PartitionDrops {
     /// Why none is dropped after all (a `DELETE` trigger, a publication, a
     /// foreign key referring to the table), when something forbids it.
     pub blocked: Option<String>,
+    /// They are detached and kept beside an undo table instead of dropped
+    /// (`delete-aged-rows --undo` on PostgreSQL); the plan of the change
+    /// itself is the same. Set by whoever plans for `--undo`.
+    pub kept: bool,
 }
 
 /// One partition of [`PartitionDrops`].
@@ -293,7 +297,11 @@ async fn partition_drops(
             rows: count_rows(store, &all).await?,
         });
     }
-    Ok(Some(PartitionDrops { dropped, blocked }))
+    Ok(Some(PartitionDrops {
+        dropped,
+        blocked,
+        kept: false,
+    }))
 }
 
 /// Refuses to plan an operation whose scope calls a function that may

@@ -37,6 +37,7 @@ pub struct Shape {
     scope: Filter,
     seek: Option<Ident>,
     drops_partitions: bool,
+    keeps_partitions_in: Option<Ident>,
 }
 
 /// How an operation's rows are divided into batches.
@@ -81,6 +82,7 @@ impl Shape {
             scope: Filter::new(),
             seek: None,
             drops_partitions: false,
+            keeps_partitions_in: None,
         })
     }
 
@@ -109,6 +111,7 @@ impl Shape {
             scope: Filter::new(),
             seek: None,
             drops_partitions: false,
+            keeps_partitions_in: None,
         })
     }
 
@@ -158,10 +161,35 @@ impl Shape {
         self
     }
 
-    /// True when a sub-batch may drop a whole partition
-    /// ([`Shape::drop_partitions`]).
+    /// Lets a sub-batch, of a loop or a keyset, take a whole partition out
+    /// of the table as [`Shape::drop_partitions`] would, but keep it: it is
+    /// detached, renamed beside `undo` and recorded in `<undo>_parts`
+    /// ([`sluice_target::KeptPartitions`]), in the sub-batch's transaction
+    /// with the batch's record, so that a revert attaches it back. Only
+    /// where the dialect keeps partitions (PostgreSQL), and only for an
+    /// operation whose sub-batches take every row in scope out of the table
+    /// into `undo`: a kept partition is what such sub-batches would have
+    /// done to its rows. A keyset batch goes on over its range after it.
+    ///
+    /// Errors: [`OperationError::Unsafe`] when `undo` is not a plain
+    /// identifier.
+    pub fn keep_partitions_in(mut self, undo: &str) -> Result<Self, OperationError> {
+        self.keeps_partitions_in = Some(Ident::parse(undo)?);
+        Ok(self)
+    }
+
+    /// True when a sub-batch may take a whole partition out of the table:
+    /// dropped ([`Shape::drop_partitions`], loops alone) or kept
+    /// ([`Shape::keep_partitions_in`]).
     pub fn drops_partitions(&self) -> bool {
-        self.drops_partitions && matches!(self.strategy, Strategy::Loop { .. })
+        (self.drops_partitions && matches!(self.strategy, Strategy::Loop { .. }))
+            || self.keeps_partitions_in.is_some()
+    }
+
+    /// The undo table beside which partitions are kept instead of dropped
+    /// ([`Shape::keep_partitions_in`]), if any.
+    pub fn partitions_kept_in(&self) -> Option<&Ident> {
+        self.keeps_partitions_in.as_ref()
     }
 
     /// The column a loop seeks by ([`Shape::seek_by`]), if any.

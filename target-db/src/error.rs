@@ -53,6 +53,9 @@ pub enum DatabaseError {
     /// name, a setting another backend's).
     #[error("{0}")]
     BadSetting(String),
+    /// A kept partition's record that cannot be attached back as it is.
+    #[error(transparent)]
+    KeptPartition(#[from] crate::kept_partitions::KeptPartitionError),
 }
 
 /// ` CODE`, PostgreSQL's SQLSTATE, for an error PostgreSQL answered (whose

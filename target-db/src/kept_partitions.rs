@@ -18,6 +18,7 @@ use crate::sql::{Ident, IdentError, SqlText, SqlValue, Statement};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptPartitions {
     live: Ident,
+    undo: Ident,
     record: Ident,
 }
 
@@ -40,6 +41,7 @@ impl KeptPartitions {
     pub fn of(live: &Ident, undo: &Ident) -> Result<Self, IdentError> {
         Ok(KeptPartitions {
             live: live.clone(),
+            undo: undo.clone(),
             record: undo.beside(&format!("{}_parts", undo.name()))?,
         })
     }
@@ -49,12 +51,27 @@ impl KeptPartitions {
         &self.record
     }
 
+    /// The name `partition` is kept under: the undo table's name and the
+    /// partition's object id in base 36, in the partition's own schema —
+    /// unique while the partition exists, and no longer than 62 characters
+    /// for an undo table name of 54. Errors when it would not be a plain
+    /// identifier.
+    pub fn kept_name(&self, partition: &Ident, oid: i64) -> Result<Ident, IdentError> {
+        let oid = u64::try_from(oid).unwrap_or(0);
+        partition.beside(&format!("{}_{}", self.undo.name(), radix36(oid)))
+    }
+
     /// Creates the table of records, empty.
     pub fn create(&self) -> Statement {
         Statement::new("CREATE TABLE ").ident(&self.record).push(
             " (kept TEXT PRIMARY KEY, name TEXT NOT NULL, bound TEXT NOT NULL, \
              rows BIGINT NOT NULL)",
         )
+    }
+
+    /// Drops one kept table (`sluice prune`), by its kept name.
+    pub fn drop_kept(partition: &KeptPartition) -> Statement {
+        Statement::new("DROP TABLE IF EXISTS ").ident(&partition.kept)
     }
 
     /// Drops the table of records (the kept tables are dropped by name).
@@ -264,6 +281,22 @@ impl BoundValue {
     }
 }
 
+/// `n` in base 36, lowercase: a short suffix, sorting as `n` among
+/// suffixes of one length.
+pub fn radix36(mut n: u64) -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ASCII digits")
+}
+
 /// `lower) TO (upper`, split at the one `) TO (` outside quotes.
 fn split_values(inner: &str) -> Option<(&str, &str)> {
     let mut quoted = false;
@@ -322,7 +355,9 @@ mod tests {
         let kept = KeptPartitions::of(&live, &undo).unwrap();
         assert_eq!(kept.record().to_string(), "app.events_undo_abc_parts");
         let partition = Ident::parse("app.events_2025_01").unwrap();
-        let name = Ident::parse("app.events_undo_abc_1x").unwrap();
+        let name = kept.kept_name(&partition, 69).unwrap();
+        assert_eq!(name.to_string(), "app.events_undo_abc_1x");
+        assert_eq!(radix36(u64::from(u32::MAX)), "1z141z3");
         let [rename, record] = kept.keep(&partition, &name, "FOR VALUES FROM (1) TO (2)", 7);
         assert_eq!(
             rename.text().as_str(),

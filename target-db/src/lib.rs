@@ -43,7 +43,7 @@ pub use dialect::{
 };
 pub use enqueuing_session::{EnqueuingSession, SessionMismatch};
 pub use error::DatabaseError;
-pub use kept_partitions::{KeptPartition, KeptPartitionError, KeptPartitions};
+pub use kept_partitions::{KeptPartition, KeptPartitionError, KeptPartitions, RangeBound, radix36};
 pub use operator_sql::{Assignments, Condition, OperatorSqlError};
 pub use probe::Probe;
 pub use progress::{Adopted, ProgressOwner};

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use sluice_store::{
     Enqueued, Event, Expected, OperationRecord, OperationStatus, Store, StoreError,
 };
-use sluice_target::{Ident, Statement, UndoTable};
+use sluice_target::{Ident, KeptPartitions, Statement, UndoTable};
 
 use super::undo::{keys_of, run_counting_first, undo_of};
 use super::{UpdateInBatches, UpdateInBatchesArguments};
@@ -50,6 +50,12 @@ pub struct RevertArguments {
     /// revert, which puts values back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_in: Option<String>,
+    /// The operation detached and kept whole partitions beside its undo
+    /// table (`delete-aged-rows --undo` on PostgreSQL), recorded in
+    /// `<undo table>_parts`: [`revert`] attaches them back before any row
+    /// moves back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept_partitions: bool,
 }
 
 impl RevertArguments {
@@ -60,6 +66,18 @@ impl RevertArguments {
             Some(_) => keys_of(&self.table, &self.key, &self.undo_table),
             None => undo_of(&self.table, &self.key, &self.undo_table, &self.columns),
         }
+    }
+
+    /// The record of the partitions the operation kept, when it kept any.
+    pub(super) fn kept(&self) -> Result<Option<KeptPartitions>, OperationError> {
+        if !self.kept_partitions {
+            return Ok(None);
+        }
+        let live = Ident::parse(&self.table)?;
+        Ok(Some(KeptPartitions::of(
+            &live,
+            &Ident::parse(&self.undo_table)?,
+        )?))
     }
 }
 
@@ -85,6 +103,7 @@ pub(super) fn what_reverts(
             columns: a.undo_columns,
             force,
             held_in: None,
+            kept_partitions: false,
         })
     } else if kind == super::ArchiveRows.kind() {
         let a: super::ArchiveRowsArguments = serde_json::from_str(arguments).map_err(unreadable)?;
@@ -96,6 +115,7 @@ pub(super) fn what_reverts(
             columns: a.columns,
             force,
             held_in: Some(a.into),
+            kept_partitions: false,
         })
     } else if kind == super::DeleteAgedRows.kind() {
         let a: super::DeleteAgedRowsArguments =
@@ -108,6 +128,7 @@ pub(super) fn what_reverts(
             undo_table,
             columns: a.undo_columns,
             force,
+            kept_partitions: a.drop_partitions,
         })
     } else {
         return Err(OperationError::NotRevertible(format!(
@@ -331,6 +352,9 @@ pub async fn revert(
             .columns
             .retain(|c| key.contains(c) || !generated.iter().any(|g| g.eq_ignore_ascii_case(c)));
     }
+    if let Some(kept) = arguments.kept()? {
+        attach_kept_partitions(store, &arguments, &kept).await?;
+    }
     let arguments = serde_json::to_value(arguments).expect("arguments serialise");
     let enqueued =
         crate::enqueue::enqueue(store, registry, Revert.kind(), &arguments, options).await?;
@@ -345,6 +369,61 @@ pub async fn revert(
             .await?;
     }
     Ok(enqueued)
+}
+
+/// How many times an attach whose lock was not granted is tried.
+const ATTACH_ATTEMPTS: u32 = 8;
+
+/// Attaches back every partition the operation `arguments` reverts kept
+/// whole, before any of its rows moves back (a row whose range is still
+/// detached would have no partition to go to). Each attach commits with
+/// the removal of its record ([`sluice_target::Target::attach_kept_partition`]),
+/// so a revert run again after a failure or a crash attaches the rest.
+/// Each waits for its locks a short while only, and is tried again with a
+/// backoff while they are not granted.
+///
+/// Errors: the locks not granted after [`ATTACH_ATTEMPTS`]; an attach the
+/// database refuses (a default partition holding rows in the kept
+/// partition's range): the error names the kept table, and nothing of it
+/// changed.
+async fn attach_kept_partitions(
+    store: &Store,
+    arguments: &RevertArguments,
+    kept: &KeptPartitions,
+) -> Result<(), OperationError> {
+    let mut attempts = 0;
+    let mut attached = 0;
+    loop {
+        match store.target().attach_kept_partition(kept).await {
+            Ok(Some(partition)) => {
+                attempts = 0;
+                attached += 1;
+                tracing::info!(
+                    table = %arguments.table,
+                    partition = %partition.name,
+                    rows = partition.rows,
+                    "attached back a partition operation {} kept", arguments.of
+                );
+            }
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_transient() && attempts + 1 < ATTACH_ATTEMPTS => {
+                attempts += 1;
+                let backoff = std::time::Duration::from_millis(250 << attempts.min(5));
+                tokio::time::sleep(backoff).await;
+            }
+            Err(e) => {
+                let first = store.target().fetch_cursor(&kept.list(), 1).await?;
+                let first = first.map(|c| c.to_string()).unwrap_or_default();
+                return Err(OperationError::Failed(format!(
+                    "operation {} kept partitions of `{}`; {attached} were attached back, but                      not the kept table {first} ({e}); nothing was moved back: the rest stay                      kept, listed in {}, and `sluice revert {}` tries again",
+                    arguments.of,
+                    arguments.table,
+                    kept.record(),
+                    arguments.of
+                )));
+            }
+        }
+    }
 }
 
 /// True when a revert of operation `id` may still run: pending, running,

@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 use sluice_store::{Enqueued, OperationStatus, Store};
-use sluice_target::{Assignments, CursorValue, Ident, Statement, UndoTable};
+use sluice_target::{
+    Assignments, CursorValue, Ident, KeptPartition, KeptPartitions, Statement, UndoTable, radix36,
+};
 
 use super::revert::{Revert, RevertArguments, reverting, what_reverts};
 use super::{UpdateInBatches, UpdateInBatchesArguments, key_idents};
@@ -199,6 +201,17 @@ pub async fn prune_undo(
                 if store.target().table_columns(undo.undo()).await?.is_empty() {
                     continue;
                 }
+                // The kept partitions first: while the undo table is there,
+                // a prune run again finds them.
+                if let Some(kept) = reverted.kept()? {
+                    for partition in kept_partitions(store, &kept).await? {
+                        store
+                            .target()
+                            .execute(&KeptPartitions::drop_kept(&partition))
+                            .await?;
+                    }
+                    store.target().execute(&kept.drop_statement()).await?;
+                }
                 store.target().execute(&undo.drop_statement()).await?;
                 pruned.push(PrunedUndo {
                     operation: record.id,
@@ -223,6 +236,13 @@ pub struct UndoSummary {
     pub conflicts: i64,
     /// The keys of the first of those, in key order (at most 10).
     pub first_conflicts: Vec<String>,
+    /// Partitions detached and kept whole beside it, not yet attached back
+    /// (`delete-aged-rows --undo` on PostgreSQL): their kept names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_partitions: Vec<String>,
+    /// The rows those partitions held when they were detached.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub kept_partition_rows: i64,
 }
 
 /// The [`UndoSummary`] of an operation's undo table, for
@@ -233,17 +253,18 @@ pub async fn undo_summary(
     kind: &str,
     arguments: &str,
 ) -> Result<Option<UndoSummary>, OperationError> {
-    let undo = if kind == Revert.kind() {
+    let reverted = if kind == Revert.kind() {
         let Ok(a) = serde_json::from_str::<RevertArguments>(arguments) else {
             return Ok(None);
         };
-        a.undo_table()?
+        a
     } else {
         match what_reverts(kind, arguments, 0, false) {
-            Ok(Some(a)) => a.undo_table()?,
+            Ok(Some(a)) => a,
             _ => return Ok(None),
         }
     };
+    let undo = reverted.undo_table()?;
     if store.target().table_columns(undo.undo()).await?.is_empty() {
         return Ok(None);
     }
@@ -263,13 +284,47 @@ pub async fn undo_summary(
             first_conflicts.push(key.to_string());
         }
     }
+    let kept = match reverted.kept()? {
+        Some(kept) => kept_partitions(store, &kept).await?,
+        None => Vec::new(),
+    };
     Ok(Some(UndoSummary {
         table: undo.undo().to_string(),
         rows: count(0),
         reverted: count(1),
         conflicts: count(2),
         first_conflicts,
+        kept_partition_rows: kept.iter().map(|p| p.rows).sum(),
+        kept_partitions: kept.into_iter().map(|p| p.kept.to_string()).collect(),
     }))
+}
+
+/// The partitions `kept` records, oldest kept name first.
+async fn kept_partitions(
+    store: &Store,
+    kept: &KeptPartitions,
+) -> Result<Vec<KeptPartition>, OperationError> {
+    let mut partitions = Vec::new();
+    for row in store.target().fetch_cursors(&kept.list(), 4).await? {
+        let [
+            CursorValue::Text(name),
+            CursorValue::Text(was),
+            CursorValue::Text(bound),
+            CursorValue::Int(rows),
+        ] = row.0.as_slice()
+        else {
+            continue;
+        };
+        partitions.push(
+            KeptPartition::from_row(name, was, bound.clone(), *rows)
+                .map_err(|e| OperationError::Failed(e.to_string()))?,
+        );
+    }
+    Ok(partitions)
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Creates the undo table of `arguments` (an `update-in-batches` with
@@ -494,19 +549,4 @@ pub(super) async fn run_counting_first(
         counted.get_or_insert(rows);
     }
     Ok(counted.unwrap_or(0))
-}
-
-/// `n` in base 36, lowercase: a short, sortable suffix.
-fn radix36(mut n: u64) -> String {
-    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(DIGITS[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).expect("ASCII digits")
 }

@@ -20,6 +20,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
+use sluice_target::{KeptPartitions, RangeBound};
+
 use super::*;
 
 mod alone;
@@ -83,7 +85,8 @@ pub(super) async fn drop_a_partition(
     let store = session.store().clone();
     let table = shape.table();
     let dialect = store.target().dialect();
-    if !dialect.drops_partitions() {
+    let keeps = shape.partitions_kept_in().is_some();
+    if !dialect.drops_partitions() || (keeps && !dialect.keeps_partitions()) {
         return Ok(None);
     }
     // MySQL: a drop that commits alone, under a lock on the whole table.
@@ -148,6 +151,7 @@ pub(super) async fn drop_a_partition(
     };
     let name = partition.to_string();
     let dropped = match dialect.partition_drop_alone(table, &partition) {
+        _ if keeps => drop_partition(session, shape, request, &partition).await,
         Some(statements) => {
             alone::drop_partition(session, shape, request, &partition, statements).await
         }
@@ -161,7 +165,12 @@ pub(super) async fn drop_a_partition(
                     candidates.retain(|p| p != &partition);
                 }
             });
-            tracing::info!(table = %table, partition = %name, rows, "dropped a partition wholly in scope");
+            match shape.partitions_kept_in() {
+                Some(undo) => tracing::info!(table = %table, partition = %name, rows, undo = %undo,
+                    "detached and kept a partition wholly in scope"),
+                None => tracing::info!(table = %table, partition = %name, rows,
+                    "dropped a partition wholly in scope"),
+            }
             Ok(Some(SubBatchOutcome {
                 rows: u64::try_from(rows).unwrap_or(0),
                 reached: None,
@@ -245,8 +254,9 @@ async fn below_the_bound(
 
 /// In the sub-batch's transaction: bound lock waits, lock the partition
 /// against writes, count its rows and those in scope, and unless they
-/// differ detach and drop it and commit with the batch's record. Returns
-/// the rows dropped.
+/// differ detach and drop it — or, where the shape keeps partitions, read
+/// its bound, detach it, rename it beside the undo table and record it —
+/// and commit with the batch's record. Returns the rows taken out.
 async fn drop_partition(
     session: &mut SubBatchSession,
     shape: &Shape,
@@ -259,6 +269,13 @@ async fn drop_partition(
         return Err(NotDropped::OutsideScope(0));
     };
     let counts = partition_counts(dialect, shape, partition);
+    let kept = match shape.partitions_kept_in() {
+        Some(undo) => Some(
+            KeptPartitions::of(shape.table(), undo)
+                .map_err(|e| NotDropped::Failed(OperationError::from(e)))?,
+        ),
+        None => None,
+    };
     let mut connection = session.connection(request.timeout).await.map_err(failed)?;
     // Opened outside the timer, as `run_sub_batch` opens its transactions.
     let done = match connection
@@ -271,8 +288,21 @@ async fn drop_partition(
                 tx.execute(&statements.lock_timeout).await.map_err(failed)?;
                 tx.execute(&statements.hold).await.map_err(failed)?;
                 let all = all_in_scope(tx.fetch_cursor(&counts, 2).await.map_err(failed)?)?;
+                let keep = match &kept {
+                    Some(kept) => {
+                        let described = KeptPartitions::describe(partition);
+                        let described = tx.fetch_cursor(&described, 2).await.map_err(failed)?;
+                        Some(keep_statements(kept, partition, described, all)?)
+                    }
+                    None => None,
+                };
                 tx.execute(&statements.detach).await.map_err(failed)?;
-                tx.execute(&statements.drop).await.map_err(failed)?;
+                for statement in keep
+                    .as_ref()
+                    .map_or(std::slice::from_ref(&statements.drop), |k| k)
+                {
+                    tx.execute(statement).await.map_err(failed)?;
+                }
                 tx.commit(None, all).await.map_err(failed)?;
                 Ok(all)
             };
@@ -283,6 +313,35 @@ async fn drop_partition(
     };
     session.put_back(connection, done.is_ok());
     done
+}
+
+/// The statements that rename `partition` beside the undo table and record
+/// it, from its object id and bound as [`KeptPartitions::describe`] read
+/// them before its detach.
+fn keep_statements(
+    kept: &KeptPartitions,
+    partition: &Ident,
+    described: Option<Cursor>,
+    rows: i64,
+) -> Result<[Statement; 2], NotDropped> {
+    let refused = |why: String| NotDropped::Failed(OperationError::Failed(why));
+    let Some([CursorValue::Int(oid), CursorValue::Text(bound)]) =
+        described.as_ref().map(|c| c.0.as_slice())
+    else {
+        return Err(refused(format!(
+            "partition `{partition}` has no bound the catalogue names"
+        )));
+    };
+    // Kept only when it can be attached back as it was.
+    if RangeBound::parse(bound).is_none() {
+        return Err(refused(format!(
+            "partition `{partition}` has a bound a revert could not attach it back with: {bound}"
+        )));
+    }
+    let name = kept
+        .kept_name(partition, *oid)
+        .map_err(|e| refused(e.to_string()))?;
+    Ok(kept.keep(partition, &name, bound, rows))
 }
 
 /// `SELECT COUNT(*), COUNT(CASE WHEN 1 = 1 AND <scope> THEN 1 END) FROM

@@ -113,6 +113,10 @@ pub struct ActiveBatch {
     pub rows: i64,
     /// Time its sub-batches spent on a worker in this claim.
     pub busy: Duration,
+    /// A sub-batch took a whole partition out in this claim (a range batch
+    /// goes on after it): its time and rows say nothing of what a batch
+    /// of row-by-row changes costs, so it sets no batch size.
+    pub took_partition: bool,
 }
 
 impl ActiveBatch {
@@ -133,6 +137,7 @@ impl ActiveBatch {
             sub_batch_size: batch.sub_batch_size,
             rows: batch.rows_affected,
             busy: Duration::ZERO,
+            took_partition: false,
         })
     }
 }

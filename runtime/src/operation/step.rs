@@ -315,8 +315,11 @@ impl Driver {
             batch.progress = outcome.reached;
         }
         let is_loop = batch.end.is_none();
-        // A dropped partition is a batch of its own.
-        let done = outcome.last || dropped || (is_loop && batch.rows >= batch.size);
+        batch.took_partition |= dropped;
+        let took_partition = batch.took_partition;
+        // A partition a loop dropped is a batch of its own; a range batch
+        // that kept one goes on over its range.
+        let done = outcome.last || (dropped && is_loop) || (is_loop && batch.rows >= batch.size);
         if is_loop && outcome.last {
             self.scope_exhausted = true;
         }
@@ -338,7 +341,11 @@ impl Driver {
             return self.schedule_step(out, wait);
         }
         // Its time says nothing of what a batch of deletes costs.
-        let next_size = if dropped { None } else { self.observe_batch() };
+        let next_size = if took_partition {
+            None
+        } else {
+            self.observe_batch()
+        };
         let Phase::Running { batch, .. } = std::mem::replace(&mut self.phase, Phase::Idle) else {
             return;
         };

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::enqueuing_session::SessionMismatch;
 use crate::error::DatabaseError;
+use crate::kept_partitions::{KeptPartition, KeptPartitions};
 use crate::session_defaults::SessionsZone;
 use crate::sql::SqlValue;
 use crate::sql::{Ident, Statement};
@@ -147,6 +148,16 @@ pub(crate) trait Catalogue: Send + Sync {
         &self,
         table: &Ident,
     ) -> Result<Vec<(String, String, String)>, DatabaseError>;
+
+    /// Takes one partition out of `kept`'s record and attaches it back
+    /// ([`crate::Target::attach_kept_partition`]); by default none is kept.
+    async fn attach_kept_partition(
+        &self,
+        kept: &KeptPartitions,
+    ) -> Result<Option<KeptPartition>, DatabaseError> {
+        let _ = kept;
+        Ok(None)
+    }
 
     /// One run of [`Target::probe_rolled_back`]: rows changed, time taken,
     /// log written.

@@ -68,6 +68,26 @@ impl Target {
         self.catalogue().partitions_below(layout, bound).await
     }
 
+    /// Takes one partition kept in `kept`'s record
+    /// ([`crate::KeptPartitions`]) and attaches it back to its table under
+    /// its name, in one transaction: the record goes if and only if the
+    /// partition is attached again, so each is attached exactly once
+    /// whatever fails. Lock waits are bounded (`lock_timeout`), so an
+    /// attach never queues every query on the table behind a long
+    /// transaction; a lock not granted is a transient error, to retry.
+    /// `None` when no record is left (and always on SQLite and MySQL).
+    ///
+    /// Errors: the database's (an `ATTACH` it refuses: a default partition
+    /// holding rows in the range, rows of the kept table outside it);
+    /// [`DatabaseError::KeptPartition`] for a record that cannot be
+    /// attached as it is. Nothing changes on error.
+    pub async fn attach_kept_partition(
+        &self,
+        kept: &crate::KeptPartitions,
+    ) -> Result<Option<crate::KeptPartition>, DatabaseError> {
+        self.catalogue().attach_kept_partition(kept).await
+    }
+
     /// Why the partitions of `table` must not be dropped in place of
     /// deleting their rows, if they must not: a trigger or rule that fires
     /// on `DELETE` (a drop fires none), a publication the table is in (a

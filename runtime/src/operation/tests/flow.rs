@@ -186,3 +186,36 @@ fn a_request_is_always_the_last_command_of_an_input() {
         }
     }
 }
+
+#[test]
+fn a_range_batch_goes_on_after_keeping_a_partition_and_sets_no_batch_size() {
+    let kept = |rows: u64| {
+        let outcome = SubBatchOutcome {
+            rows,
+            reached: None,
+            last: false,
+            dropped: Some("events_2025_01".into()),
+        };
+        Input::SubBatchDone(Ok(outcome), Duration::from_millis(400))
+    };
+    let mut h = Harness::owner();
+    h.in_flight(batch(1, 1));
+    let next = h.on(kept(50_000));
+    assert_eq!(script(&next), ["Dispatch(100)"], "the range is not done");
+    let Some(Command::Dispatch(request)) = next.iter().find(|c| matches!(c, Command::Dispatch(_)))
+    else {
+        unreachable!()
+    };
+    assert_eq!(request.from, Some(Cursor::int(0)), "from where it was");
+    assert_eq!(h.driver.rows_in_batch(), 50_000, "the kept rows count");
+    // The batch's rows were fast (5 ms of a 500 ms target), but a batch
+    // that took a partition out does not grow the next one.
+    assert_eq!(
+        script(&h.on(committed(1_000, 1_000, true))),
+        ["Complete+PlanAndClaim(1000)"]
+    );
+    // A loop's dropped partition is a batch of its own.
+    let mut h = Harness::owner();
+    h.in_flight(loop_batch(1));
+    assert_eq!(script(&h.on(kept(50_000))), ["Complete+PlanAndClaim(1000)"]);
+}

@@ -76,6 +76,7 @@ fn batch(ordinal: i64, attempt: i32) -> ActiveBatch {
         sub_batch_size: 100,
         rows: 0,
         busy: Duration::ZERO,
+        took_partition: false,
     }
 }
 

@@ -5,9 +5,11 @@ use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Row};
 use std::time::{Duration, Instant};
 
+use super::partitions::LOCK_TIMEOUT;
 use crate::dialect::catalogue::Catalogue;
 use crate::enqueuing_session::SessionMismatch;
 use crate::error::DatabaseError;
+use crate::kept_partitions::{KeptPartition, KeptPartitions};
 use crate::session_defaults::SessionsZone;
 use crate::sql::SqlValue;
 use crate::sql::{Ident, SqlText, Statement, bind_values};
@@ -297,6 +299,32 @@ impl Catalogue for sqlx::PgPool {
             .fetch_all(pool)
             .await?
         })
+    }
+
+    async fn attach_kept_partition(
+        &self,
+        kept: &KeptPartitions,
+    ) -> Result<Option<KeptPartition>, DatabaseError> {
+        let pool = self;
+        let mut tx = pool.begin().await?;
+        sqlx::query(LOCK_TIMEOUT).execute(&mut *tx).await?;
+        let take = kept.take_one();
+        let taken: Option<(String, String, String, i64)> =
+            bind_values!(sqlx::query_as(take.text().to_sqlx()), take.params())
+                .fetch_optional(&mut *tx)
+                .await?;
+        // None left: the transaction rolls back, having changed nothing.
+        let Some((name, was, bound, rows)) = taken else {
+            return Ok(None);
+        };
+        let partition = KeptPartition::from_row(&name, &was, bound, rows)?;
+        for statement in kept.attach(&partition)? {
+            bind_values!(sqlx::query(statement.text().to_sqlx()), statement.params())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Some(partition))
     }
 
     async fn run_and_roll_back(
