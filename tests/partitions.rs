@@ -31,7 +31,10 @@ postgres_and_mysql!(
     undo_keeps_aged_partitions_and_a_revert_puts_every_row_back,
 );
 
-postgres_only!(pg_partmans_retention_decides_whether_partitions_drop);
+postgres_only!(
+    pg_partmans_retention_decides_whether_partitions_drop,
+    prune_drops_the_partitions_an_undo_kept,
+);
 
 mysql_only!(a_drop_intent_left_by_a_dead_worker_is_settled_once);
 
@@ -789,4 +792,33 @@ async fn undo_keeps_aged_partitions_and_a_revert_puts_every_row_back(db: &TestDb
             .await;
         assert_eq!(attached, 3, "attached to log again");
     }
+}
+
+/// `sluice prune` drops the partitions a `delete-aged-rows --undo` kept,
+/// and their record, with its undo table, once its keep has passed.
+async fn prune_drops_the_partitions_an_undo_kept(db: &TestDb) {
+    create_log(db).await;
+    let enqueued = sluice(
+        db,
+        &enqueue_aged(&["--undo", "--keep-undo", "1ms", "--json"]),
+    );
+    let id = json(&enqueued)["id"].as_i64().unwrap();
+    common::succeeded(&sluice(db, &["run", "--until-idle"]));
+    let shown = json(&sluice(db, &["show", &id.to_string(), "--json"]));
+    let undo = shown["undo"]["table"].as_str().unwrap().to_owned();
+    let undo = undo.rsplit('.').next().unwrap().to_owned();
+    let beside = format!(
+        "SELECT COUNT(*) FROM pg_catalog.pg_class WHERE relkind IN ('r', 'p') \
+         AND relname LIKE '{undo}%'"
+    );
+    // The undo table, its record of kept partitions, and three of them.
+    assert_eq!(db.scalar(&beside).await, 5, "{shown}");
+    let pruned = json(&sluice(db, &["prune", "--older-than", "90d", "--json"]));
+    assert_eq!(
+        pruned["undo_tables_dropped"][0]["operation"], id,
+        "{pruned}"
+    );
+    assert_eq!(db.scalar(&beside).await, 0, "nothing kept is left");
+    assert_eq!(aged_left(db).await, 0);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
 }

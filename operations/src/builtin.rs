@@ -385,6 +385,7 @@ impl Operation for DeleteAgedRows {
                     "older_than",
                     "drop_partitions",
                     "undo",
+                    "keep_undo",
                 ]
                 .contains(&k.as_str())
             })
