@@ -34,6 +34,7 @@ postgres_and_mysql!(
 postgres_only!(
     pg_partmans_retention_decides_whether_partitions_drop,
     prune_drops_the_partitions_an_undo_kept,
+    a_revert_refused_an_attach_names_the_kept_table_and_tries_again,
 );
 
 mysql_only!(a_drop_intent_left_by_a_dead_worker_is_settled_once);
@@ -821,4 +822,44 @@ async fn prune_drops_the_partitions_an_undo_kept(db: &TestDb) {
     assert_eq!(db.scalar(&beside).await, 0, "nothing kept is left");
     assert_eq!(aged_left(db).await, 0);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+}
+
+/// A row written into the default partition, in the range of a partition
+/// an undo kept, makes PostgreSQL refuse to attach it back: the revert
+/// fails naming the kept table, attaches none of what is left, moves no
+/// row back; once the row is gone, `revert` again attaches the rest.
+async fn a_revert_refused_an_attach_names_the_kept_table_and_tries_again(db: &TestDb) {
+    create_log(db).await;
+    let before = db.scalar("SELECT COUNT(*) FROM log").await;
+    let enqueued = sluice(db, &enqueue_aged(&["--undo", "--json"]));
+    let id = json(&enqueued)["id"].as_i64().unwrap();
+    common::succeeded(&sluice(db, &["run", "--until-idle"]));
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG);
+    // log_2019's range is detached: this row goes to the default partition.
+    db.execute("INSERT INTO log (id, at) VALUES (50001, '2019-01-01 00:00:00+00')")
+        .await;
+    let refused = sluice(db, &["revert", &id.to_string()]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("log_undo_"), "names the kept table: {said}");
+    assert!(said.contains("sluice revert"), "{said}");
+    assert!(!exists(db, "log_2019").await, "not attached");
+    assert_eq!(
+        exist(db, &["log_2020", "log_2021"]).await,
+        0,
+        "nor the rest"
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, YOUNG + 1);
+    let listed = json(&sluice(db, &["list", "--json"]));
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        1,
+        "no revert enqueued: {listed}"
+    );
+
+    db.execute("DELETE FROM log WHERE id = 50001").await;
+    common::succeeded(&sluice(db, &["revert", &id.to_string()]));
+    common::succeeded(&sluice(db, &["run", "--until-idle"]));
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM log").await, before);
+    assert_eq!(exist(db, &["log_2019", "log_2020", "log_2021"]).await, 3);
 }

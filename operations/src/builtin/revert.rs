@@ -413,9 +413,14 @@ async fn attach_kept_partitions(
             }
             Err(e) => {
                 let first = store.target().fetch_cursor(&kept.list(), 1).await?;
-                let first = first.map(|c| c.to_string()).unwrap_or_default();
+                let first = match first.as_ref().and_then(|c| c.0.first()) {
+                    Some(sluice_target::CursorValue::Text(kept)) => kept.clone(),
+                    _ => String::new(),
+                };
                 return Err(OperationError::Failed(format!(
-                    "operation {} kept partitions of `{}`; {attached} were attached back, but                      not the kept table {first} ({e}); nothing was moved back: the rest stay                      kept, listed in {}, and `sluice revert {}` tries again",
+                    "operation {} kept partitions of `{}`; {attached} were attached back, but \
+                     not the kept table `{first}` ({e}); no row was moved back: the rest stay \
+                     kept, listed in `{}`, and `sluice revert {}` tries again",
                     arguments.of,
                     arguments.table,
                     kept.record(),
