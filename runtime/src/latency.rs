@@ -144,7 +144,8 @@ impl CanaryView {
 struct TableCanary {
     /// The point read (`None`: the table has no unique key to read by).
     probe: Option<Statement>,
-    /// The idle p99, for `auto`.
+    /// The idle p99, for `auto`: measured at first sight, raised to the
+    /// floor the controller finds where slowing down stops lowering it.
     baseline: Duration,
     /// Round trips since the last change of pace.
     samples: VecDeque<(Instant, Duration)>,
@@ -454,9 +455,25 @@ impl TableCanary {
         if trips.len() >= MIN_SAMPLES {
             self.judged = p99;
         }
+        let floor_before = self.controller.floor();
         if trips.len() >= MIN_SAMPLES && self.controller.decide(p99, budget) {
             self.samples.clear();
             self.statements.restart();
+            // Slowing down stopped lowering the canary: what is left is the
+            // database's own latency now, the idle value `auto` scales.
+            if let Some(floor) = self.controller.floor().filter(|_| floor_before.is_none())
+                && binding == Binding::Canary
+                && floor > self.baseline
+            {
+                tracing::info!(
+                    table,
+                    p99 = %millis(floor),
+                    was = %millis(self.baseline),
+                    "slowing down no longer lowers the canary's p99: its idle value for \
+                     `auto` is now this p99"
+                );
+                self.baseline = floor;
+            }
             if self.controller.gave_up() && matches!(binding, Binding::Statements { .. }) {
                 tracing::warn!(
                     table,
@@ -493,15 +510,25 @@ impl TableCanary {
                         millis(mean),
                         millis(held)
                     ),
-                    other => format!(
-                        "latency: {} {} over a {} budget",
-                        match other {
+                    other => {
+                        let what = match other {
                             Binding::Query => "the latency query's",
                             _ => "canary p99",
-                        },
-                        millis(self.controller.over.unwrap_or(p99)),
-                        millis(budget)
-                    ),
+                        };
+                        match self.controller.over.filter(|over| *over > budget) {
+                            Some(over) => format!(
+                                "latency: {what} {} over a {} budget",
+                                millis(over),
+                                millis(budget)
+                            ),
+                            // The budget rose to a floor found since.
+                            None => format!(
+                                "latency: {what} {} under a {} budget, speeding back up",
+                                millis(p99),
+                                millis(budget)
+                            ),
+                        }
+                    }
                 },
             },
         };

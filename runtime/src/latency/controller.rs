@@ -17,6 +17,15 @@ use super::LADDER;
 /// the canary back (on SQLite, a writer waits for a whole sub-batch, however
 /// rare; elsewhere, a load of the application's own) and the controller
 /// lets go for good ([`BudgetController::gave_up`]).
+///
+/// Nor does it go on down a ladder that stopped helping: when two steps
+/// down in a row, from [`LADDER`]`[3]` on, each left the p99 no lower than
+/// the reading that sent it there, the latency left is the database's own
+/// at this pace (its idle latency drifted: a table or log grown, a load of
+/// the application's). The controller goes back up a step and holds
+/// there, over the budget, while the p99 stays within 10 % of that floor
+/// ([`BudgetController::floor`]; `auto` takes it as its new idle value);
+/// a p99 further over goes down again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BudgetController {
     step: usize,
@@ -24,6 +33,10 @@ pub struct BudgetController {
     pub(super) over: Option<Duration>,
     /// The p99 at full speed that started the descent, while it is down.
     at_full_speed: Option<Duration>,
+    /// Steps down in a row that left the p99 no lower.
+    unmoved: u8,
+    /// The p99 the pace could not lower, while it holds.
+    floor: Option<Duration>,
     gave_up: bool,
 }
 
@@ -42,13 +55,22 @@ impl BudgetController {
         self.gave_up
     }
 
+    /// The p99 that slowing down further did not lower, while the pace
+    /// holds above it: the database's own latency at this pace.
+    pub fn floor(&self) -> Option<Duration> {
+        self.floor
+    }
+
     /// Decides on a p99 of `p99` against `budget`; true when the pace changed.
     pub fn decide(&mut self, p99: Duration, budget: Duration) -> bool {
         if self.gave_up {
             return false;
         }
         let before = self.step;
-        if p99 > budget {
+        if p99 > budget && self.floor.is_some_and(|floor| p99 <= floor.mul_f64(1.1)) {
+            // At the floor: slowing down does not lower it.
+        } else if p99 > budget {
+            self.floor = None;
             let unmoved = self
                 .at_full_speed
                 .is_some_and(|full| p99 >= full.mul_f64(0.9));
@@ -62,14 +84,30 @@ impl BudgetController {
             if self.step == 0 {
                 self.at_full_speed = Some(p99);
             }
+            // At the ladder's foot no step was taken: nothing to judge.
+            let bottom = self.step == LADDER.len() - 1;
+            let no_lower = self.over.is_some_and(|over| p99 >= over);
+            self.unmoved = match (self.step >= JUDGED_FROM, no_lower, bottom) {
+                (_, _, true) => self.unmoved,
+                (true, true, false) => self.unmoved + 1,
+                _ => 0,
+            };
+            if self.unmoved >= 2 {
+                self.step -= 1;
+                self.unmoved = 0;
+                self.floor = Some(p99);
+                return self.step != before;
+            }
             let steps = if p99 > budget.mul_f64(1.5) { 2 } else { 1 };
             self.step = (self.step + steps).min(LADDER.len() - 1);
             self.over = Some(p99);
         } else if p99 < budget.mul_f64(0.75) {
             self.step = self.step.saturating_sub(1);
+            self.unmoved = 0;
             if self.step == 0 {
                 self.over = None;
                 self.at_full_speed = None;
+                self.floor = None;
             }
         }
         self.step != before
@@ -130,6 +168,36 @@ mod tests {
         assert_eq!(c.percent(), 100);
     }
 
+    #[test]
+    fn a_ladder_that_stopped_lowering_the_p99_holds_above_its_floor() {
+        let mut c = BudgetController::default();
+        let budget = Duration::from_micros(1_600);
+        let us = Duration::from_micros;
+        // Far over at full speed, then lower with each step to 20 %...
+        for p99 in [130_000, 9_600, 1_700] {
+            assert!(c.decide(us(p99), budget));
+        }
+        assert_eq!(c.percent(), LADDER[5]);
+        assert_eq!(c.floor(), None);
+        // ...where two steps down leave it where it was: back up one, held.
+        assert!(c.decide(us(1_700), budget));
+        assert_eq!(c.percent(), LADDER[6]);
+        assert!(c.decide(us(1_750), budget));
+        assert_eq!(c.percent(), LADDER[5], "back up the useless step");
+        assert_eq!(c.floor(), Some(us(1_750)));
+        for p99 in [1_700, 1_800, 1_900] {
+            assert!(!c.decide(us(p99), budget), "held within 10 % of the floor");
+        }
+        assert!(!c.gave_up());
+        // Further over: this pace may be the cause again, so down it goes.
+        assert!(c.decide(us(2_500), budget));
+        assert_eq!(c.percent(), LADDER[7]);
+        assert_eq!(c.floor(), None);
+        // Under ¾ of the budget, up as before.
+        assert!(c.decide(us(1_000), budget));
+        assert_eq!(c.percent(), LADDER[6]);
+    }
+
     proptest::proptest! {
         #[test]
         fn any_sequence_keeps_the_pace_on_the_ladder(
@@ -138,14 +206,19 @@ mod tests {
             let mut c = BudgetController::default();
             for us in readings {
                 let before = c.percent();
+                let floor_before = c.floor();
                 let changed = c.decide(Duration::from_micros(us), ms(5));
+                let found_floor = floor_before.is_none() && c.floor().is_some();
                 proptest::prop_assert!(LADDER.contains(&c.percent()));
                 proptest::prop_assert_eq!(changed, before != c.percent());
                 if c.gave_up() {
                     proptest::prop_assert_eq!(c.percent(), 100);
                     continue;
                 }
-                if us > 5_000 {
+                if found_floor {
+                    let up = LADDER.iter().position(|p| *p == before).unwrap() - 1;
+                    proptest::prop_assert_eq!(c.percent(), LADDER[up], "one step back up");
+                } else if us > 5_000 {
                     proptest::prop_assert!(c.percent() <= before, "over budget never speeds up");
                 }
                 if us < 3_750 {
