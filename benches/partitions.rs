@@ -12,6 +12,11 @@
 //!   month's aged rows deleted row by row;
 //! - row by row throughout (`--no-drop-partitions`).
 //!
+//! With `SLUICE_BENCH_UNDO=1` both run with `--undo`: the partitions wholly
+//! older than the cutoff detached and kept beside the undo table
+//! (PostgreSQL), against every aged row moved into it; the undo is pruned
+//! after each run, untimed.
+//!
 //! Each is timed from its enqueue to its end, with the log it and the load
 //! wrote (PostgreSQL's WAL, `pg_current_wal_lsn`; InnoDB's redo,
 //! `Innodb_lsn_current`; before and after); the table is built afresh
@@ -19,7 +24,7 @@
 //! foreground's p50 and p99, and the p99 over the idle p99.
 //!
 //! `cargo bench --bench partitions` (env: `SLUICE_BENCH_ROWS`,
-//! `SLUICE_BENCH_BACKENDS`, `SLUICE_TEST_POSTGRES_URL`,
+//! `SLUICE_BENCH_BACKENDS`, `SLUICE_BENCH_UNDO`, `SLUICE_TEST_POSTGRES_URL`,
 //! `SLUICE_TEST_MYSQL_URL`).
 
 mod common;
@@ -86,10 +91,18 @@ async fn measure(store: &Store, load: &Store, rows: i64) {
     .await;
     let idle_p99 = percentile(&idle, 0.99);
     report("none", None, 0, &idle, idle_p99, 0);
-    for (name, drop_partitions) in [
-        ("Sluice, defaults: partitions dropped", true),
-        ("Sluice, defaults, --no-drop-partitions", false),
-    ] {
+    let undo = env("SLUICE_BENCH_UNDO", 0) == 1;
+    let runs = match undo {
+        false => [
+            ("Sluice, defaults: partitions dropped", true),
+            ("Sluice, defaults, --no-drop-partitions", false),
+        ],
+        true => [
+            ("Sluice, defaults, --undo: partitions kept", true),
+            ("Sluice, defaults, --undo --no-drop-partitions", false),
+        ],
+    };
+    for (name, drop_partitions) in runs {
         fill(store, rows).await;
         let aged = Statement::new(match mysql {
             false => {
@@ -105,11 +118,17 @@ async fn measure(store: &Store, load: &Store, rows: i64) {
         let mut took = Duration::ZERO;
         let latencies = under_load(load, rows, async {
             let started = Instant::now();
-            purge(store, drop_partitions).await;
+            purge(store, drop_partitions, undo).await;
             took = started.elapsed();
         })
         .await;
         let written = log_position(store).await - before;
+        if undo {
+            let after_any_keep = chrono::Utc::now() + chrono::Duration::days(1);
+            sluice_operations::builtin::prune_undo(store, Duration::ZERO, after_any_keep)
+                .await
+                .unwrap();
+        }
         report(name, Some(took), written, &latencies, idle_p99, aged);
     }
     let _ = store
@@ -127,8 +146,9 @@ fn is_mysql(store: &Store) -> bool {
 }
 
 /// `delete-aged-rows --older-than 90d --key id,created_at` with every
-/// other option at its default, on a runtime as users run it.
-async fn purge(store: &Store, drop_partitions: bool) {
+/// other option at its default (and `--undo` with `undo`), on a runtime
+/// as users run it.
+async fn purge(store: &Store, drop_partitions: bool, undo: bool) {
     let builder = RuntimeBuilder::with_store(store.clone()).config(RuntimeConfig {
         node: "partitions".into(),
         ..RuntimeConfig::default()
@@ -145,9 +165,11 @@ async fn purge(store: &Store, drop_partitions: bool) {
     .await
     .unwrap();
     arguments.drop_partitions &= drop_partitions;
+    arguments.undo = undo;
+    let arguments = serde_json::to_value(&arguments).unwrap();
     let op = runtime
-        .enqueue(
-            &DeleteAgedRows,
+        .enqueue_json(
+            "delete-aged-rows",
             &arguments,
             &sluice_operations::EnqueueOptions::default(),
         )
