@@ -1,4 +1,7 @@
 use super::*;
+use crate::operation::Operation;
+use chrono::{DateTime, Utc};
+use text_times::iso_like;
 
 #[test]
 fn text_cutoffs_follow_the_column_style() {

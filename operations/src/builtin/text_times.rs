@@ -3,7 +3,11 @@
 //! milliseconds): delete-aged-rows' cutoff is written in the same form, and
 //! a column whose values disagree is refused.
 
-use super::*;
+use chrono::{DateTime, Utc};
+use sluice_store::Store;
+use sluice_target::{CursorValue, Ident, Statement};
+
+use crate::error::OperationError;
 
 /// Whether a text time names a day alone (`2025-07-01`).
 pub(super) fn names_a_day(example: &str) -> bool {
