@@ -453,14 +453,8 @@ impl DeleteAgedRows {
             false => None,
         };
         let arguments = serde_json::to_value(parsed).expect("arguments serialise");
-        let enqueued =
-            undo::enqueue_keeping(store, registry, KIND, &arguments, options, &undo).await;
-        if let Some(kept) = kept
-            && !matches!(enqueued, Ok(sluice_store::Enqueued { created: true, .. }))
-        {
-            store.target().execute(&kept.drop_statement()).await?;
-        }
-        enqueued
+        let also: Vec<Statement> = kept.iter().map(KeptPartitions::drop_statement).collect();
+        undo::enqueue_keeping(store, registry, KIND, &arguments, options, &undo, &also).await
     }
 }
 

@@ -51,12 +51,13 @@ impl UpdateInBatches {
         parsed.undo_table = Some(undo.undo().to_string());
         parsed.undo_columns = undo.columns().iter().map(|c| c.name().to_owned()).collect();
         let arguments = serde_json::to_value(parsed).expect("arguments serialise");
-        enqueue_keeping(store, registry, KIND, &arguments, options, &undo).await
+        enqueue_keeping(store, registry, KIND, &arguments, options, &undo, &[]).await
     }
 }
 
 /// Enqueues `kind` with `arguments`, which name the undo table `undo` just
-/// created: the table is dropped again unless a new operation was
+/// created (and `also`, more tables created with it: a record of kept
+/// partitions): they are dropped again unless a new operation was
 /// enqueued (a refusal, or an identical operation already active, keeps
 /// its own), so nothing is left behind.
 pub(super) async fn enqueue_keeping(
@@ -66,9 +67,13 @@ pub(super) async fn enqueue_keeping(
     arguments: &serde_json::Value,
     options: &EnqueueOptions,
     undo: &UndoTable,
+    also: &[Statement],
 ) -> Result<Enqueued, OperationError> {
     let enqueued = crate::enqueue::enqueue(store, registry, kind, arguments, options).await;
     if !matches!(enqueued, Ok(Enqueued { created: true, .. })) {
+        for drop in also {
+            store.target().execute(drop).await?;
+        }
         store.target().execute(&undo.drop_statement()).await?;
     }
     enqueued
