@@ -395,20 +395,7 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
                 "plan one target at a time: give one --target".into(),
             ));
         }
-        // The change planned as it would run; --undo's table is made at
-        // enqueue.
-        let mut arguments = arguments;
-        let mut undo = false;
-        if let Some(fields) = arguments.as_object_mut() {
-            undo = fields.remove("undo") == Some(true.into());
-            fields.remove("keep_undo");
-            // With --undo, partitions are kept where the database can
-            // keep them, and every row is moved elsewhere.
-            if undo && !on.target().dialect().keeps_partitions() {
-                fields.remove("drop_partitions");
-            }
-        }
-        let mut plan = plan(
+        let plan = plan(
             on,
             &registry,
             recipe.kind,
@@ -417,9 +404,6 @@ pub async fn run(store: &Store, command: EnqueueCommand, planning: bool) -> Resu
             recipe.probe,
         )
         .await?;
-        if let Some(partitions) = plan.partitions.as_mut() {
-            partitions.kept = undo;
-        }
         render::plan(&plan, recipe.json)?;
         return match plan.refusal {
             Some(refusal) if !planning => Err(Failure::BadInput(format!(

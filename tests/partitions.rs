@@ -710,6 +710,30 @@ async fn undo_keeps_aged_partitions_and_a_revert_puts_every_row_back(db: &TestDb
     let planned = String::from_utf8_lossy(&sluice(db, &plan).stdout).into_owned();
     assert_eq!(planned.contains("detaches and keeps"), keeps, "{planned}");
     assert!(!planned.contains("drops"), "{planned}");
+    // A library caller's plan says the same.
+    let registry = Registry::with_builtins();
+    let asked = json!({"table": "log", "column": "at", "key": "id,at",
+        "older_than": "30d", "undo": true, "keep_undo": "7d"});
+    let arguments = registry
+        .arguments_at("delete-aged-rows", &db.store, asked, Utc::now())
+        .await
+        .unwrap();
+    let planned = sluice_operations::plan(
+        &db.store,
+        &registry,
+        "delete-aged-rows",
+        &arguments,
+        &EnqueueOptions::default(),
+        false,
+    )
+    .await
+    .unwrap();
+    let kept = planned
+        .partitions
+        .as_ref()
+        .map(|p| (p.kept, p.dropped.len()));
+    let expected = keeps.then_some((true, 3));
+    assert_eq!((kept, planned.rows_in_scope.rows), (expected, Some(aged)));
 
     let enqueued = sluice(
         db,

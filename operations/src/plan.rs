@@ -91,7 +91,7 @@ pub struct PartitionDrops {
     pub blocked: Option<String>,
     /// They are detached and kept beside an undo table instead of dropped
     /// (`delete-aged-rows --undo` on PostgreSQL); the plan of the change
-    /// itself is the same. Set by whoever plans for `--undo`.
+    /// itself is the same. Set when the arguments ask for `undo`.
     pub kept: bool,
 }
 
@@ -138,6 +138,10 @@ pub async fn plan(
             .parse()
             .map_err(|e| OperationError::Arguments(e.to_string()))?;
     }
+    // The change planned as it would run: an undo table is made at
+    // enqueue, so the plan is of the change itself, with partitions kept
+    // where the database can keep them and every other row moved.
+    let (arguments, undo) = &without_undo(store, arguments);
     refuse_writing_scope(store, registry, kind, arguments).await?;
     let mut checked = Checked::for_plan();
     let CheckedSpec {
@@ -161,7 +165,12 @@ pub async fn plan(
     let rows_in_scope = count_rows(store, &scope).await?;
     let table_rows = count_rows(store, &table).await?;
     let prepared = registry.prepare(kind, &canonical_json(arguments), dialect)?;
-    let partitions = partition_drops(store, prepared.shape()).await?;
+    let partitions = partition_drops(store, prepared.shape())
+        .await?
+        .map(|drops| PartitionDrops {
+            kept: *undo,
+            ..drops
+        });
     // Rows left to sub-batches of rows: those in scope but the dropped ones.
     let dropped_rows: i64 = partitions
         .iter()
@@ -302,6 +311,22 @@ async fn partition_drops(
         blocked,
         kept: false,
     }))
+}
+
+/// `arguments` without `undo` and `keep_undo`, and whether `undo` was
+/// set; with it, on a database that cannot keep partitions, without
+/// `drop_partitions` too (every aged row is moved into the undo table).
+fn without_undo(store: &Store, arguments: &serde_json::Value) -> (serde_json::Value, bool) {
+    let mut arguments = arguments.clone();
+    let mut undo = false;
+    if let Some(fields) = arguments.as_object_mut() {
+        undo = fields.remove("undo") == Some(true.into());
+        fields.remove("keep_undo");
+        if undo && !store.target().dialect().keeps_partitions() {
+            fields.remove("drop_partitions");
+        }
+    }
+    (arguments, undo)
 }
 
 /// Refuses to plan an operation whose scope calls a function that may

@@ -16,8 +16,10 @@ use crate::sub_batch::{Bounds, SubBatch};
 
 mod table;
 mod targets;
+#[cfg(test)]
+mod tests;
 
-use table::check_archive;
+use table::{check_archive, drop_created, in_schema, refuse_delete_actions};
 
 /// `archive-rows`: moves the rows of `table` matching `where` into `into`
 /// (`INSERT … SELECT` and `DELETE` of the same rows, or on PostgreSQL one
@@ -424,29 +426,6 @@ impl ArchiveRows {
     }
 }
 
-/// The archive `into` in `schema`, the schema of the live `table`.
-fn in_schema(schema: &str, into: &Ident, table: &str) -> Result<Ident, OperationError> {
-    Ident::parse(&format!("{schema}.{}", into.name())).map_err(|_| {
-        OperationError::Arguments(format!(
-            "the schema `{schema}` of `{table}` is not a plain identifier: name the archive \
-             table with a schema of its own (--into schema.table)"
-        ))
-    })
-}
-
-/// Drops the archive table `into` when this enqueue `created` it (still
-/// empty): a refused enqueue leaves nothing behind.
-async fn drop_created(store: &Store, created: bool, into: &str) -> Result<(), OperationError> {
-    if created {
-        let into = Ident::parse(into)?;
-        store
-            .target()
-            .execute(&Statement::new("DROP TABLE ").ident(&into))
-            .await?;
-    }
-    Ok(())
-}
-
 /// Fails the sub-batch (rolled back) when `table` has a column that
 /// `columns`, the ones enqueue saw and the sub-batch copied, lack: its
 /// values would be deleted with their rows, not archived. Read after the
@@ -473,64 +452,4 @@ async fn refuse_new_columns(
          deleted, not archived; rolled back — add them to the archive table and enqueue again",
         added.join(", ")
     )))
-}
-
-/// Refuses to archive out of `table` when foreign keys delete or change
-/// other rows as its rows are deleted (`ON DELETE CASCADE`, `SET NULL`,
-/// `SET DEFAULT`): those rows would be lost or changed, not archived.
-async fn refuse_delete_actions(store: &Store, table: &Ident) -> Result<(), OperationError> {
-    let actions = store.target().delete_actions(table).await?;
-    if actions.is_empty() {
-        return Ok(());
-    }
-    let listed: Vec<String> = actions.iter().map(ToString::to_string).collect();
-    Err(OperationError::Arguments(format!(
-        "archive-rows would lose rows it does not archive: deleting a row of `{table}` also \
-         deletes or changes the rows that refer to it in {}; archive those first, or make \
-         the foreign key NO ACTION while archiving",
-        listed.join(", ")
-    )))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn archive_rows_refuses_its_own_table_and_unsafe_names() {
-        let args = |into: &str, columns: &[&str]| ArchiveRowsArguments {
-            table: "items".into(),
-            into: into.into(),
-            key: "id".into(),
-            condition: Some("grp = 1".into()),
-            column: None,
-            older_than: None,
-            cutoff: None,
-            columns: columns.iter().map(|c| (*c).to_owned()).collect(),
-            undo: false,
-            undo_table: None,
-            keep_undo: None,
-        };
-        let same = ArchiveRows.shape(&args("items", &["id"])).unwrap_err();
-        assert!(same.to_string().contains("another table"), "{same}");
-        assert!(matches!(
-            ArchiveRows.shape(&args("items_archive; DROP TABLE items", &["id"])),
-            Err(OperationError::Unsafe(_))
-        ));
-        assert!(ArchiveRows.shape(&args("items_archive", &[])).is_err());
-        assert!(
-            ArchiveRows
-                .shape(&args("items_archive", &["id", "grp"]))
-                .is_ok()
-        );
-        let half_a_time_scope = ArchiveRowsArguments {
-            column: Some("created_at".into()),
-            ..args("items_archive", &["id"])
-        };
-        let error = ArchiveRows.shape(&half_a_time_scope).unwrap_err();
-        assert!(
-            error.to_string().contains("--column with --older-than"),
-            "{error}"
-        );
-    }
 }

@@ -227,3 +227,50 @@ mod tests {
         }
     }
 }
+
+/// The archive `into` in `schema`, the schema of the live `table`.
+pub(super) fn in_schema(schema: &str, into: &Ident, table: &str) -> Result<Ident, OperationError> {
+    Ident::parse(&format!("{schema}.{}", into.name())).map_err(|_| {
+        OperationError::Arguments(format!(
+            "the schema `{schema}` of `{table}` is not a plain identifier: name the archive \
+             table with a schema of its own (--into schema.table)"
+        ))
+    })
+}
+
+/// Drops the archive table `into` when this enqueue `created` it (still
+/// empty): a refused enqueue leaves nothing behind.
+pub(super) async fn drop_created(
+    store: &Store,
+    created: bool,
+    into: &str,
+) -> Result<(), OperationError> {
+    if created {
+        let into = Ident::parse(into)?;
+        store
+            .target()
+            .execute(&Statement::new("DROP TABLE ").ident(&into))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Refuses to archive out of `table` when foreign keys delete or change
+/// other rows as its rows are deleted (`ON DELETE CASCADE`, `SET NULL`,
+/// `SET DEFAULT`): those rows would be lost or changed, not archived.
+pub(super) async fn refuse_delete_actions(
+    store: &Store,
+    table: &Ident,
+) -> Result<(), OperationError> {
+    let actions = store.target().delete_actions(table).await?;
+    if actions.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = actions.iter().map(ToString::to_string).collect();
+    Err(OperationError::Arguments(format!(
+        "archive-rows would lose rows it does not archive: deleting a row of `{table}` also \
+         deletes or changes the rows that refer to it in {}; archive those first, or make \
+         the foreign key NO ACTION while archiving",
+        listed.join(", ")
+    )))
+}
