@@ -6,7 +6,9 @@
 //! of 100, the health indicators and latency budget on), in turns: without
 //! `--undo`, with it, and the revert of the run with it — `SLUICE_BENCH_PAIRS`
 //! times (default 2), so the spread between turns shows beside the gap.
-//! Each run is timed from its enqueue to its end on an embedded runtime.
+//! Each run is timed from its enqueue to its end on an embedded runtime,
+//! the table settled before it (`common::settle`: vacuumed, analysed, the
+//! WAL checkpointed), so no run inherits the one before's dead rows.
 //! `SLUICE_BENCH_BUDGET=off` runs every operation with `--latency-budget
 //! off` (a lab setting, said with each run): the foreground's latency then
 //! paces nothing.
@@ -104,6 +106,7 @@ async fn measure(backend: &str, store: &Store, rows: i64, pairs: usize) {
                 "where": format!("counter >= {}", -1 - turn as i64),
                 "undo": undo,
             });
+            common::settle(store, "bench_items").await;
             let started = Instant::now();
             let update = runtime
                 .enqueue_json("update-in-batches", &arguments, &options)
@@ -112,11 +115,14 @@ async fn measure(backend: &str, store: &Store, rows: i64, pairs: usize) {
             finish(&runtime, update.id).await;
             let name = if undo { "update --undo" } else { "update" };
             report(backend, name, started.elapsed(), rows);
+            breakdown(store, update.id).await;
             if undo {
+                common::settle(store, "bench_items").await;
                 let started = Instant::now();
                 let revert = runtime.revert(update.id, false, &options).await.unwrap();
                 finish(&runtime, revert.id).await;
                 report(backend, "revert", started.elapsed(), rows);
+                breakdown(store, revert.id).await;
                 let undo_table = store.operation(update.id).await.unwrap().state.arguments;
                 let undo_table: serde_json::Value = serde_json::from_str(&undo_table).unwrap();
                 let undo_table =
@@ -194,5 +200,55 @@ fn report(backend: &str, run: &str, took: Duration, rows: i64) {
         "| {backend} | {run} | {:.1} | {:.0} |",
         took.as_secs_f64(),
         rows as f64 / took.as_secs_f64()
+    );
+}
+
+/// Where operation `id`'s time went, from its event log (to standard
+/// error): the time its batches took, the time it spent throttled or
+/// stopped, and the reasons recorded most often.
+async fn breakdown(store: &Store, id: i64) {
+    use sluice_store::{Event, Health};
+    let events = store.events(id, 0).await.unwrap();
+    let in_batches: i64 = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::BatchSucceeded { duration_ms, .. } => Some(*duration_ms),
+            _ => None,
+        })
+        .sum();
+    let (mut slowed_ms, mut stopped_ms) = (0, 0);
+    let mut since: Option<(i64, Health)> = None;
+    let mut reasons = std::collections::BTreeMap::<String, usize>::new();
+    let end = events.last().map_or(0, |e| e.recorded_at);
+    for event in &events {
+        if let Event::Throttled { health, reason } = &event.event {
+            if let Some((at, was)) = since.take() {
+                match was {
+                    Health::Throttled { .. } => slowed_ms += event.recorded_at - at,
+                    Health::Stopped => stopped_ms += event.recorded_at - at,
+                    Health::Normal => {}
+                }
+            }
+            since = Some((event.recorded_at, *health));
+            let reason = reason.clone().unwrap_or_default();
+            let head: String = reason.chars().take(60).collect();
+            *reasons.entry(head).or_default() += 1;
+        }
+    }
+    if let Some((at, was)) = since {
+        match was {
+            Health::Throttled { .. } => slowed_ms += end - at,
+            Health::Stopped => stopped_ms += end - at,
+            Health::Normal => {}
+        }
+    }
+    let mut reasons: Vec<_> = reasons.into_iter().collect();
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
+    reasons.truncate(3);
+    eprintln!(
+        "  operation {id}: batches {:.1} s, throttled {:.1} s, stopped {:.1} s; reasons {reasons:?}",
+        in_batches as f64 / 1e3,
+        slowed_ms as f64 / 1e3,
+        stopped_ms as f64 / 1e3
     );
 }

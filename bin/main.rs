@@ -316,7 +316,7 @@ async fn dispatch(store: &Store, command: Command) -> Result<(), Failure> {
                     .canaries()
                     .await?
                     .into_iter()
-                    .find(|c| c.is_of(&record.state)),
+                    .find(|c| c.is_of(&paced_by(&record.state), &record.state)),
                 undo: sluice_operations::builtin::undo_summary(
                     store,
                     &record.state.kind,
@@ -569,5 +569,15 @@ fn parse_age(text: &str) -> Result<std::time::Duration, String> {
         text,
         std::time::Duration::from_secs(36_500 * 86_400),
         "36500d",
+    )
+}
+
+/// The table whose canary paces the operation in `state` (a revert's: the
+/// live table it writes).
+fn paced_by(state: &sluice_store::Projection) -> String {
+    sluice_operations::Registry::with_builtins().paced_by(
+        &state.kind,
+        &state.arguments,
+        &state.table,
     )
 }

@@ -42,10 +42,15 @@ pub fn list(
             binding_limit(binding, r.id, &s.kind, s.fleet.as_deref()).cloned(),
         )
     };
+    let registry = sluice_operations::Registry::with_builtins();
     let canary_of = |r: &OperationRecord| {
-        canaries
-            .iter()
-            .find(|c| r.state.status == sluice_store::OperationStatus::Running && c.is_of(&r.state))
+        canaries.iter().find(|c| {
+            r.state.status == sluice_store::OperationStatus::Running
+                && c.is_of(
+                    &registry.paced_by(&r.state.kind, &r.state.arguments, &r.state.table),
+                    &r.state,
+                )
+        })
     };
     if as_json {
         let values: Vec<_> = records

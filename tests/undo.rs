@@ -6,8 +6,15 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 use common::{TestDb, json, sluice};
-use sluice_store::{ListFilter, OperationStatus};
+use sluice_operations::EnqueueOptions;
+use sluice_runtime::health::{HealthContext, HealthIndicator, Reading, Scope, Signal};
+use sluice_runtime::{RuntimeBuilder, RuntimeConfig};
+use sluice_store::{Health, ListFilter, OperationStatus};
 
 for_each_backend!(
     a_revert_puts_back_every_row_and_leaves_rows_changed_since,
@@ -16,6 +23,7 @@ for_each_backend!(
     a_reverted_archive_moves_back_exactly_its_rows_but_not_over_live_keys,
     a_reverted_delete_moves_every_aged_row_back,
     prune_drops_an_undo_table_once_its_keep_has_passed,
+    a_revert_obeys_the_health_of_the_table_it_writes,
 );
 
 /// `items(id, grp, counter, note)`: ids `1..=rows`, `grp = id % 3`,
@@ -448,6 +456,72 @@ async fn prune_drops_an_undo_table_once_its_keep_has_passed(db: &TestDb) {
     assert_eq!(without_undo.status.code(), Some(2));
 }
 
+/// A revert walks its undo table but writes the live one, so the live
+/// table's health is the one that paces it: stopped on `items`, it puts no
+/// row back; once the stop lifts, every row.
+async fn a_revert_obeys_the_health_of_the_table_it_writes(db: &TestDb) {
+    create_items(db, 300).await;
+    let before = every_row(db).await;
+    let id = update_group_one_with_undo(db);
+    let updated = every_row(db).await;
+    assert_ne!(updated, before);
+    let stop = Arc::new(AtomicBool::new(true));
+    let runtime = RuntimeBuilder::with_store(db.store.clone())
+        .config(RuntimeConfig {
+            node: "paced".into(),
+            reconcile_interval: Duration::from_millis(50),
+            control_interval: Duration::from_millis(50),
+            health_interval: Duration::from_millis(20),
+            health_clear_after: 1,
+            ..RuntimeConfig::default()
+        })
+        .without_builtin_indicators()
+        .indicator(Arc::new(StopsItems { stop: stop.clone() }))
+        .start()
+        .await
+        .unwrap();
+    let revert = runtime
+        .revert(id, false, &EnqueueOptions::default())
+        .await
+        .unwrap();
+    common::until("the revert stopped by the health of `items`", || async {
+        db.store.operation(revert.id).await.unwrap().state.health == Health::Stopped
+    })
+    .await;
+    assert_eq!(every_row(db).await, updated);
+    stop.store(false, Ordering::SeqCst);
+    let record = runtime
+        .wait(revert.id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(record.state.status, OperationStatus::Finished);
+    assert_eq!(every_row(db).await, before);
+    runtime.shutdown().await.unwrap();
+}
+
+/// Stops every operation on `items` while `stop` is set.
+struct StopsItems {
+    stop: Arc<AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl HealthIndicator for StopsItems {
+    fn name(&self) -> &str {
+        "items held"
+    }
+
+    async fn check(&self, _: &HealthContext) -> Result<Vec<Reading>, String> {
+        Ok(match self.stop.load(Ordering::SeqCst) {
+            true => vec![Reading {
+                scope: Scope::Table("items".into()),
+                signal: Signal::Stop {
+                    reason: "items held".into(),
+                },
+            }],
+            false => Vec::new(),
+        })
+    }
+}
 /// Every row of `readings`, in key order, as text.
 async fn all_readings(db: &TestDb) -> Vec<String> {
     let row = match db.backend {

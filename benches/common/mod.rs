@@ -211,20 +211,23 @@ pub async fn fill_aged_events(store: &Store, rows: i64) {
         ))
         .await
         .unwrap();
+    settle(store, "bench_events").await;
+}
+
+/// Brings `table` to the same state before each run: vacuumed (the dead
+/// rows of the run before are not the next run's cleanup) and analysed,
+/// the WAL checkpointed, so a checkpoint does not land inside one run and
+/// not another (PostgreSQL's needs a superuser; skipped otherwise). The
+/// server's autovacuum is left as it is during the run.
+pub async fn settle(store: &Store, table: &str) {
+    let table = sluice_target::Ident::parse(table).unwrap();
     let settle = match store.backend() {
-        Backend::Sqlite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
-        Backend::Postgres(_) => "VACUUM ANALYZE bench_events",
-        Backend::MySql(_) => "ANALYZE TABLE bench_events",
+        Backend::Sqlite(_) => Statement::new("PRAGMA wal_checkpoint(TRUNCATE)"),
+        Backend::Postgres(_) => Statement::new("VACUUM ANALYZE ").ident(&table),
+        Backend::MySql(_) => Statement::new("ANALYZE TABLE ").ident(&table),
     };
-    store
-        .target()
-        .execute(&Statement::new(settle))
-        .await
-        .unwrap();
+    store.target().execute(&settle).await.unwrap();
     if let Backend::Postgres(_) = store.backend() {
-        // Start each run with the fill's WAL written out, so a checkpoint
-        // does not land inside one run and not another (needs a superuser;
-        // skipped otherwise).
         let _ = store.target().execute(&Statement::new("CHECKPOINT")).await;
     }
 }

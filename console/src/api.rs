@@ -283,7 +283,13 @@ pub(crate) async fn show(
         let canaries = console.store.canaries().await?;
         value["latency"] = canaries
             .iter()
-            .find(|c| c.is_of(&record.state))
+            .find(|c| {
+                let state = &record.state;
+                let table = console
+                    .registry
+                    .paced_by(&state.kind, &state.arguments, &state.table);
+                c.is_of(&table, state)
+            })
             .map_or(Value::Null, sluice_store::CanaryReading::to_json);
     }
     // In a fleet: a line per target.

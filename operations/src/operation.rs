@@ -134,6 +134,16 @@ pub trait Operation: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The table whose health paces the operation, when it is not the
+    /// shape's: the table of the application's that a sub-batch writes,
+    /// named as the operation names its tables (a revert walks its undo
+    /// table, which the application never reads, and writes the live
+    /// one). Its health indicators, latency canary and throttles are the
+    /// ones that apply. By default the shape's table.
+    fn paced_by(&self, _arguments: &Self::Arguments) -> Option<String> {
+        None
+    }
+
     /// What the uniqueness rule compares for these arguments: by default
     /// all of them. A kind whose arguments hold something resolved at
     /// enqueue from what was asked (a cutoff from `older_than: "90d"`)
@@ -186,6 +196,10 @@ pub trait PreparedOperation: Send + Sync {
     /// The columns of the shape's table a sub-batch sets
     /// ([`Operation::columns_written`]).
     fn columns_written(&self) -> Vec<String>;
+
+    /// The table whose health paces it, when not the shape's
+    /// ([`Operation::paced_by`]).
+    fn paced_by(&self) -> Option<String>;
 }
 
 /// The operation kinds a runtime (or the CLI) knows, by name.
@@ -239,6 +253,16 @@ impl Registry {
         operation.prepare(arguments, dialect)
     }
 
+    /// The table whose health paces an operation of `kind` with the
+    /// stored `arguments` ([`Operation::paced_by`]), else `table`, its
+    /// own: where its canary reading is found.
+    pub fn paced_by(&self, kind: &str, arguments: &str, table: &str) -> String {
+        self.kinds
+            .get(kind)
+            .and_then(|operation| operation.paced_by(arguments))
+            .unwrap_or_else(|| table.to_owned())
+    }
+
     /// The arguments a fire of a schedule of `kind` enqueues at `now`
     /// ([`Operation::arguments_at`]). Errors: [`OperationError::UnknownKind`]
     /// and the kind's own.
@@ -287,6 +311,8 @@ trait ErasedOperation: Send + Sync {
         stored: serde_json::Value,
         now: DateTime<Utc>,
     ) -> Result<serde_json::Value, OperationError>;
+
+    fn paced_by(&self, arguments: &str) -> Option<String>;
 }
 
 struct Typed<O>(Arc<O>);
@@ -306,6 +332,11 @@ impl<O: Operation> ErasedOperation for Typed<O> {
         now: DateTime<Utc>,
     ) -> Result<serde_json::Value, OperationError> {
         self.0.arguments_at(store, stored, now).await
+    }
+
+    fn paced_by(&self, arguments: &str) -> Option<String> {
+        let arguments: O::Arguments = serde_json::from_str(arguments).ok()?;
+        self.0.paced_by(&arguments)
     }
 
     fn prepare(
@@ -351,6 +382,10 @@ impl<O: Operation> PreparedOperation for Prepared<O> {
 
     fn columns_written(&self) -> Vec<String> {
         self.operation.columns_written(&self.arguments)
+    }
+
+    fn paced_by(&self) -> Option<String> {
+        self.operation.paced_by(&self.arguments)
     }
 
     fn tables_written(&self) -> Vec<sluice_target::Ident> {

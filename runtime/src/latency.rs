@@ -61,9 +61,11 @@ pub const PER_POLL: usize = 8;
 /// statistics were reset (for `auto`'s idle value).
 const MIN_STATEMENT_CALLS: f64 = 20.0;
 
-/// Round trips of the burst that measures the idle p99 (their worst: the
-/// first sub-batch waits for it, so it stays short).
-const BASELINE_SAMPLES: usize = 20;
+/// Round trips of the burst that measures the idle p99: as many as a
+/// decision's p99 takes, so that one slow round trip is not the idle value
+/// (of 20, the p99 was their worst). The first sub-batch waits for it, at
+/// most a second.
+const BASELINE_SAMPLES: usize = MIN_SAMPLES;
 
 /// How often a canary re-reads the operators' budgets from the store, and
 /// stores its reading on a target apart from the store (each a

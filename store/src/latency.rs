@@ -147,10 +147,11 @@ pub fn canary_key(table: &str, target: Option<&str>) -> String {
 }
 
 impl CanaryReading {
-    /// Whether this is a reading of the table `state`'s operation works
-    /// on, in the database it works in.
-    pub fn is_of(&self, state: &crate::Projection) -> bool {
-        self.table_name == canary_key(&state.table, state.target.as_deref())
+    /// Whether this is a reading of `table`, the table whose health paces
+    /// `state`'s operation (its own, or the one a revert writes), in the
+    /// database it works in.
+    pub fn is_of(&self, table: &str, state: &crate::Projection) -> bool {
+        self.table_name == canary_key(table, state.target.as_deref())
     }
 
     /// Whether the p99 is over the budget it was held to.

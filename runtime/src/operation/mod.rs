@@ -127,6 +127,9 @@ pub struct OperationState {
     /// The open batch's span (the last one activated).
     batch_span: Span,
     operation: Arc<dyn PreparedOperation>,
+    /// The table whose health it obeys ([`PreparedOperation::paced_by`],
+    /// else its own).
+    paced_by: String,
     driver: Driver,
     /// Why its target apart from the store cannot be reached, since a
     /// sub-batch found it so: its health is a stop until a tick reaches
@@ -263,9 +266,16 @@ impl Actor for OperationActor {
         // With a monitor, nothing runs before its first reading for this
         // table arrives: an operation must not start on an unhealthy database.
         // On a target apart from the store, its target's monitor.
+        let paced_by = operation
+            .paced_by()
+            .unwrap_or_else(|| record.state.table.clone());
         let health_known = match context.monitor() {
             Some(monitor) => monitor
-                .cast(HealthMessage::Watch(watched(record.id, &record.state)))
+                .cast(HealthMessage::Watch(watched(
+                    record.id,
+                    &record.state,
+                    &paced_by,
+                )))
                 .is_err(),
             None => true,
         };
@@ -330,6 +340,7 @@ impl Actor for OperationActor {
             run_span,
             batch_span: Span::none(),
             operation,
+            paced_by,
             driver,
             context,
             target_down: None,
@@ -354,6 +365,7 @@ impl Actor for OperationActor {
             let _ = monitor.cast(HealthMessage::Unwatch(watched(
                 state.id,
                 state.driver.projection(),
+                &state.paced_by,
             )));
         }
         if let Ok(record) = state.context.store.operation(state.id).await {
@@ -411,7 +423,7 @@ impl Actor for OperationActor {
                 Some(reason) => Input::Health(Signal::Stop {
                     reason: reason.clone(),
                 }),
-                None => Input::Health(snapshot.for_table(&state.driver.projection().table)),
+                None => Input::Health(snapshot.for_table(&state.paced_by)),
             },
             OperationMessage::Tick => {
                 let interval = state.context.config.control_interval;
@@ -467,11 +479,12 @@ async fn refusal_here(
     Ok(None)
 }
 
-/// How the health monitor knows operation `id`, whose state is `projection`.
-fn watched(id: i64, projection: &Projection) -> Watched {
+/// How the health monitor knows operation `id`, whose state is
+/// `projection`: by the table it is `paced_by`.
+fn watched(id: i64, projection: &Projection, paced_by: &str) -> Watched {
     Watched {
         id,
         kind: projection.kind.clone(),
-        table: projection.table.clone(),
+        table: paced_by.to_owned(),
     }
 }
