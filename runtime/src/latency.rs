@@ -63,9 +63,12 @@ const MIN_STATEMENT_CALLS: f64 = 20.0;
 
 /// Round trips of the burst that measures the idle p99: as many as a
 /// decision's p99 takes, so that one slow round trip is not the idle value
-/// (of 20, the p99 was their worst). The first sub-batch waits for it, at
-/// most a second.
+/// (of 20, the p99 was their worst).
 const BASELINE_SAMPLES: usize = MIN_SAMPLES;
+
+/// The longest the idle burst takes (the first sub-batch waits for it):
+/// on a database slower than 2.5 ms a round trip, the p99 of fewer.
+const BASELINE_WITHIN: Duration = Duration::from_millis(250);
 
 /// How often a canary re-reads the operators' budgets from the store, and
 /// stores its reading on a target apart from the store (each a

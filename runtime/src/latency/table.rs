@@ -12,8 +12,8 @@ use sluice_target::dialect::health::StatementTotals;
 use sluice_target::{Cursor, CursorValue, Ident, SqlValue, Statement};
 
 use super::{
-    BASELINE_SAMPLES, BudgetController, MIN_SAMPLES, MIN_STATEMENT_CALLS, PER_POLL, STORE_EVERY,
-    WINDOW, p99,
+    BASELINE_SAMPLES, BASELINE_WITHIN, BudgetController, MIN_SAMPLES, MIN_STATEMENT_CALLS,
+    PER_POLL, STORE_EVERY, WINDOW, p99,
 };
 use crate::health::Signal;
 
@@ -120,7 +120,7 @@ impl TableCanary {
     }
 
     /// Finds the table's point read and measures its idle p99 (over at
-    /// most [`BASELINE_SAMPLES`] round trips, or a second's worth).
+    /// most [`BASELINE_SAMPLES`] round trips, or [`BASELINE_WITHIN`]'s worth).
     pub(super) async fn first_sight(store: &Store, table: &str) -> Result<Self, String> {
         let probe = point_read(store, table).await.map_err(|e| e.to_string())?;
         let mut statements = StatementWatch::default();
@@ -144,7 +144,7 @@ impl TableCanary {
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
         let reading = canary.reading(store, table, None);
         let started = Instant::now();
-        while burst.len() < BASELINE_SAMPLES && started.elapsed() < Duration::from_secs(1) {
+        while burst.len() < BASELINE_SAMPLES && started.elapsed() < BASELINE_WITHIN {
             burst.push(canary.round_trip(store, &reading).await?);
         }
         canary.baseline = p99(&burst);
