@@ -31,6 +31,9 @@ pub struct Assignments {
     input: String,
     text: String,
     columns: Vec<String>,
+    /// Each column's expression as rendered, when every assignment sets one
+    /// column.
+    values: Option<Vec<String>>,
 }
 
 /// Why operator SQL was refused. The message names the option and the text.
@@ -101,10 +104,19 @@ impl Assignments {
             .map_err(|e| fail(parse_reason(e)))?;
         expect_end(&parser).map_err(fail)?;
         let mut columns = Vec::new();
+        let mut values = Some(Vec::new());
         for assignment in &list {
             match &assignment.target {
-                AssignmentTarget::ColumnName(name) => columns.push(last_part(name)),
-                AssignmentTarget::Tuple(names) => columns.extend(names.iter().map(last_part)),
+                AssignmentTarget::ColumnName(name) => {
+                    columns.push(last_part(name));
+                    if let Some(values) = values.as_mut() {
+                        values.push(assignment.value.to_string());
+                    }
+                }
+                AssignmentTarget::Tuple(names) => {
+                    columns.extend(names.iter().map(last_part));
+                    values = None;
+                }
             }
         }
         let render = |list: &[sqlparser::ast::Assignment]| {
@@ -122,6 +134,7 @@ impl Assignments {
             input: input.to_owned(),
             text,
             columns,
+            values,
         })
     }
 
@@ -140,6 +153,14 @@ impl Assignments {
     /// quotes), in order.
     pub fn columns(&self) -> &[String] {
         &self.columns
+    }
+
+    /// Each written column's expression, as the list renders it, in the
+    /// order of [`Assignments::columns`]; `None` when an assignment sets
+    /// several columns at once (`(a, b) = (SELECT …)`). Each is a part of
+    /// the list already parsed and checked, one whole expression.
+    pub fn values(&self) -> Option<&[String]> {
+        self.values.as_deref()
     }
 
     /// The first written column that is one of `columns` (compared without

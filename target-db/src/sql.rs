@@ -196,6 +196,17 @@ impl Statement {
         self
     }
 
+    /// Appends `(<expression>)`, the `i`-th value of a parsed operator SET
+    /// list ([`Assignments::values`]); nothing when it has no such value.
+    pub fn operator_value(mut self, assignments: &Assignments, i: usize) -> Self {
+        if let Some(value) = assignments.values().and_then(|v| v.get(i)) {
+            self.text.0.push('(');
+            self.text.0.push_str(value);
+            self.text.0.push(')');
+        }
+        self
+    }
+
     /// Appends a guard: a condition that reads `TRUE` as written, and that
     /// a store running the statement as one fenced sub-batch replaces with
     /// its fence, so that the statement changes nothing under a lost lease

@@ -230,6 +230,69 @@ impl UndoTable {
         vec![copy, update, fill]
     }
 
+    /// Two statements for [`UndoTable::keep_and_update`] where a sub-batch
+    /// holds the database's only write lock (SQLite), so no row changes
+    /// between them: copy each row's key, its values and the values `set`
+    /// gives them (each expression evaluated on the row as it was, as an
+    /// `UPDATE` evaluates it) into the undo table, then write those new
+    /// values from the undo table over the rows it now holds in the range:
+    /// a row gets exactly the after-image kept, whatever its expression
+    /// (`random()` too). The first's count is the rows changed. `None` when
+    /// `set` does not give one expression per kept column (a tuple
+    /// assignment): then [`UndoTable::keep_in_three`].
+    pub fn keep_in_two(
+        &self,
+        dialect: &dyn Dialect,
+        set: &Assignments,
+        rows: &dyn Fn(Statement) -> Statement,
+        range: KeyRange<'_>,
+    ) -> Option<Vec<Statement>> {
+        let written = set.columns();
+        set.values()?;
+        if written.len() != self.columns.len() {
+            return None;
+        }
+        // Each kept column's place in `set`, found once.
+        let mut places = Vec::with_capacity(self.columns.len());
+        for column in &self.columns {
+            let mut found = written
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| w.eq_ignore_ascii_case(column.name()));
+            let (place, _) = found.next()?;
+            if found.next().is_some() {
+                return None;
+            }
+            places.push(place);
+        }
+        let images: Vec<Ident> = (0..self.columns.len())
+            .flat_map(|i| [self.old(i), self.new_value(i)])
+            .collect();
+        let mut read = Statement::new("INSERT INTO ")
+            .ident(&self.undo)
+            .push(" (")
+            .idents(&self.key)
+            .push(", ")
+            .idents(&images)
+            .push(") SELECT ")
+            .idents(&self.key);
+        for (column, place) in self.columns.iter().zip(&places) {
+            read = read
+                .push(", ")
+                .ident(column)
+                .push(", ")
+                .operator_value(set, *place);
+        }
+        let copy = rows(read.push(" FROM ").ident(&self.live));
+        let after: Vec<(Ident, Ident)> = (0..self.columns.len())
+            .map(|i| (self.columns[i].clone(), qualified(UNDO, &self.new_value(i))))
+            .collect();
+        let update = dialect.update_join((&self.live, LIVE), (&self.undo, UNDO), &self.key, &after);
+        let update = range(update, &qualify_all(UNDO, &self.key));
+        let update = range(update, &qualify_all(LIVE, &self.key));
+        Some(vec![copy, update])
+    }
+
     /// The three statements of a revert's sub-batch over a range of the
     /// undo table, in order: put the before-images back over the rows not
     /// yet reverted whose values are still the after-images (every such

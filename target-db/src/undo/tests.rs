@@ -72,8 +72,46 @@ fn mysql_locks_the_rows_it_copies_and_changes_only_the_rows_copied() {
         "{}",
         texts[2]
     );
-    let sqlite = undo().keep_and_update(&SQLITE, &set, &rows, &range);
-    assert!(!sqlite[0].text().as_str().contains("FOR UPDATE"));
+}
+
+#[test]
+fn sqlite_keeps_the_after_image_it_writes_in_two_statements() {
+    let set = Assignments::parse("n = n + random()").unwrap();
+    let statements = undo().keep_and_update(&SQLITE, &set, &rows, &range);
+    let texts: Vec<&str> = statements.iter().map(|s| s.text().as_str()).collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    // The new value is computed once, from the row as it was, and kept.
+    assert_eq!(
+        texts[0],
+        "INSERT INTO \"items_undo_x\" (\"site\", \"seq\", \"sluice_old_1\", \"sluice_new_1\") \
+         SELECT \"site\", \"seq\", \"n\", (n + random()) FROM \"items\" WHERE grp = 1"
+    );
+    // The row then gets exactly that value, from the undo table's rows in
+    // the range.
+    assert!(
+        texts[1].starts_with(
+            "UPDATE \"items\" AS \"sluice_live\" SET \"n\" = \"sluice_undo\".\"sluice_new_1\" \
+             FROM \"items_undo_x\" AS \"sluice_undo\" WHERE"
+        ),
+        "{}",
+        texts[1]
+    );
+    assert!(
+        texts[1].contains("(\"sluice_undo\".\"site\", \"sluice_undo\".\"seq\") > ("),
+        "{}",
+        texts[1]
+    );
+    assert!(!texts[0].contains("FOR UPDATE"));
+}
+
+#[test]
+fn sqlite_keeps_in_three_statements_what_a_tuple_assignment_sets() {
+    let set = Assignments::parse("(n) = (SELECT 1)").unwrap();
+    assert_eq!(set.values(), None);
+    let statements = undo().keep_and_update(&SQLITE, &set, &rows, &range);
+    assert_eq!(statements.len(), 3);
+    let other = Assignments::parse("m = 1").unwrap();
+    assert!(undo().keep_in_two(&SQLITE, &other, &rows, &range).is_none());
 }
 
 #[test]

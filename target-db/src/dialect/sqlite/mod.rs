@@ -5,8 +5,9 @@ pub(crate) mod catalogue;
 pub(crate) mod health;
 
 use super::{Dialect, LoopPick, plan_node, word_after};
+use crate::operator_sql::Assignments;
 use crate::sql::{Ident, IdentError, Statement};
-use crate::undo::UndoTable;
+use crate::undo::{KeyRange, UndoTable};
 
 /// Begins a write transaction that takes the database's write lock at
 /// once, so nothing read inside it is changed by another writer.
@@ -90,6 +91,20 @@ impl Dialect for Sqlite {
     /// `CREATE TABLE … AS` keeps no `NOT NULL`, and no key can be added later.
     fn create_undo_table(&self, undo: &UndoTable, declared: &[String]) -> Option<Vec<Statement>> {
         undo.declared_columns(declared)
+    }
+
+    /// Two statements ([`UndoTable::keep_in_two`]): the sub-batch holds the
+    /// only write lock, so nothing changes a row between them; three where
+    /// `set` has no expression per column.
+    fn keep_and_update(
+        &self,
+        undo: &UndoTable,
+        set: &Assignments,
+        rows: &dyn Fn(Statement) -> Statement,
+        range: KeyRange<'_>,
+    ) -> Vec<Statement> {
+        undo.keep_in_two(self, set, rows, range)
+            .unwrap_or_else(|| undo.keep_in_three(self, set, rows, range, false))
     }
 
     /// `a IS b`, SQLite's equality with `NULL`s alike.
