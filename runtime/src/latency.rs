@@ -83,8 +83,9 @@ pub const LADDER: [u8; 10] = [100, 75, 55, 40, 30, 20, 14, 10, 7, 5];
 #[derive(Default)]
 pub struct LatencyCanary {
     tables: Mutex<HashMap<String, TableCanary>>,
-    /// The budgets set, as last read, and when.
-    budgets: Mutex<Option<(Instant, Budgets)>>,
+    /// The budgets set, as last read, when, and the operations watched
+    /// then.
+    budgets: Mutex<Option<BudgetsRead>>,
     /// Where it says what it feels, for the indicators it gates.
     view: CanaryView,
     /// The operator's latency query, held to the budget beside the p99.
@@ -93,6 +94,25 @@ pub struct LatencyCanary {
 
 /// The latency budgets set, by target (`Store::latency_budgets`).
 type Budgets = Vec<(String, LatencyBudget)>;
+
+/// One read of the budgets.
+struct BudgetsRead {
+    at: Instant,
+    budgets: Budgets,
+    /// The operations watched when they were read: one watched since may
+    /// have a budget of its own the read predates.
+    operations: std::collections::BTreeSet<i64>,
+}
+
+impl BudgetsRead {
+    /// Whether it still answers for `operations` now: read within
+    /// [`STORE_EVERY`], and after each of them was watched (a new
+    /// operation's own budget, `off` say, holds from its first poll).
+    fn answers_for(&self, operations: &[crate::health::Watched]) -> bool {
+        self.at.elapsed() < STORE_EVERY
+            && operations.iter().all(|o| self.operations.contains(&o.id))
+    }
+}
 
 /// What the canary feels on each table lately, shared with the indicators
 /// whose throttles answer the database's own housekeeping (autovacuum,
@@ -179,7 +199,7 @@ impl HealthIndicator for LatencyCanary {
 
     async fn check(&self, context: &HealthContext) -> Result<Vec<Reading>, String> {
         let store = &context.store;
-        let budgets = self.budgets(store).await?;
+        let budgets = self.budgets(store, &context.operations).await?;
         let queried = match &self.query {
             Some(query) if !context.tables.is_empty() => {
                 Some(operator_latency(store, query).await?)
@@ -265,14 +285,23 @@ async fn operator_latency(store: &Store, query: &LatencyQuery) -> Result<Duratio
 }
 
 impl LatencyCanary {
-    /// The budgets set, read from the store at most every [`STORE_EVERY`].
-    async fn budgets(&self, store: &Store) -> Result<Budgets, String> {
+    /// The budgets set, read from the store at most every [`STORE_EVERY`],
+    /// and again at once when one of `operations` is new since.
+    async fn budgets(
+        &self,
+        store: &Store,
+        operations: &[crate::health::Watched],
+    ) -> Result<Budgets, String> {
         let mut read = self.budgets.lock().await;
         match read.as_ref() {
-            Some((at, budgets)) if at.elapsed() < STORE_EVERY => Ok(budgets.clone()),
+            Some(last) if last.answers_for(operations) => Ok(last.budgets.clone()),
             _ => {
                 let budgets = store.latency_budgets().await.map_err(|e| e.to_string())?;
-                *read = Some((Instant::now(), budgets.clone()));
+                *read = Some(BudgetsRead {
+                    at: Instant::now(),
+                    budgets: budgets.clone(),
+                    operations: operations.iter().map(|o| o.id).collect(),
+                });
                 Ok(budgets)
             }
         }
@@ -321,6 +350,28 @@ mod tests {
         view.record("events", ms(9), None);
         assert_eq!(view.over_budget("events"), None, "no budget");
         assert_eq!(view.over_budget("other"), None);
+    }
+
+    #[test]
+    fn budgets_are_read_again_for_an_operation_watched_since() {
+        let watched = |id: i64| crate::health::Watched {
+            id,
+            kind: "delete-aged-rows".into(),
+            table: "events".into(),
+        };
+        let read = BudgetsRead {
+            at: Instant::now(),
+            budgets: Vec::new(),
+            operations: [1].into(),
+        };
+        assert!(read.answers_for(&[watched(1)]));
+        assert!(read.answers_for(&[]));
+        assert!(!read.answers_for(&[watched(1), watched(2)]));
+        let old = BudgetsRead {
+            at: Instant::now() - STORE_EVERY,
+            ..read
+        };
+        assert!(!old.answers_for(&[watched(1)]));
     }
 
     #[test]
