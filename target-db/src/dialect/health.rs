@@ -79,7 +79,8 @@ pub struct InnodbReport {
 }
 
 /// The application's statements on one table as the database itself counts
-/// them (PostgreSQL's `pg_stat_statements`): executions and their time,
+/// them (PostgreSQL's `pg_stat_statements`, MySQL's and MariaDB's
+/// `performance_schema` digests): executions and their time,
 /// summed since its statistics were last reset. A latency over an interval
 /// is the difference of two readings ([`StatementTotals::mean_since`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -172,10 +173,12 @@ pub trait HealthQueries: Send + Sync {
     }
 
     /// The statements that name `table` (a plain name, matched as a whole
-    /// word, any schema) run in this database by roles other than this
-    /// connection's, as the database counts them; `None` where it keeps no
-    /// such statistics (PostgreSQL without `pg_stat_statements` installed
-    /// and loaded; MySQL, SQLite).
+    /// word, any schema) run in this database by others than Sluice, as the
+    /// database counts them; `None` where it keeps no such statistics or
+    /// cannot tell Sluice's own apart (PostgreSQL without
+    /// `pg_stat_statements` installed and loaded: other roles than this
+    /// connection's count; MySQL and MariaDB without `performance_schema`,
+    /// or whose user may not leave Sluice's sessions out of it; SQLite).
     async fn statement_totals(&self, table: &str) -> Result<Option<StatementTotals>, sqlx::Error> {
         let _ = table;
         Ok(None)

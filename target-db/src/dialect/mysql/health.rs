@@ -4,9 +4,28 @@ use async_trait::async_trait;
 use sqlx::Row as _;
 
 use crate::dialect::health::{
-    HEARTBEAT, HealthQueries, InnodbReport, LatencyQuery, Measure, ReplicaState, applied_heartbeat,
-    latency_ms_on,
+    HEARTBEAT, HealthQueries, InnodbReport, LatencyQuery, Measure, ReplicaState, StatementTotals,
+    applied_heartbeat, latency_ms_on,
 };
+
+/// Whether `performance_schema` is on, and whether this session is counted
+/// in it (`NO`: left out; no row where it is off).
+const DIGESTS_USABLE: &str = "SELECT CAST(@@performance_schema AS SIGNED), \
+     (SELECT CAST(INSTRUMENTED AS CHAR) FROM performance_schema.threads \
+      WHERE PROCESSLIST_ID = CONNECTION_ID())";
+
+/// The digests of the statements naming the table (`?`, twice) as a
+/// whole quoted name, run in this database or naming it as `db`.`table`:
+/// executions and their time in milliseconds (the timer counts
+/// picoseconds). Digests quote every name with backticks, whatever the
+/// statement's own quoting. Statements sent as text are digested (what most
+/// MySQL drivers send, bound values included); MariaDB leaves those
+/// prepared on the server (the binary protocol) out of the digests.
+const DIGEST_TOTALS: &str = "SELECT CAST(COALESCE(SUM(COUNT_STAR), 0) AS DOUBLE), \
+     CAST(COALESCE(SUM(SUM_TIMER_WAIT), 0) AS DOUBLE) / 1e9 \
+     FROM performance_schema.events_statements_summary_by_digest \
+     WHERE (SCHEMA_NAME = DATABASE() AND LOCATE(CONCAT('`', ?, '`'), DIGEST_TEXT) > 0) \
+        OR LOCATE(CONCAT('`', DATABASE(), '` . `', ?, '`'), DIGEST_TEXT) > 0";
 
 #[async_trait]
 impl HealthQueries for sqlx::MySqlPool {
@@ -51,6 +70,27 @@ impl HealthQueries for sqlx::MySqlPool {
 
     async fn latency_ms(&self, query: &LatencyQuery) -> Result<Option<f64>, sqlx::Error> {
         latency_ms_on!(self, query)
+    }
+
+    /// From `performance_schema`'s statement digests (MariaDB's and MySQL
+    /// 8's), where it is on and this session is left out of it (Sluice's
+    /// own pools ask to be: its statements would count as the
+    /// application's). Not counted: statements MariaDB runs prepared on the
+    /// server (its digests leave them out), and one naming the table only
+    /// past the digest's length (`performance_schema_max_digest_length`,
+    /// 1,024 bytes).
+    async fn statement_totals(&self, table: &str) -> Result<Option<StatementTotals>, sqlx::Error> {
+        let (on, observed): (i64, Option<String>) =
+            sqlx::query_as(DIGESTS_USABLE).fetch_one(self).await?;
+        if on != 1 || observed.as_deref() != Some("NO") {
+            return Ok(None);
+        }
+        let (calls, total_ms): (f64, f64) = sqlx::query_as(DIGEST_TOTALS)
+            .bind(table)
+            .bind(table)
+            .fetch_one(self)
+            .await?;
+        Ok(Some(StatementTotals { calls, total_ms }))
     }
 
     async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {

@@ -11,7 +11,8 @@ use crate::error::DatabaseError;
 
 /// A MySQL or MariaDB pool for `url` (`mariadb://` is read as `mysql://`),
 /// opened lazily: every session quotes identifiers with `"` and reads
-/// committed data, as on the other dialects.
+/// committed data, as on the other dialects, and is left out of
+/// `performance_schema`'s statistics where the user may say so.
 pub(crate) fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPool, DatabaseError> {
     if options.schema.is_some() {
         return Err(DatabaseError::BadSetting(
@@ -35,7 +36,8 @@ pub(crate) fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPoo
     // `a = 1 || b = 2`, an `OR` in the mysql client, would then be a
     // concatenation compared twice, true of other rows than the client's.
     let connect = MySqlConnectOptions::from_str(&url)?.pipes_as_concat(false);
-    Ok(mysql_sessions(MySqlPoolOptions::new())
+    Ok(MySqlPoolOptions::new()
+        .after_connect(|connection, _| Box::pin(set_session(connection, SessionOf::Sluice)))
         .max_connections(options.max_connections)
         .acquire_timeout(options.acquire_timeout)
         .max_lifetime(options.max_lifetime)
@@ -60,19 +62,47 @@ pub(crate) fn open_mysql(url: &str, options: &ConnectOptions) -> Result<MySqlPoo
 /// # Ok(()) }
 /// ```
 pub fn mysql_sessions(pool: MySqlPoolOptions) -> MySqlPoolOptions {
-    pool.after_connect(|connection, _| {
-        Box::pin(async move {
-            use sqlx::Executor as _;
-            connection
-                .execute(
-                    "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES'); \
-                     SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                )
-                .await?;
-            Ok(())
-        })
-    })
+    pool.after_connect(|connection, _| Box::pin(set_session(connection, SessionOf::Application)))
 }
+
+/// Whose pool a session is in.
+#[derive(Clone, Copy, PartialEq)]
+enum SessionOf {
+    /// A pool Sluice opened: its statements are left out of
+    /// `performance_schema`, so that the statements on a table it counts
+    /// there are the application's alone (the latency budget's).
+    Sluice,
+    /// An application's pool handed to Sluice: its statements stay where
+    /// the operator's monitoring reads them.
+    Application,
+}
+
+/// Sets `connection` as a session of `of` must be.
+async fn set_session(
+    connection: &mut sqlx::MySqlConnection,
+    of: SessionOf,
+) -> Result<(), sqlx::Error> {
+    use sqlx::Executor as _;
+    connection
+        .execute(
+            "SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES'); \
+             SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        )
+        .await?;
+    if of == SessionOf::Sluice {
+        // Needs UPDATE on `performance_schema`: without it the session
+        // stays counted, and the latency budget leaves the digests unread
+        // (`HealthQueries::statement_totals` checks).
+        let _ = connection.execute(UNOBSERVED).await;
+    }
+    Ok(())
+}
+
+/// Leaves this session's statements out of `performance_schema`'s
+/// statistics (a table both MySQL 8 and MariaDB have; no row, and nothing
+/// done, where `performance_schema` is off).
+const UNOBSERVED: &str = "UPDATE performance_schema.threads SET INSTRUMENTED = 'NO' \
+     WHERE PROCESSLIST_ID = CONNECTION_ID()";
 
 /// Refuses an application's MySQL pool whose sessions are not as
 /// [`mysql_sessions`] sets them: Sluice's statements would read a quoted
