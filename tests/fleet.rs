@@ -979,7 +979,9 @@ async fn a_target_s_own_health_stops_its_operation_alone() {
 
 /// A target's replica named in the worker's targets file (`replica=URL`):
 /// its replay paused, the lag stops that target's operation, measured by a
-/// heartbeat written on the target; replay resumed, it finishes.
+/// heartbeat written on the target; replay resumed, it finishes. Its 400
+/// sub-batches, 20 ms apart, take 8 s at the least, time enough for the lag
+/// to reach its stop level before the operation could finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_target_s_replica_lag_stops_its_operation() {
     let _alone = REPLICA.write().await;
@@ -1007,7 +1009,7 @@ async fn a_target_s_replica_lag_stops_its_operation() {
             "--sub-batch-size",
             "50",
             "--pause",
-            "5ms",
+            "20ms",
         ],
     );
     let _worker = spawn_worker(
@@ -1024,16 +1026,30 @@ async fn a_target_s_replica_lag_stops_its_operation() {
         ],
     );
     until_items_changed(&target, 500).await;
-    let beat = "SELECT (SELECT 1 UNION ALL SELECT 2 FROM sluice_heartbeat WHERE beat_ms = 0)";
     until("a heartbeat of the target on its replica", || {
-        target.on_replica(&replica, beat)
+        target.replica_has_a_heartbeat(&replica)
     })
     .await;
     let paused = target.pause_replica(&target.replica_server()).await;
+    let last = std::sync::Mutex::new(String::new());
     until(
         "the target's operation stopped for its replica's lag",
         || async {
             let record = coordinator.store.operation(id).await.unwrap();
+            let seen = format!(
+                "{:?}: {:?}",
+                record.state.health, record.state.health_reason
+            );
+            let mut last = last.lock().unwrap();
+            if *last != seen {
+                eprintln!("the operation's health: {seen}");
+                *last = seen;
+            }
+            assert_ne!(
+                record.state.status,
+                OperationStatus::Finished,
+                "the operation finished before its replica's lag stopped it"
+            );
             record.state.health == sluice_store::Health::Stopped
                 && record
                     .state

@@ -320,6 +320,18 @@ impl TestDb {
         on_server(self.backend, url, sql).await
     }
 
+    /// Whether the replica at `url` has replayed a heartbeat (a beat past
+    /// the first row's 0): paused before one, a replica has no heartbeat
+    /// at all, which stops an operation for another reason than its lag.
+    /// The scalar subquery has two rows, an error on both engines, until
+    /// the row holds a beat.
+    pub async fn replica_has_a_heartbeat(&self, url: &str) -> bool {
+        let beat = "SELECT (SELECT 1 UNION ALL SELECT 2 FROM \
+                    (SELECT COUNT(*) AS beats FROM sluice_heartbeat WHERE id = 1 AND beat_ms > 0) \
+                    AS applied WHERE beats = 0)";
+        self.on_replica(url, beat).await
+    }
+
     /// Pauses the replica's replay at `server` (PostgreSQL's WAL replay,
     /// MySQL's SQL thread) until the guard it returns is dropped, which
     /// resumes it even when the test fails: a pause outlives the test's
