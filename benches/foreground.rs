@@ -71,7 +71,7 @@ async fn main() {
             eprintln!("{backend}: not reachable, skipped");
             continue;
         };
-        let load = Store::connect(&url).await.unwrap();
+        let load = common::application_store(&url).await;
         let autovacuum = set_autovacuum(&store).await;
         measure(backend, &store, &load, rows).await;
         if let Some(previous) = autovacuum {

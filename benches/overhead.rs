@@ -26,6 +26,10 @@
 //! e.g. `postgres`, default both; `SLUICE_BENCH_SUB_BATCH`, rows per
 //! sub-batch for both sides, default 1,000;
 //! `SLUICE_BENCH_PER_BATCH`, sub-batches per runtime batch, default 20;
+//! `SLUICE_BENCH_LOOPS=held`, the held loop alone beside the runtime;
+//! `SLUICE_BENCH_VARIANTS=on,off,no-budget`, the held loop beside the
+//! runtime with each of those indicator settings, by turns;
+//! `SLUICE_BENCH_TIMELINE=1` prints each run's first events and its last;
 //! `SLUICE_BENCH_ACTIVITY=ungated|off` runs PostgreSQL's table-activity
 //! indicator without the latency canary's gate, or not at all;
 //! `SLUICE_BENCH_INDICATORS=off` runs the runtime without its built-in
@@ -87,14 +91,40 @@ async fn main() {
         let autovacuum = set_autovacuum(&store).await;
         let (mut by_loop, mut by_pooled, mut by_recorded, mut by_runtime, mut by_one) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let setting = env("SLUICE_BENCH_INDICATORS", "on".to_owned());
+        let variants: Vec<String> = env("SLUICE_BENCH_VARIANTS", String::new())
+            .split(',')
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let mut by_variant: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
         for repeat in 0..repeats {
             // Rotate which goes first, so drift on the machine (caches,
             // the WAL, other load) does not favour one side.
-            let sides = if name == "mysql" { 3 } else { 4 };
+            if !variants.is_empty() {
+                // The held loop and each runtime variant, by turns.
+                let sides = variants.len() + 1;
+                for turn in 0..sides {
+                    fill(&store, rows).await;
+                    match (repeat + turn) % sides {
+                        0 => by_loop.push(hand_written_loop(&store, rows, sub_batch, Held).await),
+                        v => by_variant[v - 1]
+                            .push(with_runtime(&store, rows, sub_batch, &variants[v - 1]).await),
+                    }
+                }
+                continue;
+            }
+            // `SLUICE_BENCH_LOOPS=held`: the runtime and the held loop
+            // alone (the guard's pair), for more repeats in the time.
+            let sides = match (name, held_only()) {
+                (_, true) => 2,
+                ("mysql", _) => 3,
+                _ => 4,
+            };
             for turn in 0..sides {
                 fill(&store, rows).await;
                 match (repeat + turn) % sides {
-                    0 => by_runtime.push(with_runtime(&store, rows, sub_batch).await),
+                    0 => by_runtime.push(with_runtime(&store, rows, sub_batch, &setting).await),
                     1 => by_loop.push(hand_written_loop(&store, rows, sub_batch, Held).await),
                     2 => by_pooled.push(hand_written_loop(&store, rows, sub_batch, Pooled).await),
                     _ => {
@@ -105,50 +135,31 @@ async fn main() {
             fill(&store, rows).await;
             by_one.push(one_delete(&store, rows).await);
         }
-        let r = median(&by_runtime);
-        for (label, loops) in [
-            ("loop", &by_loop),
-            ("pooled loop", &by_pooled),
-            ("recorded loop", &by_recorded),
-        ] {
-            if loops.is_empty() {
-                continue;
-            }
-            let l = median(loops);
-            let mut paired: Vec<f64> = loops
+        for (variant, runs) in variants.iter().zip(&by_variant) {
+            let mut paired: Vec<f64> = by_loop
                 .iter()
-                .zip(&by_runtime)
+                .zip(runs)
                 .map(|(l, r)| r.as_secs_f64() / l.as_secs_f64())
                 .collect();
             paired.sort_by(f64::total_cmp);
-            // What the runtime adds per sub-batch, start and end included:
-            // roughly fixed, where the ratio also depends on how long the
-            // statement itself takes on this machine.
-            let sub_batches = (rows / sub_batch + 1) as f64;
-            let mut added: Vec<f64> = loops
-                .iter()
-                .zip(&by_runtime)
-                .map(|(l, r)| (r.as_secs_f64() - l.as_secs_f64()) * 1e6 / sub_batches)
-                .collect();
-            added.sort_by(f64::total_cmp);
             println!(
-                "{name}: {label} {:.2} s, runtime {:.2} s, runtime/{label} {:.3}, median of paired ratios {:.3}, runtime adds {:.0} µs per sub-batch (paired median; {:.0} µs per loop statement) ({label} runs {:?}, runtime runs {:?})",
-                l.as_secs_f64(),
-                r.as_secs_f64(),
-                r.as_secs_f64() / l.as_secs_f64(),
+                "{name}: runtime, indicators {variant}: {:.2} s, median of paired ratios to the loop {:.3} ({:?}; loop runs {:?})",
+                median(runs).as_secs_f64(),
                 paired[paired.len() / 2],
-                added[added.len() / 2],
-                l.as_secs_f64() * 1e6 / sub_batches,
-                secs(loops),
-                secs(&by_runtime),
+                secs(runs),
+                secs(&by_loop),
             );
         }
-        println!(
-            "{name}: one DELETE {:.2} s (runs {:?}); runtime / one DELETE {:.3}",
-            median(&by_one).as_secs_f64(),
-            secs(&by_one),
-            r.as_secs_f64() / median(&by_one).as_secs_f64(),
-        );
+        if variants.is_empty() {
+            report(
+                name,
+                rows,
+                sub_batch,
+                &by_runtime,
+                [&by_loop, &by_pooled, &by_recorded],
+                &by_one,
+            );
+        }
         store
             .target()
             .execute(&Statement::new("DROP TABLE IF EXISTS bench_events"))
@@ -159,6 +170,62 @@ async fn main() {
         }
         store.close().await;
     }
+}
+
+/// Prints the runtime's median against each loop's, paired, and against
+/// one `DELETE`.
+fn report(
+    name: &str,
+    rows: i64,
+    sub_batch: i64,
+    by_runtime: &[Duration],
+    [by_loop, by_pooled, by_recorded]: [&Vec<Duration>; 3],
+    by_one: &[Duration],
+) {
+    let r = median(by_runtime);
+    for (label, loops) in [
+        ("loop", &by_loop),
+        ("pooled loop", &by_pooled),
+        ("recorded loop", &by_recorded),
+    ] {
+        if loops.is_empty() {
+            continue;
+        }
+        let l = median(loops);
+        let mut paired: Vec<f64> = loops
+            .iter()
+            .zip(by_runtime)
+            .map(|(l, r)| r.as_secs_f64() / l.as_secs_f64())
+            .collect();
+        paired.sort_by(f64::total_cmp);
+        // What the runtime adds per sub-batch, start and end included:
+        // roughly fixed, where the ratio also depends on how long the
+        // statement itself takes on this machine.
+        let sub_batches = (rows / sub_batch + 1) as f64;
+        let mut added: Vec<f64> = loops
+            .iter()
+            .zip(by_runtime)
+            .map(|(l, r)| (r.as_secs_f64() - l.as_secs_f64()) * 1e6 / sub_batches)
+            .collect();
+        added.sort_by(f64::total_cmp);
+        println!(
+            "{name}: {label} {:.2} s, runtime {:.2} s, runtime/{label} {:.3}, median of paired ratios {:.3}, runtime adds {:.0} µs per sub-batch (paired median; {:.0} µs per loop statement) ({label} runs {:?}, runtime runs {:?})",
+            l.as_secs_f64(),
+            r.as_secs_f64(),
+            r.as_secs_f64() / l.as_secs_f64(),
+            paired[paired.len() / 2],
+            added[added.len() / 2],
+            l.as_secs_f64() * 1e6 / sub_batches,
+            secs(loops),
+            secs(by_runtime),
+        );
+    }
+    println!(
+        "{name}: one DELETE {:.2} s (runs {:?}); runtime / one DELETE {:.3}",
+        median(by_one).as_secs_f64(),
+        secs(by_one),
+        r.as_secs_f64() / median(by_one).as_secs_f64(),
+    );
 }
 
 /// The loop's statement and a one-row progress record in one transaction
@@ -319,7 +386,7 @@ async fn hand_written_loop(
     took
 }
 
-async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
+async fn with_runtime(store: &Store, rows: i64, sub_batch: i64, indicators: &str) -> Duration {
     let config = RuntimeConfig {
         node: "bench".into(),
         pool_size: 1,
@@ -328,7 +395,7 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
         ..RuntimeConfig::default()
     };
     let builder = RuntimeBuilder::with_store(store.clone()).config(config);
-    let runtime = common::with_activity(common::as_users_run(builder), store)
+    let runtime = common::with_activity(common::with_indicators(builder, indicators), store)
         .start()
         .await
         .unwrap();
@@ -357,7 +424,22 @@ async fn with_runtime(store: &Store, rows: i64, sub_batch: i64) -> Duration {
 /// second it came at: what slowed it, if anything did.
 async fn health_changes(store: &Store, id: i64, started: Instant) {
     let enqueued_ms = store.clock().now_ms() - started.elapsed().as_millis() as i64;
-    for event in store.events(id, 0).await.unwrap() {
+    let events = store.events(id, 0).await.unwrap();
+    if std::env::var("SLUICE_BENCH_TIMELINE").is_ok() {
+        for event in events.iter().take(4).chain(events.last()) {
+            let at = (event.recorded_at - enqueued_ms) as f64 / 1_000.0;
+            eprintln!("  {at:.3} s: {}", event.event.kind());
+        }
+        let busy: i64 = events
+            .iter()
+            .filter_map(|e| match &e.event {
+                sluice_store::Event::BatchSucceeded { duration_ms, .. } => Some(*duration_ms),
+                _ => None,
+            })
+            .sum();
+        eprintln!("  in sub-batches: {:.3} s", busy as f64 / 1_000.0);
+    }
+    for event in events {
         if let sluice_store::Event::Throttled { health, reason } = &event.event {
             let at = (event.recorded_at - enqueued_ms) as f64 / 1_000.0;
             eprintln!(
@@ -391,6 +473,11 @@ fn secs(samples: &[Duration]) -> Vec<String> {
         .iter()
         .map(|d| format!("{:.2}", d.as_secs_f64()))
         .collect()
+}
+
+/// True when `SLUICE_BENCH_LOOPS=held` asks for the held loop alone.
+fn held_only() -> bool {
+    env("SLUICE_BENCH_LOOPS", String::new()) == "held"
 }
 
 /// Sub-batches in each of the runtime's batches (`SLUICE_BENCH_PER_BATCH`):

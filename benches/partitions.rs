@@ -65,7 +65,7 @@ async fn main() {
         let Some(store) = postgres_or_skip(Store::connect(&url).await) else {
             continue;
         };
-        let load = Store::connect(&url).await.unwrap();
+        let load = common::application_store(&url).await;
         measure(&store, &load, rows).await;
     }
 }

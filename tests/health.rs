@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::TestDb;
 use sluice_runtime::health::{HealthContext, Scope, Thresholds, Watched};
 use sluice_runtime::indicators::{InnodbActivity, TableActivity, default_indicators};
-use sluice_runtime::latency::{LADDER, LatencyCanary, MIN_SAMPLES, PER_POLL};
+use sluice_runtime::latency::{APPLICATION_WITHIN, LADDER, LatencyCanary, MIN_SAMPLES, PER_POLL};
 use sluice_runtime::{HealthIndicator, Signal};
-use sluice_store::LatencyBudget;
+use sluice_store::{LatencyBudget, Store};
 use sluice_target::Backend;
 use sluice_target::dialect::health::{HealthQueries as _, LatencyQuery};
 
@@ -29,7 +29,10 @@ mysql_only!(
     a_worker_whose_user_lacks_process_refuses_to_start_naming_the_grant,
 );
 
-postgres_and_mysql!(the_application_s_slow_statements_on_a_table_are_held_to_the_budget);
+postgres_and_mysql!(
+    the_application_s_slow_statements_on_a_table_are_held_to_the_budget,
+    the_application_s_sessions_are_told_from_sluice_s,
+);
 
 postgres_only!(
     cleanup_debt_throttles_a_table_until_it_is_vacuumed,
@@ -115,6 +118,9 @@ async fn the_latency_canary_holds_a_table_to_its_strictest_budget(db: &TestDb) {
         ],
     };
     let canary = LatencyCanary::new();
+    // A session of the application's, there to feel the latency (with none,
+    // the budget holds no pace: tested on its own below).
+    let app = Application::on(db).await;
     let signal_of = |readings: &[sluice_runtime::health::Reading], table: &str| {
         readings
             .iter()
@@ -122,12 +128,14 @@ async fn the_latency_canary_holds_a_table_to_its_strictest_budget(db: &TestDb) {
             .map(|r| r.signal.clone())
             .unwrap_or_else(|| panic!("no reading for {table}: {readings:?}"))
     };
-    // PER_POLL round trips a poll: the first decision comes once
-    // MIN_SAMPLES are in, and it is two steps down (the p99 is far over
-    // 1.5× 1 µs).
+    // The first poll answers before the work starts, on its PER_POLL round
+    // trips; the second takes a burst of MIN_SAMPLES and decides (a slow
+    // machine may cut it short: then PER_POLL a poll until MIN_SAMPLES are
+    // in), two steps down (the p99 is far over 1.5× 1 µs).
     let polls_to_decide = MIN_SAMPLES.div_ceil(PER_POLL);
     let mut signals = Vec::new();
     for _ in 0..polls_to_decide * 4 {
+        app.runs_a_statement().await;
         let readings = canary.check(&context).await.expect("canary reads");
         assert_eq!(
             signal_of(&readings, "free"),
@@ -136,13 +144,17 @@ async fn the_latency_canary_holds_a_table_to_its_strictest_budget(db: &TestDb) {
         );
         signals.push(signal_of(&readings, "held"));
     }
-    assert!(
-        signals[..polls_to_decide - 1]
-            .iter()
-            .all(|s| *s == Signal::Normal),
-        "no decision before {MIN_SAMPLES} round trips: {signals:?}"
+    assert_eq!(
+        signals[0],
+        Signal::Normal,
+        "no decision on the first poll's {PER_POLL} round trips"
     );
-    match &signals[polls_to_decide - 1] {
+    let first = signals
+        .iter()
+        .position(|s| *s != Signal::Normal)
+        .filter(|at| *at < polls_to_decide)
+        .unwrap_or_else(|| panic!("no decision by {MIN_SAMPLES} round trips: {signals:?}"));
+    match &signals[first] {
         Signal::Throttle { percent, reason } => {
             assert_eq!(*percent, LADDER[2], "{reason}");
             assert!(reason.starts_with("latency: canary p99 "), "{reason}");
@@ -208,22 +220,13 @@ async fn an_operator_s_latency_query_is_held_to_the_budget(db: &TestDb) {
         .readable(store)
         .await
         .expect("a number of milliseconds");
-    store
-        .set_latency_budget(
-            "operation:1",
-            LatencyBudget::Fixed(Duration::from_millis(5)),
-        )
-        .await
-        .unwrap();
-    let context = HealthContext {
-        store: store.clone(),
-        tables: vec!["watched".into()],
-        operations: vec![Watched {
-            id: 1,
-            kind: "purge".into(),
-            table: "watched".into(),
-        }],
-    };
+    let context = held_to(
+        store,
+        "watched",
+        "purge",
+        LatencyBudget::Fixed(Duration::from_millis(5)),
+    )
+    .await;
     let mut throttled = None;
     for _ in 0..MIN_SAMPLES.div_ceil(PER_POLL) * 2 {
         let readings = canary.check(&context).await.expect("canary reads");
@@ -293,23 +296,14 @@ async fn the_application_s_slow_statements_on_a_table_are_held_to_the_budget(db:
     // Slow statements before the canary starts are history, not load.
     run_slow(&app, &slow, 30).await;
     let store = &db.store;
-    store
-        .set_latency_budget(
-            "operation:1",
-            // Far above the canary's own round trips on a loaded machine.
-            LatencyBudget::Fixed(Duration::from_millis(30)),
-        )
-        .await
-        .unwrap();
-    let context = HealthContext {
-        store: store.clone(),
-        tables: vec!["stmt_watched".into()],
-        operations: vec![Watched {
-            id: 1,
-            kind: "purge".into(),
-            table: "stmt_watched".into(),
-        }],
-    };
+    // Far above the canary's own round trips on a loaded machine.
+    let context = held_to(
+        store,
+        "stmt_watched",
+        "purge",
+        LatencyBudget::Fixed(Duration::from_millis(30)),
+    )
+    .await;
     let polls = MIN_SAMPLES.div_ceil(PER_POLL) * 2;
     // The worker's own sessions run the slow statements: never counted
     // (nor the canary's point reads, which would pull the mean down).
@@ -347,6 +341,238 @@ async fn the_application_s_slow_statements_on_a_table_are_held_to_the_budget(db:
 /// not open) and its slow point read of `stmt_watched`, 50 ms (on MariaDB
 /// sent as text, as most MySQL drivers send statements: MariaDB's digests
 /// leave out statements prepared on the server).
+/// A context watching operation 1 (of `kind`) on `table`, its latency
+/// budget set to `budget`.
+async fn held_to(store: &Store, table: &str, kind: &str, budget: LatencyBudget) -> HealthContext {
+    store
+        .set_latency_budget("operation:1", budget)
+        .await
+        .unwrap();
+    HealthContext {
+        store: store.clone(),
+        tables: vec![table.into()],
+        operations: vec![Watched {
+            id: 1,
+            kind: kind.into(),
+            table: table.into(),
+        }],
+    }
+}
+
+/// A session of the application's on the test database: a pool of its
+/// own, not Sluice's (on PostgreSQL its sessions are not named `sluice…`,
+/// on MySQL they are counted in `performance_schema`); none on SQLite,
+/// whose sessions cannot be told apart (the budget always paces there).
+struct Application(Option<Backend>);
+
+impl Application {
+    async fn on(db: &TestDb) -> Application {
+        Application(match db.backend {
+            "postgres" => Some(Backend::Postgres(
+                sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&db.url)
+                    .await
+                    .expect("an application's session"),
+            )),
+            "mysql" => Some(Backend::MySql(
+                sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&db.url)
+                    .await
+                    .expect("an application's session"),
+            )),
+            _ => None,
+        })
+    }
+
+    /// Runs a statement, and answers the session's id on its server.
+    async fn runs_a_statement(&self) -> Option<i64> {
+        Some(match self.0.as_ref()? {
+            Backend::Postgres(pool) => sqlx::query_scalar("SELECT pg_backend_pid()::int8")
+                .fetch_one(pool)
+                .await
+                .expect("a statement"),
+            Backend::MySql(pool) => sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+                .fetch_one(pool)
+                .await
+                .expect("a statement"),
+            Backend::Sqlite(_) => unreachable!("no application session on SQLite"),
+        })
+    }
+}
+
+/// The latency budget tells the application's sessions from Sluice's: a
+/// plain session that just ran a statement is the application's; one of
+/// a store Sluice opened (named `sluice` on PostgreSQL, left out of
+/// `performance_schema` on MySQL) is not, however busy; an idle one drops
+/// out once its last statement is older than asked.
+async fn the_application_s_sessions_are_told_from_sluice_s(db: &TestDb) {
+    // On PostgreSQL the test's store is a pool of the test's own (as an
+    // application embedding Sluice would pass one): open one as Sluice does.
+    let own = match db.backend {
+        "postgres" => Store::connect(&db.url).await.expect("a store Sluice opens"),
+        _ => db.store.clone(),
+    };
+    let sluice_session = match own.backend() {
+        Backend::Postgres(pool) => {
+            let mut held = pool.acquire().await.unwrap();
+            let pid: i64 = sqlx::query_scalar("SELECT pg_backend_pid()::int8")
+                .fetch_one(&mut *held)
+                .await
+                .unwrap();
+            (pid, Some(held), None)
+        }
+        Backend::MySql(pool) => {
+            let mut held = pool.acquire().await.unwrap();
+            let id: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+                .fetch_one(&mut *held)
+                .await
+                .unwrap();
+            (id, None, Some(held))
+        }
+        Backend::Sqlite(_) => unreachable!("PostgreSQL and MySQL only"),
+    };
+    let app = Application::on(db).await;
+    let app_id = app.runs_a_statement().await.expect("a session id");
+    let sessions = own
+        .target()
+        .health()
+        .application_sessions(Duration::from_secs(30))
+        .await
+        .expect("the sessions are read")
+        .expect("this server tells the application's sessions from Sluice's");
+    assert!(
+        sessions.contains(&app_id),
+        "the application's session {app_id} is not among {sessions:?}"
+    );
+    assert!(
+        !sessions.contains(&sluice_session.0),
+        "Sluice's own session {} counted as the application's: {sessions:?}",
+        sluice_session.0
+    );
+    // Idle for longer than asked: no longer counted.
+    common::until_within(
+        "the application's idle session to drop out",
+        LIMIT,
+        || async {
+            let sessions = own
+                .target()
+                .health()
+                .application_sessions(Duration::from_secs(1))
+                .await
+                .expect("the sessions are read")
+                .expect("told apart");
+            !sessions.contains(&app_id)
+        },
+    )
+    .await;
+    drop(sluice_session);
+    if db.backend == "postgres" {
+        own.close().await;
+    }
+}
+
+/// On a server where no session of the application's ran a statement
+/// lately (the second PostgreSQL cluster, which no other test of this
+/// binary uses), an impossible budget holds no pace and the reading shows
+/// none applied; the first statement of an application's session brings
+/// the budget back, judged at once on the round trips timed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_no_application_session_the_budget_holds_no_pace() {
+    let Some(db) = TestDb::postgres_second().await else {
+        return;
+    };
+    // The test's own pool is an application's: gone, and Sluice's instead.
+    db.store.close().await;
+    let store = Store::connect(&db.url).await.expect("a store Sluice opens");
+    store
+        .target()
+        .execute(&sluice_target::Statement::new(
+            "CREATE TABLE quiet (id BIGINT PRIMARY KEY)",
+        ))
+        .await
+        .unwrap();
+    store
+        .target()
+        .execute(&sluice_target::Statement::new(
+            "INSERT INTO quiet (id) SELECT generate_series(1, 100)",
+        ))
+        .await
+        .unwrap();
+    let context = held_to(
+        &store,
+        "quiet",
+        "delete-aged-rows",
+        LatencyBudget::Fixed(Duration::from_micros(1)),
+    )
+    .await;
+    common::until_within(
+        "no session of an application's on the second cluster",
+        Duration::from_secs(60),
+        || async {
+            let sessions = store
+                .target()
+                .health()
+                .application_sessions(APPLICATION_WITHIN)
+                .await
+                .unwrap()
+                .expect("PostgreSQL tells them apart");
+            sessions.is_empty()
+        },
+    )
+    .await;
+    let canary = LatencyCanary::new();
+    let polls_to_decide = MIN_SAMPLES.div_ceil(PER_POLL);
+    for poll in 0..polls_to_decide * 2 {
+        let readings = canary.check(&context).await.expect("canary reads");
+        assert_eq!(
+            readings[0].signal,
+            Signal::Normal,
+            "poll {poll}: a pace held with no application session"
+        );
+    }
+    let reading = store.canaries().await.unwrap();
+    assert_eq!(
+        reading[0].budget_us, None,
+        "no budget applied with no one to feel it: {reading:?}"
+    );
+    // One round trip a poll meanwhile: the reading stays fresh, the
+    // database unloaded.
+    let polls = (polls_to_decide * 2) as i64;
+    assert!(
+        (1..polls * PER_POLL as i64 / 2).contains(&reading[0].samples),
+        "{reading:?}"
+    );
+    // An application's session runs a statement: the next poll takes a
+    // burst and judges it, far over 1 µs (a poll later at the most, when
+    // a slow machine cut the burst short).
+    let app = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.url)
+        .await
+        .expect("an application's session");
+    sqlx::query("SELECT 1").execute(&app).await.unwrap();
+    let mut signals = Vec::new();
+    for _ in 0..3 {
+        let readings = canary.check(&context).await.expect("canary reads");
+        signals.push(readings[0].signal.clone());
+        if signals.last() != Some(&Signal::Normal) {
+            break;
+        }
+    }
+    match signals.last() {
+        Some(Signal::Throttle { percent, reason }) => {
+            assert_eq!(*percent, LADDER[2], "{reason}");
+            assert!(reason.ends_with("over a 1 µs budget"), "{reason}");
+        }
+        _ => panic!("the budget did not come back with the application: {signals:?}"),
+    }
+    app.close().await;
+    store.close().await;
+    db.cleanup().await;
+}
+
 async fn application_sessions(db: &TestDb) -> (Backend, String) {
     if db.backend == "postgres" {
         let schema = db.schema.clone().expect("a PostgreSQL test schema");

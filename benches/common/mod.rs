@@ -313,13 +313,45 @@ pub fn sluice(url: &str, args: &[&str]) -> Vec<u8> {
     output.stdout
 }
 
+/// A store on `url` for a benchmark's foreground load, whose sessions are
+/// an application's to Sluice's latency budget
+/// (`HealthQueries::application_sessions`): on PostgreSQL named
+/// `bench-application` (Sluice names its own `sluice`), on MySQL counted
+/// in `performance_schema` (an application's pool, as
+/// `sluice_target::mysql_sessions` builds one; Sluice leaves its own out).
+#[allow(dead_code, reason = "each bench uses what it needs of this module")]
+pub async fn application_store(url: &str) -> Store {
+    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        let pool = sluice_target::mysql_sessions(sqlx::mysql::MySqlPoolOptions::new())
+            .connect(&url.replacen("mariadb://", "mysql://", 1))
+            .await
+            .expect("the load's pool");
+        return Store::mysql(pool).await.expect("the load's store");
+    }
+    let url = match url.starts_with("postgres") {
+        true if url.contains('?') => format!("{url}&application_name=bench-application"),
+        true => format!("{url}?application_name=bench-application"),
+        false => url.to_owned(),
+    };
+    Store::connect(&url).await.expect("the load's store")
+}
+
 /// `builder` as users run it: the built-in health indicators and the
 /// latency budget on, unless `SLUICE_BENCH_INDICATORS=off` asks for the
 /// runtime alone or `no-budget` for the indicators without the latency
 /// budget (lab settings, reported beside the default).
 #[allow(dead_code, reason = "each bench uses what it needs of this module")]
 pub fn as_users_run(builder: sluice_runtime::RuntimeBuilder) -> sluice_runtime::RuntimeBuilder {
-    let setting = env("SLUICE_BENCH_INDICATORS", "on".to_owned());
+    with_indicators(builder, &env("SLUICE_BENCH_INDICATORS", "on".to_owned()))
+}
+
+/// `builder` with the indicators `setting` names (`on`, `off`,
+/// `no-budget`), as [`as_users_run`] reads it from the environment.
+#[allow(dead_code, reason = "each bench uses what it needs of this module")]
+pub fn with_indicators(
+    builder: sluice_runtime::RuntimeBuilder,
+    setting: &str,
+) -> sluice_runtime::RuntimeBuilder {
     // Said with every run, so a lab figure is never read as the defaults'.
     eprintln!(
         "indicators: {setting}{}",
@@ -329,7 +361,7 @@ pub fn as_users_run(builder: sluice_runtime::RuntimeBuilder) -> sluice_runtime::
             " (a lab setting)"
         }
     );
-    match setting.as_str() {
+    match setting {
         "off" => builder.without_builtin_indicators(),
         "no-budget" => builder.without_indicator(sluice_runtime::latency::ID),
         _ => builder,

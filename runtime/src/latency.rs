@@ -23,6 +23,16 @@
 //! their mean over the same span as the canary's p99, against the budget
 //! (`auto`: × 1.5 their mean when first watched). The pace follows whichever
 //! is further over.
+//!
+//! The budget protects the application's queries: while no session of the
+//! application's has run a statement on the server for
+//! [`APPLICATION_WITHIN`] (where the database can tell its sessions from
+//! Sluice's: `HealthQueries::application_sessions`), nothing waits for the
+//! work to go slower, and the budget holds no pace. The canary then takes
+//! one round trip a poll (its reading and, on a target apart, the
+//! heartbeat stay fresh), and the first poll that sees a session again
+//! takes a burst, so the pace is judged at once on the latency the work
+//! causes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,6 +85,11 @@ const BASELINE_WITHIN: Duration = Duration::from_millis(250);
 /// coordinator statement, a fleet's per target).
 const STORE_EVERY: Duration = Duration::from_secs(1);
 
+/// How recently a session of the application's must have run a statement
+/// for the budget to pace the work: long enough that an application
+/// between two requests still counts as there.
+pub const APPLICATION_WITHIN: Duration = Duration::from_secs(30);
+
 /// The paces the controller moves between, as percentages of full speed.
 pub const LADDER: [u8; 10] = [100, 75, 55, 40, 30, 20, 14, 10, 7, 5];
 
@@ -90,6 +105,8 @@ pub struct LatencyCanary {
     view: CanaryView,
     /// The operator's latency query, held to the budget beside the p99.
     query: Option<LatencyQuery>,
+    /// Whether the last poll saw a session of the application's.
+    application: Mutex<Option<bool>>,
 }
 
 /// The latency budgets set, by target (`Store::latency_budgets`).
@@ -125,11 +142,13 @@ pub struct CanaryView {
     tables: Arc<std::sync::Mutex<HashMap<String, Felt>>>,
 }
 
-/// One table's latest reading: its p99 now and the budget it is held to.
+/// One table's latest reading: its p99 now, the budget it is held to, and
+/// whether a session of the application's was there to feel it.
 #[derive(Debug, Clone, Copy)]
 struct Felt {
     now: Duration,
     budget: Option<Duration>,
+    application: bool,
     at: Instant,
 }
 
@@ -144,21 +163,25 @@ impl CanaryView {
     /// beside it; the idle p99 until then) is over its latency budget:
     /// `None` without a reading from the last [`WINDOW`] (no canary runs,
     /// or it cannot read the table) or without a budget (every operation
-    /// on the table has it off).
+    /// on the table has it off); never over while no session of the
+    /// application's is there to feel it.
     pub fn over_budget(&self, table: &str) -> Option<bool> {
         let tables = self.tables.lock().expect("canary view lock");
         let felt = tables.get(table).filter(|f| f.at.elapsed() <= WINDOW)?;
-        Some(felt.now > felt.budget?)
+        let budget = felt.budget?;
+        Some(felt.application && felt.now > budget)
     }
 
-    /// Records `table`'s p99 now and the budget it is held to.
-    pub fn record(&self, table: &str, now: Duration, budget: Option<Duration>) {
+    /// Records `table`'s p99 now, the budget it is held to, and whether a
+    /// session of the application's was seen (`application`).
+    pub fn record(&self, table: &str, now: Duration, budget: Option<Duration>, application: bool) {
         let mut tables = self.tables.lock().expect("canary view lock");
         tables.insert(
             table.to_owned(),
             Felt {
                 now,
                 budget,
+                application,
                 at: Instant::now(),
             },
         );
@@ -206,6 +229,10 @@ impl HealthIndicator for LatencyCanary {
             }
             _ => None,
         };
+        let application = match context.tables.is_empty() {
+            true => true,
+            false => self.application_seen(store).await,
+        };
         // Held across the round trips: a check cut short by the monitor's
         // time limit leaves every table's state as far as it got.
         let mut known = self.tables.lock().await;
@@ -231,10 +258,21 @@ impl HealthIndicator for LatencyCanary {
                 .iter()
                 .filter_map(|b| held_to(b, canary.statements_idle()))
                 .min();
+            // With no one to feel it, no budget binds (the canary still
+            // times its round trips, for the first poll that sees someone).
+            let applied = budget.filter(|_| application);
             let signal = canary
-                .poll(store, table, budget, queried, statement_budget)
+                .poll(
+                    store,
+                    table,
+                    applied,
+                    application,
+                    queried,
+                    statement_budget,
+                )
                 .await?;
-            self.view.record(table, canary.judged(), budget);
+            self.view
+                .record(table, canary.judged(), budget, application);
             readings.push(Reading {
                 scope: Scope::Table(table.clone()),
                 signal,
@@ -285,6 +323,43 @@ async fn operator_latency(store: &Store, query: &LatencyQuery) -> Result<Duratio
 }
 
 impl LatencyCanary {
+    /// Whether a session of the application's ran a statement on `store`'s
+    /// target within [`APPLICATION_WITHIN`]; true where the database cannot
+    /// tell, or the question fails (the budget then stays in force). Says
+    /// so in the log when it changes.
+    async fn application_seen(&self, store: &Store) -> bool {
+        let sessions = store
+            .target()
+            .health()
+            .application_sessions(APPLICATION_WITHIN)
+            .await;
+        let seen = match sessions {
+            Ok(Some(sessions)) => !sessions.is_empty(),
+            Ok(None) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, "the application's sessions cannot be read: the latency budget stays in force");
+                true
+            }
+        };
+        let mut last = self.application.lock().await;
+        if *last != Some(seen) {
+            match (seen, last.is_some()) {
+                (false, _) => tracing::info!(
+                    within = ?APPLICATION_WITHIN,
+                    "no session of the application's ran a statement lately: the latency \
+                     budget holds no pace until one does"
+                ),
+                (true, true) => tracing::info!(
+                    "a session of the application's ran a statement: the latency budget \
+                     paces the work again"
+                ),
+                (true, false) => {}
+            }
+            *last = Some(seen);
+        }
+        seen
+    }
+
     /// The budgets set, read from the store at most every [`STORE_EVERY`],
     /// and again at once when one of `operations` is new since.
     async fn budgets(
@@ -339,17 +414,23 @@ mod tests {
     fn the_view_says_whether_the_canary_is_over_its_budget() {
         let view = CanaryView::new();
         assert_eq!(view.over_budget("events"), None, "no reading");
-        view.record("events", ms(3), Some(ms(2)));
+        view.record("events", ms(3), Some(ms(2)), true);
         assert_eq!(view.over_budget("events"), Some(true));
-        view.clone().record("events", ms(2), Some(ms(2)));
+        view.clone().record("events", ms(2), Some(ms(2)), true);
         assert_eq!(
             view.over_budget("events"),
             Some(false),
             "clones share readings"
         );
-        view.record("events", ms(9), None);
+        view.record("events", ms(9), None, true);
         assert_eq!(view.over_budget("events"), None, "no budget");
         assert_eq!(view.over_budget("other"), None);
+        view.record("events", ms(9), Some(ms(2)), false);
+        assert_eq!(
+            view.over_budget("events"),
+            Some(false),
+            "no application there to feel it"
+        );
     }
 
     #[test]

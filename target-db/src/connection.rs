@@ -98,8 +98,8 @@ impl Default for ConnectOptions {
 
 use crate::dialect::mysql::sessions::open_mysql;
 pub use crate::dialect::mysql::sessions::{check_mysql_server, check_mysql_sessions};
-use crate::dialect::postgres::sessions::SessionSettings;
 pub use crate::dialect::postgres::sessions::check_postgres_search_path;
+use crate::dialect::postgres::sessions::{SessionSettings, named};
 
 /// A database Sluice works on: its pool, the PostgreSQL sessions bounded
 /// for sub-batches, how many connections pool workers keep, and the zone
@@ -251,7 +251,7 @@ impl Target {
             })?;
             Ok(Target::of(Backend::Sqlite(pool)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let connect = PgConnectOptions::from_str(url)?;
+            let connect = named(PgConnectOptions::from_str(url)?);
             let mut session = SessionSettings::of(options)?;
             session.prepare(&connect).await?;
             let bound = options.sub_batch_timeout.map(|timeout| {

@@ -206,21 +206,27 @@ mod tests {
             gated.housekeeping_holds("events").is_some(),
             "no reading: held"
         );
-        view.record("events", ms(1), Some(ms(2)));
+        view.record("events", ms(1), Some(ms(2)), true);
         assert_eq!(
             gated.housekeeping_holds("events"),
             None,
             "within the budget: let go"
         );
-        view.record("events", ms(3), Some(ms(2)));
+        view.record("events", ms(3), Some(ms(2)), true);
         assert!(
             gated.housekeeping_holds("events").is_some(),
             "over the budget: held"
         );
-        view.record("events", ms(3), None);
+        view.record("events", ms(3), None, true);
         assert!(
             gated.housekeeping_holds("events").is_some(),
             "no budget: held"
+        );
+        view.record("events", ms(3), Some(ms(2)), false);
+        assert_eq!(
+            gated.housekeeping_holds("events"),
+            None,
+            "over the budget, but no application there to feel it: let go"
         );
         assert!(
             gated.housekeeping_holds("other").is_some(),

@@ -40,6 +40,10 @@ pub(super) struct TableCanary {
     /// The application's own statements on the table, where the database
     /// counts them.
     statements: StatementWatch,
+    /// Whether the last poll saw a session of the application's.
+    application: bool,
+    /// Polls taken since first sight.
+    polls: u64,
 }
 
 /// The application's statements on one table, from the database's own
@@ -140,6 +144,8 @@ impl TableCanary {
             last: Duration::ZERO,
             judged: Duration::ZERO,
             statements,
+            application: true,
+            polls: 0,
         };
         let mut burst = Vec::with_capacity(BASELINE_SAMPLES);
         let reading = canary.reading(store, table, None);
@@ -157,17 +163,38 @@ impl TableCanary {
     /// whichever is further over its budget: their p99, the operator's
     /// latency `queried`, or the application's statements' mean against
     /// `statement_budget`.
+    ///
+    /// With no session of the application's (`application` false) it takes
+    /// one round trip. On the poll that sees one again, and on the first
+    /// poll after first sight (the first the work runs under: the first
+    /// poll answers before any sub-batch starts), as many more as a
+    /// decision needs (within [`BASELINE_WITHIN`]): the pace is judged on
+    /// what the application meets now, not seconds later, so a short purge
+    /// is paced from its first quarter second.
     pub(super) async fn poll(
         &mut self,
         store: &Store,
         table: &str,
         budget: Option<Duration>,
+        application: bool,
         queried: Option<Duration>,
         statement_budget: Option<Duration>,
     ) -> Result<Signal, String> {
         let now = Instant::now();
         let reading = self.reading(store, table, budget);
-        for _ in 0..PER_POLL {
+        let arrived = application && (!self.application || self.polls == 1);
+        self.application = application;
+        self.polls += 1;
+        let trips = match (application, arrived) {
+            (false, _) => 1,
+            (true, false) => PER_POLL,
+            (true, true) => MIN_SAMPLES.saturating_sub(self.samples.len()).max(PER_POLL),
+        };
+        let started = Instant::now();
+        for taken in 0..trips {
+            if taken >= PER_POLL && started.elapsed() >= BASELINE_WITHIN {
+                break;
+            }
             let took = self.round_trip(store, &reading).await?;
             self.samples.push_back((now, took));
         }

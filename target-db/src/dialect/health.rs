@@ -184,6 +184,29 @@ pub trait HealthQueries: Send + Sync {
         Ok(None)
     }
 
+    /// The application's sessions on this database's server: those that
+    /// are not Sluice's own nor this one, running a statement now or that
+    /// ran one within `within`, by their id (PostgreSQL's backend pid,
+    /// MySQL's and MariaDB's connection id). The latency budget holds no
+    /// pace while there is none: nothing waits for the work to go slower.
+    /// `None` where the database cannot tell Sluice's sessions from the
+    /// application's (SQLite; MySQL and MariaDB without
+    /// `performance_schema`, or whose user may not leave Sluice's sessions
+    /// out of it), which the budget reads as an application present.
+    ///
+    /// Sluice's own sessions: on PostgreSQL, those whose `application_name`
+    /// begins with `sluice` (what Sluice names its sessions when the URL
+    /// names none); on MySQL and MariaDB, those left out of
+    /// `performance_schema` (as Sluice's pools ask to be). A session whose
+    /// state another role may not read counts as the application's.
+    async fn application_sessions(
+        &self,
+        within: std::time::Duration,
+    ) -> Result<Option<Vec<i64>>, sqlx::Error> {
+        let _ = within;
+        Ok(None)
+    }
+
     /// The number the operator's latency `query` returns (its first row's
     /// first column, milliseconds; [`LatencyQuery`]); `None` when it
     /// returns no row, NULL, or a value that is not a number.

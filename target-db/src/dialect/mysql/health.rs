@@ -27,6 +27,16 @@ const DIGEST_TOTALS: &str = "SELECT CAST(COALESCE(SUM(COUNT_STAR), 0) AS DOUBLE)
      WHERE (SCHEMA_NAME = DATABASE() AND LOCATE(CONCAT('`', ?, '`'), DIGEST_TEXT) > 0) \
         OR LOCATE(CONCAT('`', DATABASE(), '` . `', ?, '`'), DIGEST_TEXT) > 0";
 
+/// The connections that are not Sluice's (left out of
+/// `performance_schema`) nor this one, nor a replica's or the server's own,
+/// in a statement now or back from one within `?` seconds.
+const APPLICATION_SESSIONS: &str = "SELECT CAST(PROCESSLIST_ID AS SIGNED) \
+     FROM performance_schema.threads \
+     WHERE TYPE = 'FOREGROUND' AND INSTRUMENTED = 'YES' AND PROCESSLIST_ID IS NOT NULL \
+       AND PROCESSLIST_ID <> CONNECTION_ID() \
+       AND COALESCE(PROCESSLIST_COMMAND, '') NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon') \
+       AND (PROCESSLIST_COMMAND <> 'Sleep' OR PROCESSLIST_TIME IS NULL OR PROCESSLIST_TIME < ?)";
+
 #[async_trait]
 impl HealthQueries for sqlx::MySqlPool {
     fn measures(&self) -> &'static [Measure] {
@@ -91,6 +101,24 @@ impl HealthQueries for sqlx::MySqlPool {
             .fetch_one(self)
             .await?;
         Ok(Some(StatementTotals { calls, total_ms }))
+    }
+
+    /// Where `performance_schema` is on and this session is left out of it
+    /// (as Sluice's pools ask to be: then so are its other sessions).
+    async fn application_sessions(
+        &self,
+        within: std::time::Duration,
+    ) -> Result<Option<Vec<i64>>, sqlx::Error> {
+        let (on, observed): (i64, Option<String>) =
+            sqlx::query_as(DIGESTS_USABLE).fetch_one(self).await?;
+        if on != 1 || observed.as_deref() != Some("NO") {
+            return Ok(None);
+        }
+        let sessions = sqlx::query_scalar(APPLICATION_SESSIONS)
+            .bind(within.as_secs_f64().ceil() as i64)
+            .fetch_all(self)
+            .await?;
+        Ok(Some(sessions))
     }
 
     async fn measure(&self, measure: Measure) -> Result<Option<f64>, sqlx::Error> {

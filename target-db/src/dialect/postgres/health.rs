@@ -49,6 +49,17 @@ const STATEMENT_TOTALS: &str = "\
       AND s.userid <> (SELECT oid FROM pg_roles WHERE rolname = current_user) \
       AND s.query ~* $1";
 
+/// Client sessions on the server, of any database, that are not Sluice's
+/// (named `sluice…`) nor this one, in a statement or a transaction now or
+/// back from one within `$1` seconds; a session whose state this role may
+/// not read (NULL) counts.
+const APPLICATION_SESSIONS: &str = "\
+    SELECT pid::int8 FROM pg_stat_activity \
+    WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() \
+      AND application_name NOT LIKE 'sluice%' \
+      AND (state IS NULL OR state <> 'idle' OR state_change IS NULL \
+           OR state_change > clock_timestamp() - make_interval(secs => $1))";
+
 /// The view errs with this state when the library is not loaded at start
 /// (`shared_preload_libraries`): installed, it keeps nothing.
 const NOT_LOADED: &str = "55000";
@@ -111,6 +122,17 @@ impl HealthQueries for sqlx::PgPool {
 
     async fn latency_ms(&self, query: &LatencyQuery) -> Result<Option<f64>, sqlx::Error> {
         latency_ms_on!(self, query)
+    }
+
+    async fn application_sessions(
+        &self,
+        within: std::time::Duration,
+    ) -> Result<Option<Vec<i64>>, sqlx::Error> {
+        let sessions = sqlx::query_scalar(APPLICATION_SESSIONS)
+            .bind(within.as_secs_f64())
+            .fetch_all(self)
+            .await?;
+        Ok(Some(sessions))
     }
 
     async fn statement_totals(&self, table: &str) -> Result<Option<StatementTotals>, sqlx::Error> {

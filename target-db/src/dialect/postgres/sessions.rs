@@ -11,6 +11,20 @@ use crate::enqueuing_session::SessionMismatch;
 use crate::error::DatabaseError;
 use crate::sql::Ident;
 
+/// The `application_name` of Sluice's own sessions when the URL names
+/// none: the latency budget counts sessions not so named (not beginning
+/// with `sluice`) as the application's
+/// ([`crate::dialect::health::HealthQueries::application_sessions`]).
+pub const SESSION_NAME: &str = "sluice";
+
+/// `connect`, its sessions named [`SESSION_NAME`] unless it names them.
+pub(crate) fn named(connect: PgConnectOptions) -> PgConnectOptions {
+    match connect.get_application_name() {
+        Some(_) => connect,
+        None => connect.application_name(SESSION_NAME),
+    }
+}
+
 /// What every PostgreSQL session of a store sets when it connects
 /// ([`ConnectOptions::schema`], [`ConnectOptions::time_zone`]).
 #[derive(Debug, Clone, Default)]
