@@ -138,7 +138,11 @@ pub async fn fresh_schema(url: &str, schema: &str, connections: u32) -> Result<S
         .execute(&admin)
         .await?;
     admin.close().await;
-    let options = PgConnectOptions::from_str(url)?.options([("search_path", schema)]);
+    // A pool kept for Sluice alone, named as Sluice names its own: the
+    // latency budget tells its sessions from an application's.
+    let options = PgConnectOptions::from_str(url)?
+        .options([("search_path", schema)])
+        .application_name(sluice_target::SESSION_NAME);
     let pool = PgPoolOptions::new()
         .max_connections(connections)
         .connect_with(options)

@@ -37,6 +37,7 @@ pub use connection::{
 };
 pub use cursor::{Cursor, CursorValue};
 pub use dialect::mysql::sessions::mysql_sessions;
+pub use dialect::postgres::sessions::SESSION_NAME;
 pub use dialect::{
     Dialect, LockedPartitionDrop, LoopPick, PartitionDrop, ProgressRecord, Recorded,
     TargetConnection, TargetTx,
