@@ -424,7 +424,7 @@ pub fn show(
         (
             "latency now",
             running_canary(record, canary.as_ref()).map_or("-".to_owned(), |c| {
-                format!("{:.0} rows/s: {}", pace.rows_per_second, c.describe())
+                latency_now(pace.rows_per_second, c, latency_budget.0)
             }),
         ),
         (
@@ -951,6 +951,24 @@ fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `show`'s "latency now": the pace, and the canary's reading against its
+/// budget; a reading held to no budget while the operation has one says
+/// why (the budget paces only while a session of the application's works
+/// on the server).
+fn latency_now(rows_per_second: f64, reading: &CanaryReading, budget: LatencyBudget) -> String {
+    let unheld = reading.budget_us.is_none() && budget != LatencyBudget::Off;
+    format!(
+        "{rows_per_second:.0} rows/s: {}{}",
+        reading.describe(),
+        if unheld {
+            " (no budget applied: no session of the application's has run a statement on \
+             the server in the last 30 s)"
+        } else {
+            ""
+        }
+    )
+}
+
 /// `canary` while `record` runs (a reading says nothing of an operation
 /// that does not).
 fn running_canary<'a>(
@@ -971,7 +989,8 @@ fn latency_cell(canary: &CanaryReading) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_text, rough_duration, thousands};
+    use super::{bytes_text, latency_now, rough_duration, thousands};
+    use sluice_store::{CanaryReading, LatencyBudget};
 
     #[test]
     fn figures_read_as_people_write_them() {
@@ -986,5 +1005,30 @@ mod tests {
         assert_eq!(rough_duration(42_000), "42 s");
         assert_eq!(rough_duration(725_000), "12 min 5 s");
         assert_eq!(rough_duration(7_800_000), "2 h 10 min");
+    }
+
+    #[test]
+    fn a_reading_held_to_no_budget_says_why_only_when_the_operation_has_one() {
+        let reading = |budget_us| CanaryReading {
+            table_name: "events".into(),
+            p99_us: 2_700,
+            budget_us,
+            samples: 100,
+            measured_at: 0,
+        };
+        let auto = LatencyBudget::default();
+        assert_eq!(
+            latency_now(6_683.4, &reading(Some(3_600)), auto),
+            "6683 rows/s: canary p99 2.7 ms of a 3.6 ms budget"
+        );
+        let unheld = latency_now(6_683.4, &reading(None), auto);
+        assert!(
+            unheld.starts_with("6683 rows/s: canary p99 2.7 ms (no budget applied: no session"),
+            "{unheld}"
+        );
+        assert_eq!(
+            latency_now(6_683.4, &reading(None), LatencyBudget::Off),
+            "6683 rows/s: canary p99 2.7 ms"
+        );
     }
 }
