@@ -136,12 +136,7 @@ async fn main() {
             by_one.push(one_delete(&store, rows).await);
         }
         for (variant, runs) in variants.iter().zip(&by_variant) {
-            let mut paired: Vec<f64> = by_loop
-                .iter()
-                .zip(runs)
-                .map(|(l, r)| r.as_secs_f64() / l.as_secs_f64())
-                .collect();
-            paired.sort_by(f64::total_cmp);
+            let paired = paired_ratios(&by_loop, runs);
             println!(
                 "{name}: runtime, indicators {variant}: {:.2} s, median of paired ratios to the loop {:.3} ({:?}; loop runs {:?})",
                 median(runs).as_secs_f64(),
@@ -192,12 +187,7 @@ fn report(
             continue;
         }
         let l = median(loops);
-        let mut paired: Vec<f64> = loops
-            .iter()
-            .zip(by_runtime)
-            .map(|(l, r)| r.as_secs_f64() / l.as_secs_f64())
-            .collect();
-        paired.sort_by(f64::total_cmp);
+        let paired = paired_ratios(loops, by_runtime);
         // What the runtime adds per sub-batch, start and end included:
         // roughly fixed, where the ratio also depends on how long the
         // statement itself takes on this machine.
@@ -484,4 +474,16 @@ fn held_only() -> bool {
 /// the batch size is fixed, so every run has the same batch boundaries.
 fn per_batch() -> i64 {
     env("SLUICE_BENCH_PER_BATCH", 20)
+}
+
+/// Each run's time over its paired loop's (the repeat's same turn), in
+/// ascending order.
+fn paired_ratios(loops: &[Duration], runs: &[Duration]) -> Vec<f64> {
+    let mut paired: Vec<f64> = loops
+        .iter()
+        .zip(runs)
+        .map(|(l, r)| r.as_secs_f64() / l.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    paired
 }

@@ -956,16 +956,14 @@ fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
 /// why (the budget paces only while a session of the application's works
 /// on the server).
 fn latency_now(rows_per_second: f64, reading: &CanaryReading, budget: LatencyBudget) -> String {
-    let unheld = reading.budget_us.is_none() && budget != LatencyBudget::Off;
+    let line = format!("{rows_per_second:.0} rows/s: {}", reading.describe());
+    if reading.budget_us.is_some() || budget == LatencyBudget::Off {
+        return line;
+    }
     format!(
-        "{rows_per_second:.0} rows/s: {}{}",
-        reading.describe(),
-        if unheld {
-            " (no budget applied: no session of the application's has run a statement on \
-             the server in the last 30 s)"
-        } else {
-            ""
-        }
+        "{line} (no budget applied: no session of the application's has run a statement on \
+         the server in the last {} s)",
+        sluice_runtime::latency::APPLICATION_WITHIN.as_secs()
     )
 }
 
